@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build one virtual environment per pinned engine release, for the adapter contract tests.
+#
+# Each venv gets the CPU build of torch 2.13.0 and the engine installed with --no-deps plus the short list of
+# pure-Python packages its speculative, scheduler and config modules import (docs/testing.md explains why).
+# Everything runs under a constraints file that pins torch and blocks torchvision/torchaudio, so no
+# dependency can ever pull a CUDA build. Usage: scripts/engine-envs.sh [ENGINE ...]  (default: all)
+#   engines: sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0
+# Venvs land in ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an existing complete venv is reused.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}
+PY=${PYTHON:-python3}
+mkdir -p "$ENV_DIR"
+CONSTRAINTS="$ENV_DIR/constraints.txt"
+printf 'torch==2.13.0\ntorchvision==0.0.0\ntorchaudio==0.0.0\n' > "$CONSTRAINTS"
+
+SG_COMMON="numpy psutil msgspec orjson pybase64 requests packaging pillow starlette pyzmq tqdm ipython aiohttp
+ dill sentencepiece compressed-tensors gguf einops openai partial_json_parser setproctitle uvloop"
+declare -A EXTRA=(
+  [sglang-0.5.23]="$SG_COMMON pydantic transformers==5.19.0 apache-tvm-ffi==0.1.11 uvicorn fastapi"
+  [sglang-0.5.12.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
+  [sglang-0.5.10.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
+  [vllm-0.33.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.16.1,<5.21.0
+ openai>=2.25.0 oss-harmony>=0.0.11 pillow>=13.0.0 pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
+ prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
+)
+declare -A NODEPS=(
+  [sglang-0.5.23]="sglang==0.5.23 triton==3.7.1"
+  [sglang-0.5.12.post1]="sglang==0.5.12.post1 triton==3.7.1"
+  [sglang-0.5.10.post1]="sglang==0.5.10.post1 triton==3.7.1"
+  [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
+)
+
+build() {
+  local name=$1 venv="$ENV_DIR/$1"
+  if [ -f "$venv/.complete" ]; then echo "[engine-envs] $name: reusing $venv"; return 0; fi
+  echo "[engine-envs] $name: building $venv"
+  local t0=$SECONDS
+  rm -rf "$venv"
+  "$PY" -m venv "$venv"
+  local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS")
+  "${pip[@]}" torch==2.13.0
+  # shellcheck disable=SC2086
+  "${pip[@]}" --no-deps ${NODEPS[$name]}
+  # shellcheck disable=SC2086
+  "${pip[@]}" ${EXTRA[$name]} prometheus_client
+  # specpolicy itself, editable, with its test tools (no engine extras: the engine is already here).
+  "${pip[@]}" -e "$ROOT" pytest hypothesis
+  if "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') and not torch.cuda.is_available() else 1)"; then
+    touch "$venv/.complete"
+    echo "[engine-envs] $name: ready in $((SECONDS - t0)) s, $(du -sh "$venv" | cut -f1)"
+  else
+    echo "[engine-envs] $name: torch is not the pinned CPU build" >&2; return 1
+  fi
+}
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0)
+for t in "${targets[@]}"; do
+  [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${!NODEPS[*]}" >&2; exit 2; }
+  build "$t"
+done

@@ -1,0 +1,60 @@
+"""The ``specpolicy`` command: argument parsing only; the work lives in the modules each command names."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+
+from .errors import ConfigError
+
+# Each feature package contributes its subcommands through ``register(subparsers)``; the function it sets as
+# ``func`` does the work. One line per package: keep this list sorted by command.
+_COMMAND_MODULES: tuple[str, ...] = (
+    "specpolicy.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specpolicy",
+        description=(
+            "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, simulate "
+            "and tune them against measured step costs, and check an engine installation."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod_name in _COMMAND_MODULES:
+        importlib.import_module(mod_name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    import logging
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"specpolicy: invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

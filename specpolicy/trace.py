@@ -1,0 +1,135 @@
+"""The JSONL step trace: one JSON object per executed engine step.
+
+Engine adapters write it (buffered, off the hot path); ``specpolicy simulate`` replays it and
+``specpolicy profile fit`` fits a step-cost profile from it. Each record describes ONE executed step: the
+StepStats the policy saw before it, the depth the step ran with, and that step's measured wall time (written
+once known, so a record is emitted one step late). Lines whose ``kind`` is ``"header"`` carry run metadata
+(engine, version, worker path, policy config) and are skipped by ``read_trace``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .stats import StepStats
+
+__all__ = ["TRACE_FORMAT", "TraceRecord", "read_trace", "iter_trace_lines"]
+
+TRACE_FORMAT = "specpolicy-trace/1"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One executed step.
+
+    ``batch_size`` .. ``last_step_time_s`` are the StepStats fields given to decide() before the step;
+    ``num_steps`` is the depth the step actually ran with (after fallbacks); ``step_time_s`` its measured wall
+    time (None if unknown); ``rank`` the tensor/data-parallel rank that wrote it; ``decide_us`` the decide()
+    call's own time; ``fallback`` is true when the policy failed and the engine default ran instead.
+    """
+
+    step: int
+    batch_size: int
+    num_steps: int
+    step_time_s: float | None = None
+    num_waiting: int = 0
+    mean_seq_len: float | None = None
+    last_num_steps: int = 0
+    accepted_draft_tokens: Sequence[int] | None = None
+    drafted_tokens: Sequence[int] | None = None
+    last_step_time_s: float | None = None
+    rank: int = 0
+    ts: float | None = None
+    decide_us: float | None = None
+    fallback: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_stats(
+        cls, step: int, stats: StepStats, num_steps: int, step_time_s: float | None, **kw: Any
+    ) -> TraceRecord:
+        return cls(
+            step=step,
+            batch_size=stats.batch_size,
+            num_steps=num_steps,
+            step_time_s=step_time_s,
+            num_waiting=stats.num_waiting,
+            mean_seq_len=stats.mean_seq_len,
+            last_num_steps=stats.last_num_steps,
+            accepted_draft_tokens=(
+                None if stats.accepted_draft_tokens is None else list(stats.accepted_draft_tokens)
+            ),
+            drafted_tokens=None if stats.drafted_tokens is None else list(stats.drafted_tokens),
+            last_step_time_s=stats.last_step_time_s,
+            **kw,
+        )
+
+    def stats(self) -> StepStats:
+        """The StepStats the policy saw before this step."""
+        return StepStats.fast(
+            self.batch_size,
+            self.num_waiting,
+            self.mean_seq_len,
+            self.last_num_steps,
+            self.accepted_draft_tokens,
+            self.drafted_tokens,
+            self.last_step_time_s,
+        )
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        if not d["extra"]:
+            del d["extra"]
+        return json.dumps(d, separators=(",", ":"), allow_nan=False, default=_default)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TraceRecord:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        missing = [k for k in ("step", "batch_size", "num_steps") if k not in known]
+        if missing:
+            raise ValueError(f"trace record lacks required field(s) {', '.join(missing)}")
+        for key in ("step_time_s", "mean_seq_len", "last_step_time_s"):
+            v = known.get(key)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"trace record field {key} must be a finite number >= 0 or null, got {v!r}")
+        return cls(**known)
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def iter_trace_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, parsed object) for every non-empty line, headers included."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{lineno}: each line must be a JSON object")
+            yield lineno, obj
+
+
+def read_trace(path: str | Path) -> Iterator[TraceRecord]:
+    """Yield the step records of a trace file (rotated files are read one at a time by the caller)."""
+    for lineno, obj in iter_trace_lines(path):
+        if obj.get("kind") == "header":
+            continue
+        try:
+            yield TraceRecord.from_dict(obj)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{lineno}: {exc}") from None
