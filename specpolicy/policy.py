@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import ConfigError, format_validation_error
 from .mode import SpecMode
@@ -30,6 +30,8 @@ __all__ = [
     "PolicyEntry",
     "ReportsEstimates",
     "available_policies",
+    "config_json_schema",
+    "config_union",
     "get_entry",
     "make_policy",
     "parse_config",
@@ -56,7 +58,7 @@ class Policy(Protocol):
 
 @runtime_checkable
 class ReportsEstimates(Protocol):
-    """Optional: a policy that exposes its internal estimates (EWMA acceptance, predicted tokens/s) to metrics."""
+    """Optional: a policy exposing its internal estimates (EWMA acceptance, predicted tokens/s) to metrics."""
 
     def estimates(self) -> Mapping[str, float]: ...
 
@@ -75,7 +77,7 @@ class PolicyConfig(BaseModel):
     name: str
 
     def candidate_steps(self) -> tuple[int, ...]:
-        """Every depth this configuration can return, ascending (0 = off). Engines pre-build one state each."""
+        """Every depth this config can return, ascending (0 = off); engines pre-build one state each."""
         raise NotImplementedError
 
     @classmethod
@@ -167,6 +169,34 @@ def get_entry(name: str) -> PolicyEntry:
     return _registry().resolve(name)
 
 
+def config_union() -> TypeAdapter[Any]:
+    """A TypeAdapter for the discriminated union (on ``name``) of every registered config model.
+
+    ``config_union().validate_python({"name": "hysteresis", ...})`` returns the HysteresisConfig; use it to
+    embed a policy config in a larger pydantic model or to publish one JSON schema for all policies. Aliases
+    (``goodput``) are resolved by ``parse_config``, not here.
+    """
+    return _config_union()
+
+
+@functools.lru_cache(maxsize=1)
+def _config_union() -> TypeAdapter[Any]:
+    models = tuple(entry.config for entry in _registry().entries.values())
+    if len(models) == 1:
+        return TypeAdapter(models[0])
+    union = Union[models]  # type: ignore[valid-type]  # noqa: UP007 (built at run time from the registry)
+    try:
+        return TypeAdapter(Annotated[union, Field(discriminator="name")])
+    except Exception:  # a plugin whose ``name`` is not a Literal cannot join a tagged union
+        log.warning("specpolicy: a policy config does not declare name as a Literal; using an untagged union")
+        return TypeAdapter(union)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """JSON schema of every registered policy config, as one discriminated union on ``name``."""
+    return config_union().json_schema()
+
+
 def _load_spec(spec: Any) -> dict[str, Any]:
     """Turn a name, mapping, JSON string, config model or file path into a plain dict."""
     if isinstance(spec, PolicyConfig):
@@ -218,7 +248,7 @@ def _load_file(path: Path) -> dict[str, Any]:
         raise
     except Exception as exc:
         raise ConfigError(f"policy config file {path}: cannot parse: {exc}") from None
-    if isinstance(data, dict) and "policy" in data and "name" not in data and isinstance(data["policy"], dict):
+    if isinstance(data, dict) and "name" not in data and isinstance(data.get("policy"), dict):
         data = data["policy"]  # allow {"policy": {...}} wrappers, as in engine config files
     if not isinstance(data, dict):
         raise ConfigError(f"policy config file {path}: top level must be a mapping")

@@ -9,10 +9,11 @@ NaN, negative or missing values as missing data).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["StepStats"]
+__all__ = ["StepStats", "clean_count", "clean_float", "mean_accepted_drafts"]
 
 
 class _Fields(NamedTuple):
@@ -23,6 +24,7 @@ class _Fields(NamedTuple):
     accepted_draft_tokens: Sequence[int] | None = None
     drafted_tokens: Sequence[int] | None = None
     last_step_time_s: float | None = None
+    mean_accepted: float | None = None
 
 
 _new = tuple.__new__
@@ -44,6 +46,10 @@ class StepStats(_Fields):
         drafted_tokens: per request, drafts actually proposed when the engine trims them; None means
             ``last_num_steps`` for every request.
         last_step_time_s: that step's measured wall time in seconds, or None.
+        mean_accepted: optional precomputed mean of ``accepted_draft_tokens`` (accepted drafts per request,
+            bonus not counted) for adapters that already hold the aggregate (an engine counter, a tensor
+            reduction, the simulator). When set, policies use it and never sum the per-request list, so the
+            O(batch) work is done once, where it is cheapest. None when last_num_steps is 0.
 
     "Acceptance length" everywhere in specpolicy means 1 + accepted drafts (the bonus token counted).
     """
@@ -59,13 +65,16 @@ class StepStats(_Fields):
         accepted_draft_tokens: Sequence[int] | None = None,
         drafted_tokens: Sequence[int] | None = None,
         last_step_time_s: float | None = None,
+        mean_accepted: float | None = None,
     ) -> StepStats:
         if type(batch_size) is not int or batch_size < 0:
             raise ValueError(f"StepStats.batch_size must be an int >= 0, got {batch_size!r}")
         if type(num_waiting) is not int or num_waiting < 0:
             raise ValueError(f"StepStats.num_waiting must be an int >= 0, got {num_waiting!r}")
         if mean_seq_len is not None and not (mean_seq_len >= 0 and math.isfinite(mean_seq_len)):
-            raise ValueError(f"StepStats.mean_seq_len must be a finite float >= 0 or None, got {mean_seq_len!r}")
+            raise ValueError(
+                f"StepStats.mean_seq_len must be a finite float >= 0 or None, got {mean_seq_len!r}"
+            )
         if type(last_num_steps) is not int or last_num_steps < 0:
             raise ValueError(f"StepStats.last_num_steps must be an int >= 0, got {last_num_steps!r}")
         if last_step_time_s is not None and not (last_step_time_s >= 0 and math.isfinite(last_step_time_s)):
@@ -77,6 +86,14 @@ class StepStats(_Fields):
                 "StepStats.accepted_draft_tokens must be None when last_num_steps is 0 (a step without "
                 "speculation has no acceptance data)"
             )
+        if mean_accepted is not None:
+            if last_num_steps == 0:
+                raise ValueError("StepStats.mean_accepted must be None when last_num_steps is 0")
+            if not (0 <= mean_accepted <= last_num_steps and math.isfinite(mean_accepted)):
+                raise ValueError(
+                    f"StepStats.mean_accepted must be a finite float in [0, last_num_steps={last_num_steps}] "
+                    f"or None, got {mean_accepted!r}"
+                )
         if drafted_tokens is not None and accepted_draft_tokens is not None:
             if len(drafted_tokens) != len(accepted_draft_tokens):
                 raise ValueError(
@@ -93,6 +110,7 @@ class StepStats(_Fields):
                 accepted_draft_tokens,
                 drafted_tokens,
                 last_step_time_s,
+                mean_accepted,
             ),
         )
 
@@ -106,6 +124,7 @@ class StepStats(_Fields):
         accepted_draft_tokens: Sequence[int] | None = None,
         drafted_tokens: Sequence[int] | None = None,
         last_step_time_s: float | None = None,
+        mean_accepted: float | None = None,
     ) -> StepStats:
         """Build without validation (the adapters' per-step path). Policies stay robust to bad values."""
         return _new(
@@ -118,21 +137,139 @@ class StepStats(_Fields):
                 accepted_draft_tokens,
                 drafted_tokens,
                 last_step_time_s,
+                mean_accepted,
             ),
         )
 
     @property
     def has_acceptance(self) -> bool:
         """True when the fields describe a step that speculated and reported its acceptance."""
-        return self.last_num_steps > 0 and bool(self.accepted_draft_tokens)
+        if self.last_num_steps <= 0:
+            return False
+        return self.mean_accepted is not None or bool(self.accepted_draft_tokens)
 
     def mean_acceptance_length(self) -> float | None:
-        """1 + mean accepted drafts over requests of the described step, or None when unknown. O(batch)."""
-        acc = self.accepted_draft_tokens
-        if not acc or not self.last_num_steps > 0:
-            return None
+        """1 + mean accepted drafts of the described step (see ``mean_accepted_drafts``), or None."""
+        m = mean_accepted_drafts(self)
+        return None if m is None else 1.0 + m
+
+
+_INF = math.inf
+
+
+def clean_count(value: object) -> int | None:
+    """``value`` as an int >= 0, or None when it is not one (NaN, negative, fractional, not a number).
+
+    The slow path behind the policies' inline ``type(x) is int`` check: accepts numpy integers and integral
+    floats, so an adapter passing ``np.int64`` or ``3.0`` is understood rather than ignored.
+    """
+    if type(value) is int:
+        return value if value >= 0 else None
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
         try:
-            value = 1.0 + sum(acc) / len(acc)
-        except TypeError:
+            f = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
             return None
-        return value if math.isfinite(value) else None
+        if not (f >= 0 and f < _INF) or f != int(f):
+            return None
+        n = int(f)
+    return n if n >= 0 else None
+
+
+def clean_float(value: object) -> float | None:
+    """``value`` as a finite float >= 0 (a time, a length), or None when it is missing or not one."""
+    if value is None:
+        return None
+    try:
+        f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if 0 <= f < _INF else None
+
+
+def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | None:
+    """Mean accepted drafts per request of the step ``stats`` describes, or None when there is no usable data.
+
+    ``max_requests`` > 0 bounds the work: a larger batch is sampled with an even stride (every
+    ``ceil(n / max_requests)``-th request), so the cost stops growing with the batch.
+
+    Never raises. Data counts only when ``last_num_steps > 0`` and acceptance is reported (a step without
+    speculation is not zero acceptance). ``mean_accepted`` wins when set (clipped to [0, last_num_steps]).
+    Otherwise the per-request list is summed once in C; a numeric sum inside [0, total drafted] is used as is
+    (the mean capped at last_num_steps), and only an out-of-range, NaN or non-numeric sum pays for the
+    per-request repair: values clipped to [0, drafted], non-finite, negative or non-numeric entries ignored.
+    (So an out-of-range entry hidden by an in-range sum is not repaired: the contract says entries are in
+    [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
+    """
+    raw_k = stats[3]
+    k = raw_k if type(raw_k) is int else clean_count(raw_k)
+    if k is None or k <= 0:
+        return None
+    m = stats[7]
+    if m is not None:
+        try:
+            f = float(m)
+        except (TypeError, ValueError, OverflowError):
+            f = math.nan
+        if 0 <= f < _INF:
+            return f if f <= k else float(k)
+        # a bad aggregate: fall back to the list, if any
+    acc = stats[4]
+    if acc is None:
+        return None
+    drafted = stats[5]
+    try:
+        n = len(acc)
+        if n == 0:
+            return None
+        if 0 < max_requests < n:
+            stride = -(-n // max_requests)
+            acc = acc[::stride]
+            if drafted is not None:
+                drafted = drafted[::stride]
+            n = len(acc)
+        total = sum(acc)
+        cap = k * n if drafted is None else sum(drafted)
+        if type(total) is not int and type(total) is not float:  # numpy integers from an array
+            total = operator.index(total)
+            cap = operator.index(cap)
+    except Exception:
+        return _repair_mean(acc, drafted, k)
+    if 0 <= total <= cap and (drafted is None or len(drafted) == n):  # NaN fails both comparisons
+        mean = total / n
+        return mean if mean <= k else float(k)
+    return _repair_mean(acc, drafted, k)
+
+
+def _repair_mean(acc: object, drafted: object, k: int) -> float | None:
+    """Per-request slow path: clip each value to [0, drafted_i], skip non-finite / negative / non-numbers."""
+    try:
+        values = list(acc)  # type: ignore[call-overload]
+    except Exception:
+        return None
+    caps: list[object]
+    try:
+        caps = list(drafted) if drafted is not None else []  # type: ignore[call-overload]
+    except Exception:
+        caps = []
+    total = 0.0
+    count = 0
+    for i, v in enumerate(values):
+        try:
+            f = float(v)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if not (0 <= f < _INF):
+            continue
+        cap = k
+        if i < len(caps):
+            c = clean_count(caps[i])
+            if c is not None and c < k:
+                cap = c
+        total += f if f <= cap else cap
+        count += 1
+    return total / count if count else None

@@ -1,0 +1,200 @@
+"""Test-only policies for the live GPU check, registered through the ``specpolicy.policies`` entry points.
+
+They load inside SGLang's spawned scheduler processes exactly like a user's third-party policy would, so the
+check also proves that route. None of them is meant for serving:
+
+- ``gpucheck_cycle`` walks through a list of depths, ``period`` steps each (on/off and depth switching).
+- ``gpucheck_raise`` fails on purpose on a window of decide() calls (the adapter must contain it).
+- ``gpucheck_dispatch`` delegates to one of several named policies, chosen by the label written in a control
+  file. An engine takes about a minute to start on the GPU, so the check starts one per worker path and
+  switches policies between request batches instead of restarting it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from specpolicy import MAX_NUM_STEPS, Policy, PolicyConfig, PolicyEntry, SpecMode, StepStats, make_policy
+from specpolicy.errors import ConfigError, format_validation_error
+from specpolicy.policy import parse_config
+
+__all__ = ["CYCLE", "DISPATCH", "RAISE", "CycleConfig", "DispatchConfig", "RaiseConfig"]
+
+
+class CycleConfig(PolicyConfig):
+    """Cycle through ``depths``, holding each for ``period`` steps (test only)."""
+
+    name: Literal["gpucheck_cycle"] = "gpucheck_cycle"
+    depths: tuple[int, ...] = Field((3, 0), min_length=1, description="depths visited in order; 0 = off")
+    period: int = Field(4, ge=1, le=1_000_000, description="steps each depth is held")
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_in_range(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for k in v:
+            if not 0 <= k <= MAX_NUM_STEPS:
+                raise ValueError(f"each depth must be in [0, {MAX_NUM_STEPS}], got {k}")
+        return v
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.depths)))
+
+
+class CyclePolicy:
+    """Depth ``depths[(n // period) % len(depths)]`` on the n-th decide() call (n from 0)."""
+
+    def __init__(self, config: CycleConfig) -> None:
+        self.config = config
+        self._modes = tuple(SpecMode.of(k) for k in config.depths)
+        self._period = config.period
+        self._n = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        n = self._n
+        self._n = n + 1
+        return self._modes[(n // self._period) % len(self._modes)]
+
+    def reset(self) -> None:
+        self._n = 0
+
+
+class RaiseConfig(PolicyConfig):
+    """Return ``num_steps`` but raise on decide() calls raise_from .. raise_from+raise_count-1 (test only)."""
+
+    name: Literal["gpucheck_raise"] = "gpucheck_raise"
+    num_steps: int = Field(0, ge=0, le=MAX_NUM_STEPS, description="depth returned when not failing")
+    raise_from: int = Field(8, ge=0, description="index (from 0) of the first decide() call that raises")
+    raise_count: int = Field(16, ge=0, description="number of consecutive calls that raise")
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (self.num_steps,)
+
+
+class GpuCheckFailure(RuntimeError):
+    """The deliberate failure of ``gpucheck_raise``."""
+
+
+class RaisePolicy:
+    def __init__(self, config: RaiseConfig) -> None:
+        self.config = config
+        self._mode = SpecMode.of(config.num_steps)
+        self._lo = config.raise_from
+        self._hi = config.raise_from + config.raise_count
+        self._n = 0
+        self.raised = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        n = self._n
+        self._n = n + 1
+        if self._lo <= n < self._hi:
+            self.raised += 1
+            raise GpuCheckFailure("gpucheck_raise: deliberate failure inside decide()")
+        return self._mode
+
+    def reset(self) -> None:
+        self._n = 0
+
+
+class DispatchConfig(PolicyConfig):
+    """Delegate to the policy whose label is written in ``control_file`` (test only)."""
+
+    name: Literal["gpucheck_dispatch"] = "gpucheck_dispatch"
+    control_file: str = Field(description="file holding the active label; re-read when its mtime changes")
+    policies: dict[str, Any] = Field(min_length=1, description="label -> policy spec (name, mapping or JSON)")
+    initial: str = Field(description="label active until the control file names another")
+    log_file: str | None = Field(None, description="JSONL file where each switch is recorded")
+
+    @field_validator("policies")
+    @classmethod
+    def _valid_children(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for label, spec in v.items():
+            if isinstance(spec, dict) and spec.get("name") == "gpucheck_dispatch":
+                raise ValueError(f"policies.{label}: a dispatcher cannot nest another dispatcher")
+            _child_config(spec)  # raises ConfigError (a ValueError) naming the child's field
+        return v
+
+    @model_validator(mode="after")
+    def _initial_known(self) -> DispatchConfig:
+        if self.initial not in self.policies:
+            raise ValueError(f"initial: {self.initial!r} is not one of the labels {sorted(self.policies)}")
+        return self
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        steps: set[int] = set()
+        for spec in self.policies.values():
+            steps.update(_child_config(spec).candidate_steps())
+        return tuple(sorted(steps))
+
+
+class DispatchPolicy:
+    """Runs the active child; one ``os.stat`` per step detects a rewrite of the control file (about a
+    microsecond). Every rewrite activates the named child and resets it, so each request batch (phase) of the
+    check starts its policy fresh, as each simulated run does."""
+
+    def __init__(self, config: DispatchConfig) -> None:
+        self.config = config
+        self._children: dict[str, Policy] = {k: _child(v) for k, v in config.policies.items()}
+        self._path = config.control_file
+        self._mtime = -1
+        self._n = 0
+        self.label = config.initial
+        self._active = self._children[self.label]
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self._n += 1
+        try:
+            mtime = os.stat(self._path).st_mtime_ns
+        except OSError:
+            mtime = self._mtime
+        if mtime != self._mtime:
+            self._mtime = mtime
+            self._switch()
+        return self._active.decide(stats)
+
+    def _switch(self) -> None:
+        try:
+            with open(self._path, encoding="utf-8") as fh:
+                label = fh.read().strip()
+        except OSError:
+            return
+        child = self._children.get(label)
+        if child is None:
+            return
+        child.reset()
+        self.label, self._active = label, child
+        if self.config.log_file:
+            rec = {"ts": time.time(), "label": label, "decide_index": self._n, "pid": os.getpid()}
+            with open(self.config.log_file, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+
+    def reset(self) -> None:
+        for child in self._children.values():
+            child.reset()
+
+
+def _child_config(spec: Any) -> PolicyConfig:
+    """This package's own policies resolve here (so the dispatcher works before its entry points are
+    installed, as in unit tests); every other name goes through specpolicy's registry."""
+    if isinstance(spec, dict) and spec.get("name") in _LOCAL:
+        try:
+            return _LOCAL[spec["name"]].config.model_validate(spec)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, prefix=f"{spec['name']}.")) from None
+    return parse_config(spec)
+
+
+def _child(spec: Any) -> Policy:
+    config = _child_config(spec)
+    entry = _LOCAL.get(config.name)
+    return entry.factory(config) if entry is not None else make_policy(config)
+
+
+CYCLE = PolicyEntry("gpucheck_cycle", CycleConfig, CyclePolicy)
+RAISE = PolicyEntry("gpucheck_raise", RaiseConfig, RaisePolicy)
+DISPATCH = PolicyEntry("gpucheck_dispatch", DispatchConfig, DispatchPolicy)
+_LOCAL = {e.name: e for e in (CYCLE, RAISE)}

@@ -1,0 +1,143 @@
+"""Prometheus metrics for a running policy, exported beside the engine's own.
+
+Engines that export metrics from several processes (SGLang, vLLM) point ``PROMETHEUS_MULTIPROC_DIR`` at a shared
+directory and serve it from their HTTP process; metrics created here in the default registry land there too, so
+they appear on the engine's ``/metrics`` with no extra port. The step path only bumps plain Python counters;
+they are pushed into prometheus-client every ``push_every`` steps (and on ``close``), because a multiprocess
+metric update is an mmap write that does not belong on every step.
+
+Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): ``steps_total{depth}``,
+``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``depth`` (gauge, last decision),
+``estimate{name}`` (gauge, from a policy implementing ``specpolicy.ReportsEstimates``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..policy import Policy, ReportsEstimates
+from ..stats import StepStats
+
+__all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
+
+DECIDE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2)
+
+_FAMILIES: dict[int, dict[str, Any]] = {}
+
+
+def metric_families(registry: Any = None) -> dict[str, Any]:
+    """The specpolicy metric objects in ``registry`` (default: prometheus-client's), created once per registry."""
+    import prometheus_client as prom
+
+    reg = prom.REGISTRY if registry is None else registry
+    fams = _FAMILIES.get(id(reg))
+    if fams is not None:
+        return fams
+    labels = ("engine", "rank")
+    multiproc = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    gauge_kw: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if multiproc else {}
+    fams = {
+        "steps": prom.Counter(
+            "specpolicy_steps", "Engine steps run, by the draft depth applied (0 = no speculation)",
+            (*labels, "depth"), registry=reg,
+        ),
+        "switches": prom.Counter(
+            "specpolicy_switches", "Steps whose depth differs from the previous step's", labels, registry=reg
+        ),
+        "errors": prom.Counter(
+            "specpolicy_policy_errors",
+            "Policy failures (exception or invalid mode); the engine default depth ran instead", labels,
+            registry=reg,
+        ),
+        "decide": prom.Histogram(
+            "specpolicy_decide_seconds", "Wall time of one policy decide() call", labels,
+            buckets=DECIDE_BUCKETS, registry=reg,
+        ),
+        "depth": prom.Gauge("specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw),
+        "estimate": prom.Gauge(
+            "specpolicy_estimate", "The policy's own estimates (ReportsEstimates), by name", (*labels, "name"),
+            registry=reg, **gauge_kw,
+        ),
+    }
+    _FAMILIES[id(reg)] = fams
+    return fams
+
+
+class MetricsObserver:
+    """StepObserver that counts steps, switches, errors and decide() time, and mirrors the policy's estimates."""
+
+    def __init__(
+        self,
+        *,
+        engine: str,
+        rank: int = 0,
+        policy: Policy | None = None,
+        registry: Any = None,
+        push_every: int = 64,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if push_every < 1:
+            raise ValueError(f"MetricsObserver.push_every must be >= 1, got {push_every}")
+        fams = metric_families(registry)
+        lv = (engine, str(rank))
+        self._steps_family = fams["steps"]
+        self._lv = lv
+        self._switches = fams["switches"].labels(*lv)
+        self._errors = fams["errors"].labels(*lv)
+        self._decide = fams["decide"].labels(*lv)
+        self._depth = fams["depth"].labels(*lv)
+        self._estimate_family = fams["estimate"]
+        self._estimates = policy if isinstance(policy, ReportsEstimates) else None
+        self._push_every = push_every
+        self._by_depth: dict[int, int] = {}
+        self._decide_times: list[float] = []
+        self._n_switches = 0
+        self._n_errors = 0
+        self._last_k = -1
+        self._pending = 0
+
+    # -- StepObserver (hot path) --
+    def on_decision(self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool) -> None:
+        by = self._by_depth
+        by[num_steps] = by.get(num_steps, 0) + 1
+        if num_steps != self._last_k and self._last_k >= 0:
+            self._n_switches += 1
+        self._last_k = num_steps
+        self._n_errors += fallback
+        self._decide_times.append(decide_s)
+        self._pending += 1
+        if self._pending >= self._push_every:
+            self.push()
+
+    def on_step_time(self, step: int, step_time_s: float | None) -> None:
+        pass
+
+    def push(self) -> None:
+        """Move the counts gathered since the last push into the Prometheus metrics."""
+        for k, n in self._by_depth.items():
+            self._steps_family.labels(*self._lv, str(k)).inc(n)
+        self._by_depth = {}
+        if self._n_switches:
+            self._switches.inc(self._n_switches)
+            self._n_switches = 0
+        if self._n_errors:
+            self._errors.inc(self._n_errors)
+            self._n_errors = 0
+        for t in self._decide_times:
+            self._decide.observe(t)
+        self._decide_times = []
+        if self._last_k >= 0:
+            self._depth.set(self._last_k)
+        self._pending = 0
+        if self._estimates is not None:
+            try:
+                values = self._estimates.estimates()
+            except Exception:  # estimates are informative only
+                values = {}
+            for name, value in values.items():
+                self._estimate_family.labels(*self._lv, str(name)).set(float(value))
+
+    def close(self) -> None:
+        self.push()

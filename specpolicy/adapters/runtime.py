@@ -1,0 +1,137 @@
+"""AdapterRuntime: the policy, its guard, its rank agreement and its observers, built once per engine process.
+
+Every engine adapter does the same five things at start-up: build the policy from the settings, check its
+depths against what the engine pre-built, wrap it in a StepController, pick the rank-agreement mode, and attach
+the trace writer and metrics. This module does them once for all engines; the adapters only supply what the
+engine knows (allowed depths, default depth, rank, world size, CPU group).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..policy import get_entry
+from ..stats import StepStats
+from .controller import StepController, StepObserver
+from .settings import AdapterSettings
+from .tp import AgreedDecider, DecisionSync, agreement_mode
+
+__all__ = ["AdapterRuntime", "AdapterInstallError", "check_candidate_steps"]
+
+log = logging.getLogger("specpolicy.adapter")
+
+
+class AdapterInstallError(RuntimeError):
+    """The adapter cannot run the policy in this engine configuration; the message says why and what to change."""
+
+
+def check_candidate_steps(policy_steps: Sequence[int], engine_steps: Sequence[int], where: str) -> None:
+    """Refuse a policy that may choose a depth the engine did not pre-build (buffers, KV reservation, graphs)."""
+    extra = sorted(set(policy_steps) - set(engine_steps))
+    if extra:
+        raise AdapterInstallError(
+            f"the policy can choose draft depth(s) {extra}, but the engine only prepared {sorted(set(engine_steps))} "
+            f"({where}); add them to the engine's candidate steps or change the policy"
+        )
+
+
+class AdapterRuntime:
+    """Per-process policy runtime. ``decide`` is the only per-step call besides ``step_time``."""
+
+    def __init__(
+        self,
+        settings: AdapterSettings,
+        *,
+        engine: str,
+        engine_version: str,
+        path: str,
+        allowed_steps: Sequence[int],
+        default_steps: int,
+        rank: int = 0,
+        world_size: int = 1,
+        sync_factory: Callable[[], DecisionSync] | None = None,
+        header: Mapping[str, Any] | None = None,
+        metrics_registry: Any = None,
+    ) -> None:
+        config = settings.policy
+        candidates = config.candidate_steps()
+        check_candidate_steps(candidates, allowed_steps, where=f"{engine} {engine_version}, {path}")
+        self.settings = settings
+        self.engine = engine
+        self.engine_version = engine_version
+        self.path = path
+        self.rank = rank
+        self.world_size = world_size
+        self.candidate_steps = tuple(sorted(set(candidates)))
+        self.policy = get_entry(config.name).factory(config)
+        observers: list[StepObserver] = []
+        self.trace = None
+        self.metrics = None
+        if settings.trace_path is not None:
+            from .trace_writer import TraceWriter
+
+            self.trace = TraceWriter(
+                settings.trace_path,
+                rank=rank,
+                max_bytes=settings.trace_max_bytes,
+                backups=settings.trace_backups,
+                header={
+                    "engine": engine,
+                    "engine_version": engine_version,
+                    "path": path,
+                    "policy": config.model_dump(mode="json"),
+                    "world_size": world_size,
+                    **(header or {}),
+                },
+            )
+            observers.append(self.trace)
+        if settings.metrics:
+            try:
+                from .metrics import MetricsObserver
+
+                self.metrics = MetricsObserver(
+                    engine=engine, rank=rank, policy=self.policy, registry=metrics_registry
+                )
+                observers.append(self.metrics)
+            except ImportError:
+                log.warning("specpolicy: prometheus-client is not installed; metrics are off")
+        self.controller = StepController(
+            self.policy,
+            allowed_steps=allowed_steps,
+            default_steps=default_steps,
+            rank=rank,
+            observers=observers,
+            policy_name=config.name,
+        )
+        self.mode = agreement_mode(settings.tp_agreement, config, world_size)
+        sync = sync_factory() if self.mode == "broadcast" and sync_factory is not None else None
+        if self.mode == "broadcast" and sync is None:
+            raise AdapterInstallError(
+                f"the policy {config.name!r} needs rank 0's decision broadcast to {world_size} ranks, but this "
+                "engine path offers no CPU process group; use tp_agreement='local'"
+            )
+        self.decider = AgreedDecider(self.controller, self.mode, sync, world_size)
+
+    def decide(self, stats: StepStats) -> int:
+        """The depth to run this step (guarded, agreed across ranks)."""
+        return self.decider.decide(stats)
+
+    def step_time(self, step_time_s: float | None) -> None:
+        self.controller.step_time(step_time_s)
+
+    def startup_line(self) -> str:
+        """The one log line that says what is live: engine, path, policy and its configuration, depths."""
+        return (
+            f"specpolicy active: engine={self.engine} {self.engine_version} path={self.path} "
+            f"{self.settings.summary()} candidate_steps={list(self.candidate_steps)} "
+            f"engine_steps={sorted(self.controller.allowed_steps)} default_steps={self.controller.default_steps} "
+            f"rank={self.rank}/{self.world_size} agreement={self.mode}"
+        )
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.trace is not None:
+            self.trace.close()

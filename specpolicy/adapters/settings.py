@@ -1,0 +1,138 @@
+"""AdapterSettings: everything an engine adapter needs to know, validated before any engine import.
+
+Engines spawn their worker processes, so a setting must survive the trip: the launcher serialises the validated
+settings into ``SPECPOLICY_CONFIG`` (JSON) and every spawned process rebuilds them with ``from_env``. Users who
+launch the engine their own way set ``SPECPOLICY_POLICY`` (a policy name, JSON object or file) and, optionally,
+the ``SPECPOLICY_TRACE`` / ``SPECPOLICY_METRICS`` / ... variables listed in ``ENV_VARS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
+
+from ..errors import ConfigError, format_validation_error
+from ..policy import PolicyConfig, parse_config
+
+__all__ = ["AdapterSettings", "ENV_CONFIG", "ENV_POLICY", "ENV_VARS", "OnInstallFailure", "TpAgreement"]
+
+ENV_CONFIG = "SPECPOLICY_CONFIG"
+ENV_POLICY = "SPECPOLICY_POLICY"
+
+#: Single-field environment variables (besides the two above), field name -> variable.
+ENV_VARS: dict[str, str] = {
+    "trace_path": "SPECPOLICY_TRACE",
+    "trace_max_bytes": "SPECPOLICY_TRACE_MAX_BYTES",
+    "trace_backups": "SPECPOLICY_TRACE_BACKUPS",
+    "metrics": "SPECPOLICY_METRICS",
+    "on_install_failure": "SPECPOLICY_ON_INSTALL_FAILURE",
+    "allow_untested": "SPECPOLICY_ALLOW_UNTESTED",
+    "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
+}
+
+OnInstallFailure = Literal["refuse", "warn"]
+TpAgreement = Literal["auto", "local", "broadcast"]
+
+
+class AdapterSettings(BaseModel):
+    """How an adapter runs a policy inside an engine.
+
+    ``on_install_failure``: ``refuse`` (default) stops the engine at start-up with the reason when the adapter
+    cannot install its hooks (unsupported version, engine feature that disables the path); ``warn`` logs the
+    reason loudly and lets the engine serve without specpolicy.
+    ``tp_agreement``: how tensor/data-parallel ranks agree on each step's depth (see ``adapters.tp``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: SerializeAsAny[PolicyConfig]
+    trace_path: Path | None = Field(None, description="JSONL step trace file; none = no trace")
+    trace_max_bytes: int = Field(
+        64 * 2**20, ge=4096, le=2**40, description="rotate the trace file when it grows past this size"
+    )
+    trace_backups: int = Field(3, ge=0, le=1000, description="rotated trace files kept (FILE.1 .. FILE.N)")
+    metrics: bool = Field(True, description="export Prometheus metrics where the engine exports its own")
+    on_install_failure: OnInstallFailure = "refuse"
+    allow_untested: bool = Field(False, description="run on an engine version specpolicy was not tested with")
+    tp_agreement: TpAgreement = "auto"
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _parse_policy(cls, value: Any) -> PolicyConfig:
+        if isinstance(value, PolicyConfig):
+            return value
+        return parse_config(value)
+
+    @classmethod
+    def build(cls, policy: Any, **fields: Any) -> AdapterSettings:
+        """Validate settings; ConfigError naming the field on bad input (policy fields as ``policy.<name>``)."""
+        try:
+            config = policy if isinstance(policy, PolicyConfig) else parse_config(policy)
+        except ConfigError as exc:
+            raise ConfigError(_prefix_lines(str(exc), "policy.")) from None
+        try:
+            return cls(policy=config, **fields)
+        except ValidationError as exc:
+            text = format_validation_error(exc).replace(
+                "(not a parameter of this policy)", "(known: " + ", ".join(cls.model_fields) + ")"
+            )
+            raise ConfigError(text) from None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> AdapterSettings:
+        """Validate a settings mapping (``{"policy": ..., "trace_path": ...}``)."""
+        data = dict(data)
+        if "policy" not in data:
+            raise ConfigError("policy: missing (a policy name, JSON object or file is required)")
+        return cls.build(data.pop("policy"), **data)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AdapterSettings | None:
+        """Settings from the environment, or None when neither SPECPOLICY_CONFIG nor SPECPOLICY_POLICY is set.
+
+        SPECPOLICY_CONFIG holds the whole settings object; the single-field variables override its fields.
+        """
+        env = os.environ if environ is None else environ
+        raw = env.get(ENV_CONFIG, "").strip()
+        data: dict[str, Any] = {}
+        if raw:
+            try:
+                loaded = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{ENV_CONFIG}: not valid JSON: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{ENV_CONFIG}: must be a JSON object")
+            data.update(loaded)
+        policy = env.get(ENV_POLICY, "").strip()
+        if policy:
+            data["policy"] = policy
+        if not data:
+            return None
+        for fname, var in ENV_VARS.items():
+            value = env.get(var)
+            if value is not None and value.strip() != "":
+                data[fname] = value.strip()
+        return cls.from_mapping(data)
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that make ``from_env`` rebuild exactly these settings in a spawned process."""
+        return {ENV_CONFIG: self.model_dump_json()}
+
+    def summary(self) -> str:
+        """One line for start-up logs: the policy with its configuration and the options that are set."""
+        cfg = self.policy.model_dump(mode="json")
+        parts = [f"policy={json.dumps(cfg, separators=(',', ':'))}"]
+        if self.trace_path is not None:
+            parts.append(f"trace={self.trace_path}")
+        parts.append(f"metrics={'on' if self.metrics else 'off'}")
+        parts.append(f"tp_agreement={self.tp_agreement}")
+        return " ".join(parts)
+
+
+def _prefix_lines(text: str, prefix: str) -> str:
+    return "\n".join(line if line.startswith(prefix) else prefix + line for line in text.splitlines())

@@ -1,0 +1,260 @@
+"""The wrappers installed on SGLang's legacy classes, in the scheduler process.
+
+Every wrapper is a plain function around the original method (kept in ``ORIGINALS``), so that installing
+twice is a no-op and each wrapper costs one attribute lookup when specpolicy is not attached to the worker.
+
+v1 (``EAGLEWorker``, non-overlap): ``forward_batch_generation`` decides; ``draft`` returns the one-token verify
+input on an off step; ``verify`` runs with the one-token target state swapped in; the accepted-draft counts are
+read from the returned result (verify already synced them to the CPU).
+
+v2 (``EAGLEWorkerV2``, overlap): ``forward_batch_generation`` decides; ``EagleDraftWorker.draft`` returns the
+one-token verify input; ``verify`` runs with the one-token state swapped in and pads its result to the launch
+stride; the accepted-draft counts arrive one step late in the scheduler's ``_resolve_spec_overlap_tokens``
+(``_resolve_spec_overlap_token_ids`` in 0.5.10.post1), after the scheduler's own asynchronous copy: no new sync.
+
+Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
+attaches a runtime to the freshly built worker (see ``attach``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .one_token import FieldNames, OneTokenTarget, build_verify_input, pad_v2_result
+from .runtime import StepRuntime
+
+log = logging.getLogger("specpolicy.sglang.legacy")
+
+RT = "_specpolicy_rt"  # attribute holding the StepRuntime on a worker (and the v2 draft worker)
+OT = "_specpolicy_one_token"  # attribute holding the OneTokenTarget on a worker
+DEPTH = "_specpolicy_depth"  # attribute marking the executed depth on a v2 result
+
+#: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
+#: and for restoring in tests.
+ORIGINALS: dict[tuple[type, str], tuple[Callable[..., Any], bool]] = {}
+
+
+def wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Set ``cls.name`` to ``make(original)`` once (the original may be inherited); later calls are no-ops."""
+    key = (cls, name)
+    if key in ORIGINALS:
+        return
+    own = name in cls.__dict__
+    orig = cls.__dict__[name] if own else getattr(cls, name)
+    wrapper = functools.wraps(orig)(make(orig))
+    wrapper.__specpolicy_wrapped__ = orig  # type: ignore[attr-defined]
+    ORIGINALS[key] = (orig, own)
+    setattr(cls, name, wrapper)
+
+
+def unwrap_all() -> None:
+    """Restore every original method (tests)."""
+    for (cls, name), (orig, own) in list(ORIGINALS.items()):
+        if own:
+            setattr(cls, name, orig)
+        else:
+            delattr(cls, name)
+    ORIGINALS.clear()
+
+
+def _is_decode(batch: Any) -> bool:
+    fm = batch.forward_mode
+    return not (fm.is_extend() or getattr(batch, "is_extend_in_batch", False) or fm.is_idle())
+
+
+def _forced_on(batch: Any) -> bool:
+    """Batches whose off-step output shape is not proven: logprobs and hidden states always speculate."""
+    return bool(getattr(batch, "return_logprob", False) or getattr(batch, "return_hidden_states", False))
+
+
+def _capture_mode(worker: Any) -> Any:
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    algo = getattr(worker, "speculative_algorithm", None)
+    if algo is not None and algo.is_standalone():
+        return CaptureHiddenMode.NULL
+    return CaptureHiddenMode.FULL
+
+
+# ---------------------------------------------------------------------------------------------------- v1
+
+
+def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    acc_field = names.accepted_per_req
+
+    def forward_batch_generation(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None:
+            return orig(self, batch, *args, **kwargs)
+        if not _is_decode(batch):
+            rt.on_non_decode()
+            return orig(self, batch, *args, **kwargs)
+        seq_cpu = batch.seq_lens_cpu
+        skip = rt.begin_decode(len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch))
+        try:
+            result = orig(self, batch, *args, **kwargs)
+        finally:
+            rt.end_decode()
+        rt.on_result(0 if skip else rt.launch_depth, getattr(result, acc_field, None))
+        return result
+
+    return forward_batch_generation
+
+
+def v1_draft(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    def draft(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None or not rt.skip:
+            return orig(self, batch, *args, **kwargs)
+        return v1_one_token_input(self, batch, names, EagleVerifyInput)
+
+    return draft
+
+
+def v1_one_token_input(worker: Any, batch: Any, names: FieldNames, verify_cls: Any) -> Any:
+    """What ``EAGLEWorker.draft`` returns on an off step: the batch bookkeeping of ``_draft_preprocess_decode``
+    (SWA eviction, decode index, penalty accumulation) without the draft forward or its scratch KV slots."""
+    import torch
+
+    if hasattr(batch, "maybe_evict_swa"):
+        batch.maybe_evict_swa()
+    for req in batch.reqs:
+        req.decode_batch_idx += 1
+    spec_info = batch.spec_info
+    root = getattr(spec_info, names.root)
+    penalizer = batch.sampling_info.penalizer_orchestrator
+    if penalizer.is_required:
+        penalizer.cumulate_output_tokens(root.to(torch.int64))
+    seq_lens_cpu = batch.seq_lens_cpu
+    batch.seq_lens_sum = int(seq_lens_cpu.sum())
+    batch.return_hidden_states = False
+    return build_verify_input(
+        verify_cls,
+        names,
+        root,
+        batch.seq_lens,
+        topk=worker.topk,
+        capture_hidden_mode=_capture_mode(worker),
+        seq_lens_sum=batch.seq_lens_sum,
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+def v1_verify(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def verify(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None or not rt.skip:
+            return orig(self, *args, **kwargs)
+        ot: OneTokenTarget = getattr(self, OT)
+        ot.swap_in(self, self.target_worker.model_runner)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            ot.swap_out()
+
+    return verify
+
+
+# ---------------------------------------------------------------------------------------------------- v2
+
+
+def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def forward_batch_generation(self: Any, model_worker_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None:
+            return orig(self, model_worker_batch, *args, **kwargs)
+        if not _is_decode(model_worker_batch):
+            rt.on_non_decode()
+            return orig(self, model_worker_batch, *args, **kwargs)
+        skip = rt.begin_decode(
+            len(model_worker_batch.seq_lens), model_worker_batch.seq_lens_sum, _forced_on(model_worker_batch)
+        )
+        try:
+            result = orig(self, model_worker_batch, *args, **kwargs)
+        finally:
+            rt.end_decode()
+        setattr(result, DEPTH, 0 if skip else rt.launch_depth)
+        return result
+
+    return forward_batch_generation
+
+
+def v2_draft(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    def draft(self: Any, model_worker_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None or not rt.skip:
+            return orig(self, model_worker_batch, *args, **kwargs)
+        mwb = model_worker_batch
+        return build_verify_input(
+            EagleVerifyInput,
+            names,
+            getattr(mwb.spec_info, names.root),
+            mwb.seq_lens,
+            topk=self.topk,
+            capture_hidden_mode=None,  # as the v2 draft: prepare_for_v2_verify sets it
+            seq_lens_sum=mwb.seq_lens_sum,
+            seq_lens_cpu=None,
+        )
+
+    return draft
+
+
+def v2_verify(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    def verify(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None or not rt.skip:
+            return orig(self, *args, **kwargs)
+        ot: OneTokenTarget = getattr(self, OT)
+        launch_tokens = self.speculative_num_draft_tokens
+        ot.swap_in(self, self.target_worker.model_runner)
+        try:
+            result = orig(self, *args, **kwargs)
+        finally:
+            ot.swap_out()
+        pad_v2_result(result, launch_tokens, names)
+        return result
+
+    return verify
+
+
+def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    """Scheduler-side: feed the accepted-draft counts the scheduler just computed on the CPU."""
+    acc_field = names.accepted_per_req
+
+    def resolve(self: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, result, batch, *args, **kwargs)
+        rt: StepRuntime | None = getattr(getattr(self, "draft_worker", None), RT, None)
+        if rt is not None:
+            rt.on_result(getattr(result, DEPTH, rt.launch_depth), getattr(result, acc_field, None))
+        return out
+
+    return resolve
+
+
+# ---------------------------------------------------------------------------------------------- scheduler
+
+
+def scheduler_run_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def run_batch(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(getattr(self, "draft_worker", None), RT, None)
+        if rt is not None:
+            rt.num_waiting = len(self.waiting_queue)
+        return orig(self, batch, *args, **kwargs)
+
+    return run_batch
+
+
+def scheduler_init_draft(orig: Callable[..., Any], attach: Callable[[Any], object]) -> Callable[..., Any]:
+    def maybe_init_draft_worker(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, *args, **kwargs)
+        attach(self)
+        return out
+
+    return maybe_init_draft_worker

@@ -1,0 +1,233 @@
+"""Installing the legacy hooks in a scheduler process and attaching a policy to the worker SGLang builds there.
+
+``install`` patches classes (idempotent; nothing happens per step until a worker is attached). The scheduler's
+``maybe_init_draft_worker`` then calls ``attach``, which checks that the live worker is one we support, builds
+the one-token target state, the policy, the controller and the rank agreement, and logs the live path. A
+problem found there either stops the scheduler with the reason (``on_install_failure="refuse"``, default) or is
+logged as an error and the worker runs SGLang's own speculation untouched (``"warn"``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....errors import ConfigError
+from ...runtime import AdapterRuntime
+from ...settings import AdapterSettings
+from ...tp import BroadcastSync
+from . import hooks
+from .one_token import FieldNames, build_one_token_target
+from .runtime import PATH_LABELS, OnOffAtDepth, StepRuntime
+from .targets import SUPPORTED_VERSIONS, check_targets, release_tuple
+
+__all__ = ["InstallError", "InstallInfo", "install", "attach", "sglang_version"]
+
+log = logging.getLogger("specpolicy.sglang.legacy")
+
+SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+
+class InstallError(RuntimeError):
+    """The adapter cannot run on this engine or configuration; the message says why and what is supported."""
+
+
+@dataclass
+class InstallInfo:
+    """What ``install`` did in this process."""
+
+    version: str
+    installed: bool
+    reason: str = ""
+    patched: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    settings: AdapterSettings | None = None
+    names: FieldNames | None = None
+    info: InstallInfo | None = None
+
+
+_STATE = _State()
+
+
+def sglang_version() -> str:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise InstallError("sglang is not installed in this Python") from None
+
+
+def _fail(settings: AdapterSettings, reason: str) -> str:
+    if settings.on_install_failure == "refuse":
+        raise InstallError(reason)
+    log.error("specpolicy: NOT ACTIVE, SGLang runs its own speculation unchanged: %s", reason)
+    return reason
+
+
+def install(settings: AdapterSettings | None = None) -> InstallInfo:
+    """Patch SGLang's legacy workers and scheduler in this process (see the package docstring)."""
+    if settings is None:
+        settings = AdapterSettings.from_env()
+        if settings is None:
+            raise ConfigError("policy: missing (pass settings, or set SPECPOLICY_POLICY / SPECPOLICY_CONFIG)")
+    version = sglang_version()
+    if _STATE.info is not None and _STATE.info.installed:
+        _STATE.settings = settings
+        return _STATE.info
+    table = version
+    if version not in SUPPORTED_VERSIONS:
+        reason = (
+            f"sglang {version} is not supported by the legacy adapter; supported: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+        if not settings.allow_untested:
+            return InstallInfo(version, False, _fail(settings, reason + " (allow_untested overrides)"))
+        table = "0.5.12.post1" if release_tuple(version) >= (0, 5, 11) else "0.5.10.post1"
+        log.warning("specpolicy: UNTESTED: %s; using the %s hook table because allow_untested is set", reason, table)
+    problems = check_targets(table)
+    if problems:
+        return InstallInfo(version, False, _fail(settings, "hook targets do not match:\n  " + "\n  ".join(problems)))
+    names = FieldNames.detect()
+    patched = _patch(table, names)
+    _STATE.settings, _STATE.names = settings, names
+    _STATE.info = InstallInfo(version, True, "", patched)
+    return _STATE.info
+
+
+def _patch(version: str, names: FieldNames) -> list[str]:
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
+
+    resolve_name = (
+        "_resolve_spec_overlap_tokens" if version == "0.5.12.post1" else "_resolve_spec_overlap_token_ids"
+    )
+    plan: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
+        (EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names)),
+        (EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names)),
+        (EAGLEWorker, "verify", hooks.v1_verify),
+        (EAGLEWorkerV2, "forward_batch_generation", hooks.v2_forward),
+        (EAGLEWorkerV2, "verify", lambda o: hooks.v2_verify(o, names)),
+        (EagleDraftWorker, "draft", lambda o: hooks.v2_draft(o, names)),
+        (Scheduler, "run_batch", hooks.scheduler_run_batch),
+        (Scheduler, "maybe_init_draft_worker", lambda o: hooks.scheduler_init_draft(o, attach)),
+        # On Scheduler itself: the method is inherited from the output-processor mixin.
+        (Scheduler, resolve_name, lambda o: hooks.v2_resolve(o, names)),
+    ]
+    for cls, name, make in plan:
+        hooks.wrap(cls, name, make)
+    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
+
+
+# ------------------------------------------------------------------------------------------------- attach
+
+
+def _worker_path(worker: Any) -> str | None:
+    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    if isinstance(worker, EAGLEWorkerV2):
+        return "v2"
+    if isinstance(worker, EAGLEWorker):
+        return "v1"
+    return None
+
+
+def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | None:
+    sa = scheduler.server_args
+    algo = str(getattr(sa, "speculative_algorithm", None))
+    if worker is None:
+        return "speculative decoding is off in this server (no --speculative-algorithm): nothing to control"
+    if path is None or algo.upper() not in SUPPORTED_ALGORITHMS:
+        return (
+            f"speculative worker {type(worker).__name__} (algorithm {algo}) is not supported; the legacy adapter "
+            f"drives EAGLEWorker / EAGLEWorkerV2 with {', '.join(SUPPORTED_ALGORITHMS)}"
+        )
+    methods = ("forward_batch_generation", "verify") + (("draft",) if path == "v1" else ())
+    for name in methods:
+        if not hasattr(getattr(type(worker), name), "__specpolicy_wrapped__"):
+            return f"{type(worker).__name__}.{name} overrides the hooked method; this worker is not supported"
+    if path == "v2" and not hasattr(type(worker.draft_worker).draft, "__specpolicy_wrapped__"):
+        return f"{type(worker.draft_worker).__name__}.draft overrides the hooked method; not supported"
+    if getattr(sa, "enable_dp_attention", False):
+        return "attention data parallelism (--enable-dp-attention) is not supported by the legacy adapter"
+    if getattr(sa, "pp_size", 1) > 1:
+        return "pipeline parallelism (--pp-size > 1) is not supported by the legacy adapter"
+    if getattr(sa, "speculative_adaptive", False):
+        return "--speculative-adaptive is on: SGLang's own adaptive controller and specpolicy would both switch"
+    if getattr(sa, "speculative_num_steps", 0) < 1:
+        return "speculative_num_steps must be >= 1"
+    return None
+
+
+def _tp_sync() -> BroadcastSync:
+    from sglang.srt.distributed import get_tp_group
+
+    return BroadcastSync(get_tp_group().cpu_group)
+
+
+def attach(scheduler: Any) -> StepRuntime | None:
+    """Give the scheduler's freshly built speculative worker a policy runtime (called by the scheduler hook)."""
+    settings = _STATE.settings
+    names = _STATE.names
+    if settings is None or names is None:
+        return None
+    worker: Any = getattr(scheduler, "draft_worker", None)
+    path = _worker_path(worker) if worker is not None else None
+    reason = _unsupported_reason(scheduler, worker, path)
+    if reason is not None:
+        _fail(settings, reason)
+        return None
+    assert path is not None
+    sa = worker.server_args
+    rank = int(getattr(scheduler, "tp_rank", 0))
+    world = int(getattr(sa, "tp_size", 1))
+    launch = int(worker.speculative_num_steps)
+    graphs = not getattr(sa, "disable_cuda_graph", False)
+    try:
+        one_token = build_one_token_target(worker.target_worker.model_runner, sa, graphs=graphs)
+    except Exception as exc:
+        _fail(settings, f"cannot build the one-token verify state for off steps: {type(exc).__name__}: {exc}")
+        return None
+    cfg = settings.policy
+    # The shared runtime checks the policy's depths against what the engine can run: every depth maps to
+    # {off, launch depth} here, so all of them are accepted; the controller is then narrowed to the depths
+    # that actually run, so that traces and metrics record the executed depth.
+    art = AdapterRuntime(
+        settings,
+        engine="sglang",
+        engine_version=_STATE.info.version if _STATE.info else sglang_version(),
+        path=PATH_LABELS[path],
+        allowed_steps=sorted({*cfg.candidate_steps(), 0, launch}),
+        default_steps=launch,
+        rank=rank,
+        world_size=world,
+        sync_factory=_tp_sync,
+        header={"launch_depth": launch, "legacy_on_off": True, "off_step_verify": one_token.mode},
+    )
+    controller = art.controller
+    controller.policy = OnOffAtDepth(art.policy, launch)
+    controller.allowed_steps = frozenset({0, launch})
+    controller.steps_by_depth = {0: 0, launch: 0}
+    rt = StepRuntime(art.decide, controller, launch_depth=launch, path=path)  # type: ignore[arg-type]
+    setattr(worker, hooks.OT, one_token)
+    setattr(worker, hooks.RT, rt)
+    setattr(worker, "_specpolicy_runtime", art)
+    if path == "v2":
+        setattr(worker.draft_worker, hooks.RT, rt)
+    mapped = sorted({0 if k == 0 else launch for k in cfg.candidate_steps()})
+    log.info(
+        "%s | live path: %s | legacy release: policy depths %s run as %s (on = launch depth %d; off = "
+        "one-token verify, %s)",
+        art.startup_line(),
+        PATH_LABELS[path],
+        list(art.candidate_steps),
+        mapped,
+        launch,
+        "CUDA graph" if one_token.mode == "graph" else "eager",
+    )
+    return rt

@@ -1,0 +1,56 @@
+"""The ``sglang.srt.plugins`` entry point (SGLang 0.5.11+ loads it in every process, schedulers included).
+
+Scheduler processes are spawned, so a patch made in the launching process never reaches them; the entry point
+does, because SGLang's ``load_plugins()`` runs at the top of every scheduler process. ``register`` checks the
+installed release and hands over to the hook module for it. With specpolicy installed but not configured (no
+``SPECPOLICY_*`` variable, no ``"specpolicy"`` key in the adaptive config) the hooks find nothing to do and SGLang
+runs exactly as without it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...errors import ConfigError
+from ..settings import AdapterSettings
+from .versions import UnsupportedVersion, check_version, installed_version, route_for
+
+__all__ = ["register"]
+
+log = logging.getLogger("specpolicy.sglang")
+
+
+def register() -> None:
+    """Install the hooks for the installed SGLang release in this process."""
+    try:
+        settings = AdapterSettings.from_env()
+    except ConfigError as exc:
+        # Raised as SystemExit: SGLang's plugin loader swallows exceptions, and a misconfigured policy must
+        # stop the server rather than let it serve without the policy the user asked for.
+        raise SystemExit(f"specpolicy: invalid configuration in the environment:\n{exc}") from None
+    version = installed_version()
+    try:
+        version = check_version(version, allow_untested=bool(settings and settings.allow_untested))
+    except UnsupportedVersion as exc:
+        if settings is None:
+            log.info("specpolicy: plugin inactive: %s", exc)
+            return
+        if settings.on_install_failure == "refuse":
+            raise SystemExit(f"specpolicy: refusing to start: {exc}") from None
+        log.error("specpolicy: NOT ACTIVE, the server runs without the policy: %s", exc)
+        return
+    if route_for(version) == "adaptive":
+        from . import v0_5_23
+
+        v0_5_23.install()
+        return
+    if settings is None:
+        return  # legacy hooks are installed only for a configured policy
+    from . import legacy
+
+    try:
+        legacy.install(settings)
+    except Exception as exc:  # InstallError with the reason; the plugin loader would swallow it
+        if settings.on_install_failure == "refuse":
+            raise SystemExit(f"specpolicy: refusing to start: {exc}") from None
+        log.error("specpolicy: NOT ACTIVE, the server runs without the policy: %s", exc)

@@ -1,0 +1,200 @@
+"""Can this vLLM configuration run a policy? Checked in the front-end (before weights load) and again in the
+engine core, from plain facts so the rules are testable without vLLM.
+
+Each refusal says what to change. The rules come from how vLLM 0.33 applies a per-step K (docs/vllm.md):
+the scheduler's ``num_spec_tokens_to_schedule`` only reaches proposers that take a variable K, vLLM's dynamic
+speculation plumbing (per-K CUDA graphs, no uniform padding of new decodes) is switched on only by a
+``num_speculative_tokens_per_batch_size`` schedule, and data-parallel ranks must draft the same number of
+steps or their collectives deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError
+from ..runtime import AdapterInstallError, check_candidate_steps
+from ..settings import AdapterSettings
+from .config import SECTION, settings_from
+from .versions import check_version
+
+__all__ = [
+    "EngineFacts",
+    "Preflight",
+    "UNSUPPORTED_METHODS",
+    "check_engine",
+    "facts_from_vllm_config",
+    "preflight",
+    "schedule_depths",
+]
+
+log = logging.getLogger("vllm.specpolicy")
+
+#: Speculative methods that cannot follow a per-step K, with the reason.
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "ngram_gpu": "its GPU n-gram proposer asserts a fixed K (ngram_proposer_gpu.py)",
+    "extract_hidden_states": "it only supports K = 1",
+    "custom_class": "vLLM never passes the per-step K to a custom proposer class",
+    "dspark": "it chooses its own per-step draft budget (adaptive verification); untested with an external K",
+}
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the adapter needs to know about one engine configuration."""
+
+    version: str | None
+    method: str | None  # None: no speculative decoding configured
+    num_speculative_tokens: int
+    schedule: (
+        tuple[tuple[int, int, int], ...] | None
+    )  # num_speculative_tokens_per_batch_size, as vLLM kept it
+    use_v2_model_runner: bool
+    async_scheduling: bool
+    data_parallel_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_num_seqs: int = 256
+
+    @property
+    def model_runner(self) -> str:
+        return "MRV2" if self.use_v2_model_runner else "MRV1"
+
+    def path(self) -> str:
+        """The engine path in the words of the start-up line."""
+        sched = "async" if self.async_scheduling else "sync"
+        return (
+            f"{self.model_runner} {sched}-scheduler method={self.method} "
+            f"num_speculative_tokens={self.num_speculative_tokens} tp={self.tensor_parallel_size} "
+            f"pp={self.pipeline_parallel_size} dp={self.data_parallel_size}"
+        )
+
+
+def facts_from_vllm_config(vllm_config: Any, version: str | None) -> EngineFacts:
+    """Read the facts off a finished ``VllmConfig`` (after vLLM's own adjustments in ``__post_init__``)."""
+    spec = vllm_config.speculative_config
+    par = vllm_config.parallel_config
+    sched = vllm_config.scheduler_config
+    schedule = None
+    if spec is not None and spec.num_speculative_tokens_per_batch_size:
+        schedule = tuple((int(a), int(b), int(k)) for a, b, k in spec.num_speculative_tokens_per_batch_size)
+    return EngineFacts(
+        version=version,
+        method=None if spec is None else str(spec.method),
+        num_speculative_tokens=0 if spec is None else int(spec.num_speculative_tokens or 0),
+        schedule=schedule,
+        use_v2_model_runner=bool(vllm_config.use_v2_model_runner),
+        async_scheduling=bool(sched.async_scheduling),
+        data_parallel_size=int(par.data_parallel_size),
+        tensor_parallel_size=int(par.tensor_parallel_size),
+        pipeline_parallel_size=int(par.pipeline_parallel_size),
+        max_num_seqs=int(sched.max_num_seqs),
+    )
+
+
+def schedule_depths(schedule: Sequence[Sequence[int]], num_speculative_tokens: int) -> set[int]:
+    """The depths a schedule makes vLLM prepare (values clamped to num_speculative_tokens, as vLLM does)."""
+    return {min(int(k), num_speculative_tokens) for _, _, k in schedule}
+
+
+def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str]:
+    """Refuse (AdapterInstallError) a configuration the policy cannot run in; return warnings otherwise.
+
+    The version is checked separately (``versions.check_version``), because ``allow_untested`` governs it.
+    """
+    fix = "run `specpolicy vllm-args --policy ... --num-speculative-tokens K` for matching flags"
+    if facts.method is None or facts.num_speculative_tokens <= 0:
+        raise AdapterInstallError(
+            "speculative_config: no speculative decoding is configured; the specpolicy scheduler needs "
+            f"--speculative-config with num_speculative_tokens >= 1 ({fix})"
+        )
+    if facts.data_parallel_size > 1:
+        raise AdapterInstallError(
+            f"parallel_config.data_parallel_size={facts.data_parallel_size}: data parallelism is not "
+            "supported. "
+            "Each DP rank runs its own scheduler; ranks choosing different speculative lengths run different "
+            "numbers of drafter passes and their collectives deadlock (vLLM turns its own per-batch-size "
+            "schedule off under DP for the same reason). Run one server per replica behind a load balancer, "
+            "or drop --scheduler-cls."
+        )
+    reason = UNSUPPORTED_METHODS.get(facts.method)
+    if reason is not None:
+        raise AdapterInstallError(
+            f"speculative_config.method={facts.method!r} cannot follow a per-step "
+            f"speculative length: {reason}"
+        )
+    if facts.schedule is None:
+        why = ""
+        if not facts.use_v2_model_runner and facts.method not in (
+            "ngram",
+            "eagle",
+            "eagle3",
+            "mtp",
+            "draft_model",
+            "dflash",
+        ):
+            why = (
+                f" (vLLM drops it on the V1 model runner for method {facts.method!r}; use "
+                "VLLM_USE_V2_MODEL_RUNNER=1 or an EAGLE/MTP/draft-model method)"
+            )
+        raise AdapterInstallError(
+            "speculative_config.num_speculative_tokens_per_batch_size is not set" + why + ". vLLM prepares "
+            "per-step speculative lengths (CUDA graphs per K, no uniform padding of new decodes) only with "
+            f"that schedule; list every depth the policy may choose in it ({fix})"
+        )
+    k_max = facts.num_speculative_tokens
+    check_candidate_steps(
+        candidate_steps, range(k_max + 1), where=f"speculative_config.num_speculative_tokens={k_max}"
+    )
+    warnings: list[str] = []
+    missing = sorted(set(candidate_steps) - schedule_depths(facts.schedule, k_max))
+    if missing:
+        graphs = "FULL CUDA graphs" if facts.use_v2_model_runner else "CUDA graph tiers"
+        warnings.append(
+            f"depth(s) {missing} are not in num_speculative_tokens_per_batch_size, so vLLM captures no "
+            f"{graphs} for them and they run slower (eager/piecewise); {fix}"
+        )
+    if facts.pipeline_parallel_size > 1:
+        warnings.append(
+            "pipeline parallelism: the depth applies to every stage, but the acceptance statistics given "
+            "to the policy are attributed to the previous step's depth, which is approximate under PP "
+            "(untested)"
+        )
+    return warnings
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A configuration that passed every check: what ``install`` needs to build the runtime."""
+
+    settings: AdapterSettings
+    facts: EngineFacts
+    warnings: tuple[str, ...]
+
+
+def preflight(vllm_config: Any, version: str | None) -> Preflight | None:
+    """Every start-up check on a finished ``VllmConfig``, shared by the front-end plugin and the engine core.
+
+    Raises ConfigError (field named) for a missing or bad policy configuration, and AdapterInstallError for an
+    engine the policy cannot run in; with ``on_install_failure: warn`` the latter is logged and None returned
+    (vLLM then runs without the policy).
+    """
+    settings = settings_from(vllm_config.additional_config)
+    if settings is None:
+        raise ConfigError(
+            f"additional_config.{SECTION}: missing; the specpolicy scheduler needs a policy, e.g. "
+            f'--additional-config \'{{"{SECTION}": {{"policy": "hysteresis"}}}}\' or SPECPOLICY_POLICY=...'
+        )
+    try:
+        version = check_version(version, allow_untested=settings.allow_untested)
+        facts = facts_from_vllm_config(vllm_config, version)
+        warnings = check_engine(facts, settings.policy.candidate_steps())
+    except AdapterInstallError as exc:
+        if settings.on_install_failure == "refuse":
+            raise
+        log.error("specpolicy: NOT ACTIVE, vLLM runs without the policy: %s", exc)
+        return None
+    return Preflight(settings, facts, tuple(warnings))

@@ -1,0 +1,54 @@
+"""Every vLLM-internal name the adapter overrides, reads or calls, resolvable without running an engine.
+
+The contract tests and ``specpolicy doctor`` both resolve this list against the installed vLLM, so a release
+that renames one of them is caught before a server starts serving without the policy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["TARGETS", "resolve", "check_targets"]
+
+_SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
+TARGETS: tuple[str, ...] = (
+    f"{_SCHED}._update_after_schedule",
+    f"{_SCHED}.make_spec_decoding_stats",
+    f"{_SCHED}.update_from_output",
+    f"{_SCHED}.shutdown",
+    f"{_SCHED}.get_request_counts",
+    "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
+    "vllm.v1.core.sched.output.SchedulerOutput.num_spec_tokens_to_schedule",
+    "vllm.v1.core.sched.output.SchedulerOutput.skip_drafts",
+    "vllm.config.speculative.SpeculativeConfig.num_speculative_tokens_per_batch_size",
+    "vllm.config.vllm.VllmConfig.use_v2_model_runner",
+    "vllm.config.scheduler.SchedulerConfig.get_scheduler_cls",
+    "vllm.engine.arg_utils.EngineArgs.create_engine_config",
+    "vllm.plugins.load_general_plugins",
+)
+
+
+def resolve(dotted: str) -> object:
+    """Import the longest module prefix of ``dotted`` and walk the remaining attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(f"no importable module in {dotted!r}")
+
+
+def check_targets() -> dict[str, str | None]:
+    """name -> None when it resolves, else the problem."""
+    out: dict[str, str | None] = {}
+    for name in TARGETS:
+        try:
+            resolve(name)
+            out[name] = None
+        except Exception as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out

@@ -1,0 +1,72 @@
+"""The ``vllm.general_plugins`` entry point: fail a bad policy configuration in the front-end process.
+
+vLLM builds the scheduler only after the model weights are loaded and the KV cache is profiled, minutes into
+start-up on a large model. The entry point runs in every vLLM process much earlier (the front-end loads it
+while constructing ``EngineArgs``), so it checks the configuration there: the ``SPECPOLICY_*`` environment at
+once, and the finished ``VllmConfig`` right after ``EngineArgs.create_engine_config`` (the same checks the
+scheduler repeats in the engine core). A bad configuration raises with the field named before any engine
+process starts. Nothing happens when the engine does not use the specpolicy scheduler.
+
+vLLM loads plugins once per process but may import this module in many processes; ``register`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from ...errors import ConfigError
+from ..settings import AdapterSettings
+from .config import uses_specpolicy_scheduler
+
+__all__ = ["register", "check_engine_config"]
+
+log = logging.getLogger("vllm.specpolicy")
+
+_GUARD = "_specpolicy_guard"
+
+
+def register() -> None:
+    """Validate the environment's settings and install the front-end configuration check."""
+    try:
+        AdapterSettings.from_env()
+    except ConfigError as exc:
+        raise ConfigError(f"specpolicy: invalid configuration in the environment:\n{exc}") from None
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # a process without the engine front-end: nothing to guard
+        return
+    original = EngineArgs.create_engine_config
+    if getattr(original, _GUARD, False):
+        return
+
+    @functools.wraps(original)
+    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        config = original(self, *args, **kwargs)
+        check_engine_config(config)
+        return config
+
+    setattr(create_engine_config, _GUARD, True)
+    EngineArgs.create_engine_config = create_engine_config
+
+
+def check_engine_config(vllm_config: Any) -> None:
+    """Run the start-up checks on a finished VllmConfig using the specpolicy scheduler; raise on failure."""
+    if not uses_specpolicy_scheduler(vllm_config.scheduler_config.scheduler_cls):
+        return
+    from .checks import preflight
+    from .versions import installed_version
+
+    pre = preflight(vllm_config, installed_version())
+    if pre is None:
+        return
+    for w in pre.warnings:
+        log.warning("specpolicy: %s", w)
+    log.info(
+        "specpolicy: configuration checked (vLLM %s, %s): %s candidate_steps=%s",
+        pre.facts.version,
+        pre.facts.path(),
+        pre.settings.summary(),
+        list(pre.settings.policy.candidate_steps()),
+    )

@@ -1,0 +1,544 @@
+"""cost_model (alias goodput): pick the depth with the most expected tokens per second for the coming batch.
+
+For each depth k in ``steps`` plus 0 it predicts ``E(k) / T(batch, k)``: expected tokens per
+request from per-position acceptance (``E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j``, see ``_cost_acceptance``)
+over the step time at this batch size, learned online from ``last_step_time_s`` (see ``_cost_table``) and
+optionally seeded from a step-cost profile. This is the SmartSpec/TurboSpec goodput rule; the load signal
+comes from measured step cost because acceptance barely moves with load and cannot find the off-switch.
+
+Learning from the engine's own clock needs measurements of depths it is not running, so the policy probes:
+one step at another depth, per batch-size bucket, at a rate that keeps the expected cost of probing under
+``probe_budget`` of throughput (a depth predicted to be 50% slower is re-measured rarely, a near-tie often;
+each depth is re-measured once its estimate is older than that interval, so a change in costs or acceptance
+is noticed). Depths never measured in a bucket are explored first, most promising first. While off no
+acceptance arrives: the estimates keep their last values and drift slowly back toward the prior, and
+probes at k > 0 bring fresh acceptance.
+
+The one-step lag: the stats describe the most recent step whose result is known, which is the previous
+decision (non-overlap engines) or the one before (overlap scheduling, vLLM async). The batch size of that
+step is not in StepStats, so the policy remembers its last two decisions (batch, depth, context), learns
+which of them the feedback describes from the depths reported back, and uses the exact batch size
+``len(accepted_draft_tokens)`` whenever the step speculated.
+
+A mode switch needs the new depth to beat the running one by ``switch_margin`` and at least
+``min_dwell_steps`` since the previous switch; the running depth is kept across bucket boundaries, so a
+batch size hovering at a boundary does not flip the depth every step (vLLM #49548).
+
+decide() cost: per step it unpacks the stats, queues a strided sample (at most ``_SAMPLE_CAP`` requests) of
+accepted counts as bytes and one timing tuple; every ``update_interval`` steps per bucket it folds them in
+(counting in C) and recomputes that bucket's table. No RNG: the same inputs give the same outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ..costs import StepCostModel
+from ..errors import ConfigError, FieldError
+from ..mode import MAX_NUM_STEPS, SpecMode
+from ..policy import PolicyConfig, PolicyEntry
+from ..stats import StepStats
+from ._cost_acceptance import AcceptanceEstimator
+from ._cost_table import BucketGrid, CostCells
+
+__all__ = ["CostModelConfig", "CostModelPolicy", "ENTRY"]
+
+#: Requests per step whose accepted counts are sampled (strided, rotating offset): enough for the
+#: per-position estimate, bounded so decide() does not grow with the batch.
+_SAMPLE_CAP = 8
+#: Without a profile, a depth never measured anywhere is priced at (1 + _PRIOR_STEP_COST * k) times off: an
+#: optimistic memory-bound guess, so promising depths get explored.
+_PRIOR_STEP_COST = 0.1
+#: While off (no acceptance data), acceptance forgets this many times more slowly.
+_IDLE_FORGET = 8.0
+#: Steps between two probes (and, while exploring, before the table is recomputed with the probe's result).
+_PROBE_GAP = 8
+#: A measured depth is re-measured at most once per this many visits of its bucket; an unanswered
+#: exploration probe is retried after as many.
+_MIN_PROBE_INTERVAL = 128
+#: Exploring a depth never measured in a bucket may spend this many times the probe budget.
+_EXPLORE_BOOST = 8.0
+_NEVER = -(10**9)
+_FAR = 1 << 62
+
+
+class CostModelConfig(PolicyConfig):
+    """Maximise predicted tokens/s: per-position acceptance x step cost learned online (probing)."""
+
+    name: Literal["cost_model"] = "cost_model"
+    steps: tuple[int, ...] = Field(
+        (1, 2, 3, 4, 5, 6, 7),
+        min_length=1,
+        description="positive depths it may choose, strictly ascending (0 = off is added when allow_off)",
+    )
+    allow_off: bool = Field(True, description="may choose 0 (speculation off)")
+    profile: str | None = Field(
+        None,
+        description="step-cost profile seeding the cost model: a shipped profile name or a profile JSON path",
+    )
+    prior_acceptance: float = Field(
+        0.7, gt=0.0, lt=1.0, description="per-draft acceptance assumed before any is measured"
+    )
+    acceptance_halflife: float = Field(
+        128.0, ge=1.0, le=1e6, description="steps with acceptance data after which old data weighs half"
+    )
+    cost_halflife: float = Field(
+        256.0, ge=1.0, le=1e6, description="steps after which an old step-time measurement weighs half"
+    )
+    probe_budget: float = Field(
+        0.002, gt=0.0, le=0.5, description="share of throughput it may spend re-measuring other depths"
+    )
+    max_probe_interval: int = Field(
+        4096, ge=128, le=10_000_000, description="steps in a bucket after which every depth is re-measured"
+    )
+    switch_margin: float = Field(
+        0.01, ge=0.0, le=1.0, description="a new depth must be predicted this much faster (fraction)"
+    )
+    min_dwell_steps: int = Field(16, ge=0, le=1_000_000, description="steps between two depth switches")
+    update_interval: int = Field(
+        32, ge=1, le=100_000, description="steps between recomputations of a bucket's predictions"
+    )
+    buckets_per_octave: int = Field(4, ge=1, le=16, description="batch-size buckets per doubling above 4")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CostModelConfig:
+        steps = self.steps
+        for i, k in enumerate(steps):
+            if not 1 <= k <= MAX_NUM_STEPS:
+                raise FieldError(f"steps.{i}", f"must be in [1, {MAX_NUM_STEPS}], got {k}")
+            if i and k <= steps[i - 1]:
+                raise FieldError("steps", f"must be strictly ascending, got {list(steps)}")
+        if self.profile is not None and not self.profile.strip():
+            raise FieldError("profile", "must be a profile name or a JSON path, got an empty string")
+        return self
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return ((0,) if self.allow_off else ()) + self.steps
+
+
+_GRIDS: dict[int, BucketGrid] = {}
+
+
+def _grid(per_octave: int) -> BucketGrid:
+    g = _GRIDS.get(per_octave)
+    if g is None:
+        g = _GRIDS[per_octave] = BucketGrid(per_octave)
+    return g
+
+
+class CostModelPolicy:
+    """Goodput-maximising depth choice with an online step-cost model; see the module docstring."""
+
+    def __init__(self, config: CostModelConfig, cost_model: StepCostModel | None = None) -> None:
+        self.config = config
+        self.cost_model = cost_model
+        self._arms = config.candidate_steps()
+        idx = [-1] * (MAX_NUM_STEPS + 1)
+        for i, k in enumerate(self._arms):
+            idx[k] = i
+        self._idx = idx
+        self._modes = tuple(SpecMode.of(k) for k in self._arms)
+        self._grid = _grid(config.buckets_per_octave)
+        self._margin1 = 1.0 + config.switch_margin
+        self._dwell = config.min_dwell_steps
+        self._index = self._grid.index
+        self._top = len(self._grid) - 1
+        self._base_memo: dict[tuple[int, int, int], float] = {}
+        self.reset()
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        c = self.config
+        n_b, n_a = len(self._grid), len(self._arms)
+        self._step = 0
+        self._acc = AcceptanceEstimator(
+            max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
+        )
+        self._bufs = self._acc.bufs
+        self._acc_steps = 0
+        self._acc_folded = 0
+        self._timed = False
+        self._acc_version = -1
+        self._E = [1.0] * n_a
+        self._cells = CostCells(n_b, n_a, c.cost_halflife)
+        self._pending: list[tuple[int, int, float | None, float, int, int]] = []
+        self._agg_batch = -1
+        self._agg_k = -1
+        self._agg_len: float | None = None
+        self._agg_t = 0.0
+        self._agg_n = 0
+        self._agg_step = 0
+        self._exploring = [True] * n_b
+        self._refresh_at = [0] * n_b
+        self._probe_at = [_FAR] * n_b
+        self._probe_i = [0] * n_b
+        self._best = [0] * n_b
+        self._v: list[list[float]] = [[1.0] * n_a for _ in range(n_b)]
+        self._t: list[list[float]] = [[1.0] * n_a for _ in range(n_b)]
+        #: per bucket: decide() calls that fell in it (the clock of its probe schedule), and per depth the
+        #: visit count of its last measurement or probe (-1: never).
+        self._visits = [0] * n_b
+        self._seen: list[list[int]] = [[-1] * n_a for _ in range(n_b)]
+        self._cur = -1
+        self._switched = _NEVER
+        self._last_probe = _NEVER
+        self._h1: tuple[int, int, float | None] = (1, -1, None)
+        self._h2: tuple[int, int, float | None] = (1, -1, None)
+        self._lag_vote = 0
+        self._last_t: object = None
+        self._refresh_expected()
+        self._cur = self._prior_best()
+
+    # -- the hot path ---------------------------------------------------------------------------------------
+    def decide(self, stats: StepStats) -> SpecMode:
+        try:
+            step = self._step = self._step + 1
+            k_obs = stats.last_num_steps
+            acc = stats.accepted_draft_tokens
+            if acc is not None:
+                try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
+                    n = len(acc)
+                    if n <= _SAMPLE_CAP:
+                        stride, sample = 1, acc
+                    elif step & 1:
+                        n = 0  # large batches: every other step is plenty (and halves the cost)
+                        self._acc_steps += 1
+                    else:
+                        stride = -(-n // _SAMPLE_CAP)
+                        sample = acc[(step >> 1) % stride :: stride]
+                    if n and k_obs.__class__ is int and 0 < k_obs <= MAX_NUM_STEPS:
+                        drafted = stats.drafted_tokens
+                        if drafted is None and sample.__class__ is list:
+                            self._bufs[k_obs] += bytes(sample)
+                            self._acc_steps += 1
+                        else:
+                            self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
+                except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
+                    pass
+            t = stats.last_step_time_s
+            if t is not None:
+                try:
+                    if 0.0 < t < 1e4 and t != self._last_t:  # the same time again: the same step re-reported
+                        self._last_t = t
+                        h1, h2 = self._h1, self._h2
+                        if h1[1] != h2[1]:  # the two candidate steps differ: the reported depth says which
+                            if k_obs == h1[1]:
+                                if self._lag_vote < 8:
+                                    self._lag_vote += 1
+                            elif k_obs == h2[1] and self._lag_vote > -8:
+                                self._lag_vote -= 1
+                        h = h2 if self._lag_vote < 0 else h1
+                        if acc is not None:
+                            nb = len(acc)  # the measured step's exact batch size
+                        else:
+                            nb = h[0] if h[1] == k_obs else 0
+                        if nb > 0:
+                            if not self._timed:  # the first measurement: start exploring now
+                                self._timed = True
+                                self._refresh_at = [0] * len(self._refresh_at)
+                            if nb == self._agg_batch and k_obs == self._agg_k:
+                                self._agg_t += t
+                                self._agg_n += 1
+                            else:
+                                self._flush_time()
+                                self._agg_batch = nb
+                                self._agg_k = k_obs
+                                self._agg_len = h[2]
+                                self._agg_t = t
+                                self._agg_n = 1
+                                self._agg_step = step
+                except Exception:  # NaN, inf, negative, zero or not a number: missing
+                    pass
+            batch = stats.batch_size
+            if batch.__class__ is not int or batch < 0:
+                batch = self._h1[0]
+            b = self._index[batch] if batch <= 4096 else self._top
+            vis = self._visits[b] = self._visits[b] + 1
+            if step >= self._refresh_at[b]:
+                self._refresh(b, stats.mean_seq_len)
+            cur = self._cur
+            best = self._best[b]
+            if best != cur and step - self._switched >= self._dwell:
+                v = self._v[b]
+                if v[best] > v[cur] * self._margin1:
+                    cur = self._cur = best
+                    self._switched = step
+            if vis >= self._probe_at[b] and step - self._last_probe >= _PROBE_GAP:
+                cur = self._probe_i[b]
+                self._seen[b][cur] = vis
+                self._last_probe = step
+                self._probe_at[b] = _FAR
+                if self._exploring[b] and step + _PROBE_GAP < self._refresh_at[b]:
+                    self._refresh_at[b] = step + _PROBE_GAP
+            self._h2 = self._h1
+            self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
+            return self._modes[cur]
+        except Exception:  # odd inputs are missing data: keep the running depth
+            return self._modes[self._cur]
+
+    def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
+        """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
+        if sample.__class__ is not list:
+            sample = list(sample)
+        if drafted is None:
+            self._acc.add(depth, bytes(sample))
+            return
+        self._take_trimmed(sample, drafted, depth, stride, off, n)
+
+    def _flush_time(self) -> None:
+        """Queue the aggregated measurements of consecutive steps with the same batch size and depth."""
+        if self._agg_n:
+            n = self._agg_n
+            pend = (self._agg_batch, self._agg_k, self._agg_len, self._agg_t / n, n, self._agg_step)
+            self._pending.append(pend)
+            self._agg_n = 0
+            self._agg_batch = -1
+
+    def _take_trimmed(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
+        if drafted.__class__ is not list and drafted.__class__ is not tuple:
+            drafted = list(drafted)
+        if len(drafted) != n:
+            return
+        dsample = drafted[off::stride] if stride > 1 else drafted
+        if dsample.count(depth) == len(dsample):
+            self._acc.add(depth, bytes(sample))
+            return
+        normal: list[int] = []
+        full: list[int] = []
+        for a, d in zip(sample, dsample, strict=False):
+            if a > d or a < 0:
+                continue
+            if a == d < depth:
+                full.append(d)  # accepted all it proposed, proposed fewer than depth: tried 1..d only
+            else:
+                normal.append(a)
+        self._acc.add(depth, bytes(normal))
+        if full:
+            self._acc.add_full(depth, bytes(full))
+
+    # -- periodic work ---------------------------------------------------------------------------------------
+    def _refresh(self, b: int, seq_len: Any) -> None:
+        step = self._step
+        acc = self._acc
+        acc.data_steps += self._acc_steps
+        self._acc_steps = 0
+        acc.fold(step - self._acc_folded)
+        self._acc_folded = step
+        if acc.version != self._acc_version:
+            self._refresh_expected()
+        self._flush_time()
+        if self._pending:
+            self._fold_times()
+        self._table(b, seq_len if isinstance(seq_len, (int, float)) and seq_len > 0 else None)
+        explore = self._exploring[b] and self._timed
+        self._refresh_at[b] = step + (_PROBE_GAP if explore else self.config.update_interval)
+
+    def _refresh_expected(self) -> None:
+        acc = self._acc
+        rates = acc.rates
+        cum = [1.0]  # cum[k] = E(k)
+        total = surv = 1.0
+        for j in range(1, acc.max_pos + 1):
+            surv *= rates[j]
+            total += surv
+            cum.append(total)
+        self._E = [cum[k] for k in self._arms]
+        self._acc_version = acc.version
+
+    def _fold_times(self) -> None:
+        grid, idx, cells = self._grid, self._idx, self._cells
+        for batch, k, seq_len, t, count, step in self._pending:
+            if batch <= 0 or not 0 <= k <= MAX_NUM_STEPS:
+                continue
+            i = idx[k]
+            if i < 0:
+                continue
+            b = grid.index[batch] if batch <= 4096 else len(grid) - 1
+            base = self._base(batch, k, seq_len, b)
+            if base > 0.0:
+                cells.add(b, i, t / base, step, count)
+                seen = self._seen[b]
+                if seen[i] < self._visits[b]:
+                    seen[i] = self._visits[b]
+        self._pending.clear()
+
+    def _base(self, batch: float, k: int, seq_len: float | None, b: int) -> float:
+        """What a measurement is divided by: the profile's prediction, else a sqrt shape within the bucket."""
+        if self.cost_model is None:
+            return math.sqrt(batch / self._grid.rep[b])
+        lq = 0 if seq_len is None or not seq_len > 0 else int(round(8.0 * math.log2(seq_len)))
+        key = (int(round(batch)), k, lq)
+        memo = self._base_memo
+        v = memo.get(key)
+        if v is None:
+            if len(memo) > 65536:
+                memo.clear()
+            v = self._profile_time(key[0], k, None if lq == 0 else 2.0 ** (lq / 8.0))
+            memo[key] = v
+        return v
+
+    def _profile_time(self, batch: float, k: int, seq_len: float | None) -> float:
+        """The profile's step time; depths it does not cover are extrapolated from its deepest one."""
+        model = self.cost_model
+        assert model is not None
+        try:
+            v = float(model.step_time_s(batch, k, seq_len))
+            if v > 0.0 and math.isfinite(v):
+                return v
+        except Exception:
+            pass
+        for kk in range(k - 1, 0, -1):  # deepest depth it prices, plus one more draft+verify share per step
+            try:
+                v = float(model.step_time_s(batch, kk, seq_len))
+                v1 = float(model.step_time_s(batch, kk - 1, seq_len))
+            except Exception:
+                continue
+            if v > 0.0 and math.isfinite(v) and math.isfinite(v1):
+                return v + (k - kk) * max(v - v1, 0.0)
+        return 1.0
+
+    def _prior_ratio(self, i: int, j: int) -> float:
+        if self.cost_model is not None:
+            return 1.0  # cells hold corrections to the profile; unknown ones default to "as the profile says"
+        return (1.0 + _PRIOR_STEP_COST * self._arms[i]) / (1.0 + _PRIOR_STEP_COST * self._arms[j])
+
+    def _table(self, b: int, seq_len: float | None) -> None:
+        """Predicted time and tokens/s per depth for bucket b; best depth and the next probe."""
+        cells = self._cells
+        n = len(self._arms)
+        cur = self._cur
+        src = cells.nearest_measured(b) if self._timed else -1
+        if src < 0:
+            r = [self._prior_ratio(i, 0) for i in range(n)]
+        else:
+            wrow, rrow = cells.w[src], cells.r[src]
+            if all(x > 0.0 for x in wrow):
+                r = rrow
+            else:
+                r = self._fill(src, wrow, rrow)
+        if self.cost_model is not None:
+            rep = self._grid.rep[b]
+            times = [r[i] * self._base(rep, self._arms[i], seq_len, b) for i in range(n)]
+        else:
+            times = r
+        E = self._E
+        v = [E[i] / times[i] if times[i] > 0.0 else 0.0 for i in range(n)]
+        best = 0
+        for i in range(1, n):
+            if v[i] > v[best]:
+                best = i
+        self._best[b] = best
+        self._v[b] = v
+        self._t[b] = times
+        if cur < 0 or not self._timed:
+            return  # nothing to measure with: no probing until the engine reports step times
+        # Probing: the depth whose re-measurement is due first. Interval = expected loss / budget share.
+        vcur = v[cur] if v[cur] > 0.0 else 1e-300
+        share = self.config.probe_budget / max(n - 1, 1)
+        max_int = self.config.max_probe_interval
+        seen, vis = self._seen[b], self._visits[b]
+        self._exploring[b] = any(x < 0 for x in seen)  # some depth never measured nor probed here
+        due_best, due_i, due_loss = _FAR, -1, 2.0
+        for i in range(n):
+            if i == cur:
+                continue
+            loss = 1.0 - v[i] / vcur
+            if loss < 0.0:
+                loss = 0.0
+            if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
+                due = seen[i] + int(min(max(loss / share, _MIN_PROBE_INTERVAL), max_int))
+            else:
+                due = int(min(loss / (share * _EXPLORE_BOOST), max_int))
+            if due < due_best or (due == due_best and loss < due_loss):
+                due_best, due_i, due_loss = due, i, loss
+        if due_i >= 0:
+            self._probe_at[b] = max(due_best, vis)
+            self._probe_i[b] = due_i
+
+    def _fill(self, src: int, wrow: list[float], rrow: list[float]) -> list[float]:
+        """Times for a bucket with unmeasured depths. Without a profile, two measured depths give the cost of
+        one more depth (a least-squares line in k: each draft step plus a wider verify); with one, the
+        nearest bucket that measured both gives the ratio; else the prior. With a profile the unmeasured
+        depths take the measured correction factor of the running depth (the profile's shape)."""
+        n = len(rrow)
+        arms = self._arms
+        known = [i for i in range(n) if wrow[i] > 0.0]
+        if self.cost_model is None and len(known) >= 2:
+            ks = [arms[i] for i in known]
+            mk = sum(ks) / len(ks)
+            mr = sum(rrow[i] for i in known) / len(known)
+            sxx = sum((k - mk) ** 2 for k in ks)
+            slope = sum((arms[i] - mk) * (rrow[i] - mr) for i in known) / sxx if sxx > 0 else 0.0
+            floor = 0.5 * min(rrow[i] for i in known)
+            return [rrow[i] if wrow[i] > 0.0 else max(mr + slope * (arms[i] - mk), floor) for i in range(n)]
+        cur = self._cur
+        ref = cur if cur >= 0 and wrow[cur] > 0.0 else known[0]
+        nb = self._cells.nearest_with(src, ref)
+        if nb >= 0:
+            nw, nr = self._cells.w[nb], self._cells.r[nb]
+            scale = rrow[ref] / nr[ref]
+        out = []
+        for i in range(n):
+            if wrow[i] > 0.0:
+                out.append(rrow[i])
+            elif nb >= 0 and nw[i] > 0.0:
+                out.append(nr[i] * scale)
+            else:
+                out.append(rrow[ref] * self._prior_ratio(i, ref))
+        return out
+
+    def _prior_best(self) -> int:
+        """The depth to start with: the best under the prior acceptance and the profile (or prior costs)."""
+        self._table(0, None)
+        return self._best[0]
+
+    # -- metrics ---------------------------------------------------------------------------------------------
+    def estimates(self) -> Mapping[str, float]:
+        """Per-position acceptance; expected tokens, step time and tokens/s per depth (last bucket seen)."""
+        out: dict[str, float] = {"num_steps": float(self._arms[self._cur])}
+        rates = self._acc.rates
+        for j in range(1, self._acc.max_pos + 1):
+            out[f"accept_rate_{j}"] = rates[j]
+        batch = self._h1[0]
+        b = self._index[batch] if 0 <= batch <= 4096 else self._top
+        rep = self._grid.rep[b]
+        absolute = self.cost_model is not None or self._cells.nearest_measured(b) >= 0
+        for i, k in enumerate(self._arms):
+            out[f"expected_tokens_{k}"] = self._E[i]
+            t = self._t[b][i]
+            if absolute and t > 0.0:
+                out[f"step_ms_{k}"] = t * 1e3
+                out[f"tokens_per_s_{k}"] = self._E[i] * rep / t
+        return out
+
+
+def _load_cost_model(spec: str) -> StepCostModel:
+    try:
+        from ..sim.profile import load_profile
+    except ImportError as exc:  # pragma: no cover - the simulator ships with the package
+        raise ConfigError(f"cost_model.profile: cannot load profiles ({exc})") from None
+    try:
+        model = load_profile(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"cost_model.profile: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(f"cost_model.profile: cannot load {spec!r}: {exc}") from None
+    if not isinstance(model, StepCostModel):
+        raise ConfigError(f"cost_model.profile: {spec!r} did not give a step-cost model")
+    return model
+
+
+def _factory(config: CostModelConfig) -> CostModelPolicy:
+    return CostModelPolicy(config, _load_cost_model(config.profile) if config.profile else None)
+
+
+ENTRY = PolicyEntry("cost_model", CostModelConfig, _factory, aliases=("goodput",))
+
+
+def make_cost_model(cost_model: StepCostModel | None = None, **fields: Any) -> CostModelPolicy:
+    """Build the policy with a programmatic cost model (any ``StepCostModel``) instead of a profile name."""
+    return CostModelPolicy(CostModelConfig(**fields), cost_model)

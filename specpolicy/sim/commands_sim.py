@@ -1,0 +1,199 @@
+"""``specpolicy simulate`` and ``specpolicy tune``: argument parsing; the work is in run.py and tune.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .run import DEFAULT_PROFILE, DEFAULT_WORKLOAD, SimulationSpec, run_simulation
+from .workloads import WORKLOADS, parse_concurrency
+
+__all__ = ["register", "cmd_simulate", "cmd_tune"]
+
+
+def _common(p: argparse.ArgumentParser, *, defaults: bool) -> None:
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE if defaults else None,
+        metavar="NAME|FILE",
+        help=f"step-cost profile: a shipped name or a profile JSON file (default {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--workload",
+        default=DEFAULT_WORKLOAD if defaults else None,
+        metavar="NAME|FILE",
+        help=f"{', '.join(WORKLOADS)}, a requests JSONL file or a step trace (default {DEFAULT_WORKLOAD})",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the workload and acceptance draws (default 0)"
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="simulated seconds (per level for a sweep); default: the workload's own",
+    )
+    p.add_argument("--concurrency", metavar="C1,C2,...", help="sweep levels (default 1,2,4,...,256)")
+    p.add_argument(
+        "--decide-cost-us",
+        type=float,
+        metavar="X",
+        help="charge X microseconds per decide() instead of measuring it (exact reproducibility)",
+    )
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU)")
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser(
+        "simulate",
+        help="compare policies on a simulated engine with measured step costs",
+        description="Simulate a continuous-batching speculative engine step by step and compare every "
+        "registered policy with never, static-0..K, schedule-vllm, sglang-adaptive and the oracle. With no "
+        "arguments: the ramp workload (load from 1 to 256 requests and back) on the H200 Llama-8B profile.",
+    )
+    _common(s, defaults=True)
+    s.add_argument(
+        "--policy",
+        action="extend",
+        nargs="+",
+        metavar="NAME|CONFIG",
+        help="policies to compare (names, JSON objects or config files) instead of every registered "
+        "one with its defaults; may repeat",
+    )
+    s.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    s.add_argument("--plot", metavar="OUT.png", help="also draw a figure (needs the 'plot' extra)")
+    s.add_argument(
+        "--off-cost",
+        choices=("catch_up", "lazy"),
+        help="what 'off' costs inside the speculative engine (default: the profile's)",
+    )
+    s.add_argument(
+        "--feedback-lag",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="0: a step's outcome is known before the next decision (non-overlap, default); "
+        "1: one step later (overlap / async scheduling)",
+    )
+    s.add_argument("--max-running", type=int, default=256, help="max requests decoding at once (default 256)")
+    s.add_argument(
+        "--jitter", type=float, default=0.01, help="log-normal step-time noise, sigma (default 0.01)"
+    )
+    s.add_argument(
+        "--slo-tpot-ms",
+        type=float,
+        metavar="X",
+        help="add a goodput column: tokens/s of requests whose TPOT <= X ms",
+    )
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s.set_defaults(func=cmd_simulate)
+
+    t = sub.add_parser(
+        "tune",
+        help="search a policy's parameters in the simulator; print the best config as JSON",
+        description="Random search over a policy's numeric parameters (ranges from its config model) on "
+        "one profile and workload. Prints the best config as JSON that make_policy, check-config and the "
+        "engine adapters accept; progress and the score of each trial go to stderr.",
+    )
+    t.add_argument(
+        "--policy",
+        required=True,
+        metavar="NAME|CONFIG",
+        help="policy name, or a config whose unsearched fields are kept",
+    )
+    _common(t, defaults=True)
+    t.add_argument(
+        "--objective",
+        choices=("throughput", "tpot_p99", "goodput"),
+        default="throughput",
+        help="maximise output tokens/s, minimise TPOT p99, or maximise goodput (needs --slo-tpot-ms)",
+    )
+    t.add_argument("--slo-tpot-ms", type=float, metavar="X", help="TPOT target for goodput")
+    t.add_argument("--budget", type=int, default=24, help="number of configs to simulate (default 24)")
+    t.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="FIELD=LO:HI",
+        help="override the search range of one field; may repeat",
+    )
+    t.set_defaults(func=cmd_tune)
+
+
+def _spec(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "profile": args.profile,
+        "workload": args.workload,
+        "seed": args.seed,
+        "duration_s": args.duration,
+        "concurrency": parse_concurrency(args.concurrency) if args.concurrency else None,
+        "decide_cost_us": args.decide_cost_us,
+        "jobs": args.jobs,
+    }
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.plot:
+        from .plot import require_matplotlib
+
+        require_matplotlib()
+    spec = SimulationSpec(
+        **_spec(args),
+        policies=tuple(args.policy) if args.policy else None,
+        off_cost=args.off_cost,
+        feedback_lag=args.feedback_lag,
+        max_running=args.max_running,
+        jitter=args.jitter,
+        timeline_bin_s=5.0 if args.plot else None,
+    )
+    sim = run_simulation(spec, progress=False if args.no_progress else None)
+    from .report import format_table, to_json
+
+    print(format_table(sim, args.slo_tpot_ms))
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(sim, args.slo_tpot_ms), indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        from .plot import plot
+
+        plot(sim, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import Trial, parse_param_ranges, tune
+
+    spec = _spec(args)
+
+    def on_trial(i: int, n: int, trial: Trial) -> None:
+        params = {k: v for k, v in trial.config.items() if k != "name"}
+        print(f"[{i}/{n}] {args.objective} {trial.metric:.4g}  {json.dumps(params)}", file=sys.stderr)
+
+    res = tune(
+        args.policy,
+        profile=spec["profile"],
+        workload=spec["workload"],
+        objective=args.objective,
+        slo_tpot_ms=args.slo_tpot_ms,
+        budget=args.budget,
+        seed=spec["seed"],
+        duration_s=spec["duration_s"],
+        concurrency=spec["concurrency"],
+        decide_cost_us=spec["decide_cost_us"],
+        param_ranges=parse_param_ranges(args.param),
+        jobs=spec["jobs"] or 1,
+        on_trial=on_trial,
+    )
+    gain = res.best.metric / res.default.metric if res.default.metric else float("nan")
+    print(
+        f"best {args.objective}: {res.best.metric:.4g} (default config {res.default.metric:.4g}, "
+        f"x{gain:.3f}); "
+        f"{len(res.trials)} configs simulated, {res.rejected} invalid draws redrawn",
+        file=sys.stderr,
+    )
+    print(json.dumps(res.best.config, indent=2))
+    return 0

@@ -1,0 +1,236 @@
+"""Turning runs into the report: one row per (policy, concurrency), the JSON document and the text table.
+
+Ratios compare a row with rows of the same scenario: ``vs_best_static`` divides its output tokens/s by the
+best of ``static-0`` .. ``static-K`` there, ``vs_oracle`` by the oracle's. The JSON shape is fixed by the
+simulator's documentation (``docs/simulator.md``); extra fields may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .run import RunOutcome, Simulation
+
+__all__ = ["Row", "rows", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
+
+REQUIRED_RUN_KEYS = (
+    "policy",
+    "concurrency",
+    "output_tok_s",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "ttft_ms_p50",
+    "switches",
+    "spec_step_share",
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    policy: str
+    concurrency: int | None
+    output_tok_s: float
+    tpot_ms_p50: float
+    tpot_ms_p99: float
+    ttft_ms_p50: float
+    switches: int
+    spec_step_share: float
+    vs_best_static: float | None
+    vs_oracle: float | None
+    decide_cost_us: float | None
+    goodput_tok_s: float | None
+    mean_batch: float
+    mean_accept_len: float | None
+    decode_steps: int
+    completed: int
+    extrapolated: bool
+    sim_steps_per_s: float
+
+
+def _pct(values: Any, q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def _row(o: RunOutcome, best_static: float | None, oracle: float | None, slo_tpot_ms: float | None) -> Row:
+    r = o.result
+    tok = r.output_tok_s
+    kind = o.comparator.kind
+    return Row(
+        policy=o.comparator.label,
+        concurrency=o.concurrency,
+        output_tok_s=tok,
+        tpot_ms_p50=_pct(r.tpot_ms, 50),
+        tpot_ms_p99=_pct(r.tpot_ms, 99),
+        ttft_ms_p50=_pct(r.ttft_ms, 50),
+        switches=r.switches,
+        spec_step_share=r.spec_step_share,
+        vs_best_static=tok / best_static if best_static else None,
+        vs_oracle=tok / oracle if oracle else None,
+        decide_cost_us=None if kind in ("never", "oracle") else o.decide_cost_s * 1e6,
+        goodput_tok_s=None if slo_tpot_ms is None else r.goodput_tok_s(slo_tpot_ms),
+        mean_batch=r.mean_batch,
+        mean_accept_len=r.mean_accept_len,
+        decode_steps=r.decode_steps,
+        completed=r.requests_completed,
+        extrapolated=r.extrapolated,
+        sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
+    )
+
+
+def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
+    """Report rows, scenario by scenario, in comparator order."""
+    out: list[Row] = []
+    groups: dict[int, list[RunOutcome]] = {}
+    for o in sim.outcomes:
+        groups.setdefault(id(o.scenario), []).append(o)
+    for group in groups.values():
+        statics = [o.result.output_tok_s for o in group if o.comparator.is_static]
+        best = max(statics) if statics else None
+        oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+        out.extend(_row(o, best, oracle, slo_tpot_ms) for o in group)
+    return out
+
+
+def _num(x: float | None, digits: int = 4) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return round(x, digits)
+
+
+def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]:
+    """The ``--json`` document: ``{"profile", "workload", "seed", "runs": [...]}`` plus extra fields."""
+    runs = []
+    for r in rows(sim, slo_tpot_ms):
+        d: dict[str, Any] = {
+            "policy": r.policy,
+            "concurrency": r.concurrency,
+            "output_tok_s": _num(r.output_tok_s, 3),
+            "tpot_ms_p50": _num(r.tpot_ms_p50),
+            "tpot_ms_p99": _num(r.tpot_ms_p99),
+            "ttft_ms_p50": _num(r.ttft_ms_p50),
+            "switches": r.switches,
+            "spec_step_share": _num(r.spec_step_share, 6),
+            "vs_best_static": _num(r.vs_best_static),
+            "vs_oracle": _num(r.vs_oracle),
+            "decide_cost_us": _num(r.decide_cost_us, 3),
+            "mean_batch": _num(r.mean_batch, 3),
+            "mean_accept_len": _num(r.mean_accept_len),
+            "decode_steps": r.decode_steps,
+            "completed_requests": r.completed,
+            "extrapolated": r.extrapolated,
+        }
+        if slo_tpot_ms is not None:
+            d["goodput_tok_s"] = _num(r.goodput_tok_s, 3)
+        runs.append(d)
+    spec = sim.spec
+    return {
+        "profile": sim.profile.name,
+        "workload": sim.workload,
+        "seed": spec.seed,
+        "runs": runs,
+        "off_cost": sim.profile.off_cost,
+        "feedback_lag": spec.feedback_lag,
+        "max_running": spec.max_running,
+        "duration_s": spec.duration_s,
+        "decide_cost_fixed_us": spec.decide_cost_us,
+        "notes": list(sim.notes),
+        "wall_s": round(sim.wall_s, 3),
+        "simulated_decode_steps": _speed(sim)[0],
+    }
+
+
+def _speed(sim: Simulation) -> tuple[int, float]:
+    """(decode steps simulated, summed wall time of the runs): the per-process simulation speed."""
+    steps = sum(o.result.decode_steps_total for o in sim.outcomes)
+    return steps, max(1e-9, sum(o.result.wall_s for o in sim.outcomes))
+
+
+def _cell(text: str, width: int, left: bool) -> str:
+    return text.ljust(width) if left else text.rjust(width)
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
+    """The text report: a header, one table per scenario, the decide() charges and the notes."""
+    all_rows = rows(sim, slo_tpot_ms)
+    prof = sim.profile
+    spec = sim.spec
+    lines = [
+        f"profile {prof.name} (off cost: {prof.off_cost}), workload {sim.workload}, seed {spec.seed}, "
+        f"max_running {spec.max_running}, "
+        f"feedback {'one step late' if spec.feedback_lag else 'previous step'}"
+    ]
+    head = [
+        "policy",
+        "tok/s",
+        "TPOT p50",
+        "TPOT p99",
+        "TTFT p50",
+        "switches",
+        "spec",
+        "vs static",
+        "vs oracle",
+        "decide",
+    ]
+    if slo_tpot_ms is not None:
+        head.insert(2, "goodput")
+    current: object = object()
+    table: list[list[str]] = []
+
+    def flush() -> None:
+        if not table:
+            return
+        widths = [max(len(r[i]) for r in [head, *table]) for i in range(len(head))]
+        for cells in (head, *table):
+            pairs = enumerate(zip(cells, widths, strict=True))
+            lines.append("  ".join(_cell(c, w, i == 0) for i, (c, w) in pairs))
+        table.clear()
+
+    for r in all_rows:
+        if r.concurrency != current:
+            flush()
+            current = r.concurrency
+            lines.append("")
+            if r.concurrency is not None:
+                lines.append(f"concurrency {r.concurrency}:")
+        cells = [
+            r.policy,
+            _f(r.output_tok_s, ".1f"),
+            _f(r.tpot_ms_p50, ".2f") + " ms",
+            _f(r.tpot_ms_p99, ".2f") + " ms",
+            _f(r.ttft_ms_p50, ".1f") + " ms",
+            str(r.switches),
+            _f(r.spec_step_share * 100, ".0f") + "%",
+            _f(r.vs_best_static, ".3f") + "x",
+            _f(r.vs_oracle, ".3f") + "x",
+            _f(r.decide_cost_us, ".2f") + " us" if r.decide_cost_us is not None else "-",
+        ]
+        if slo_tpot_ms is not None:
+            cells.insert(2, _f(r.goodput_tok_s, ".1f"))
+        table.append(cells)
+    flush()
+    lines.append("")
+    how = (
+        f"fixed at {spec.decide_cost_us:g} us"
+        if spec.decide_cost_us is not None
+        else "measured (median of 400 calls at batch 64), charged per decode step"
+    )
+    lines.append(
+        f"decide(): {how}; tok/s = output tokens per simulated second; TPOT = per request, after its "
+        "first token; spec = share of decode steps that speculated"
+    )
+    for note in sim.notes:
+        lines.append(f"note: {note}")
+    steps, run_wall = _speed(sim)
+    lines.append(
+        f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall ({steps / run_wall:,.0f} decode steps/s "
+        "per process)"
+    )
+    return "\n".join(lines)

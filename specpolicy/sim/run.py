@@ -1,0 +1,270 @@
+"""Orchestration: profile + workload + comparators -> every (scenario, comparator) run, in parallel.
+
+Each run is independent and deterministic given its inputs, so runs go to worker processes (``jobs``) and the
+numbers do not depend on how many there are. The decide() charge of each policy is measured here, once, in
+the parent process (median of a few hundred calls on a fresh instance), or fixed by ``decide_cost_us``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
+from .engine import EngineConfig, RunResult, simulate
+from .profile import CostProfile, load_profile, with_off_cost
+from .progress import ProgressBar
+from .workloads import Scenario, load_workload
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "DEFAULT_WORKLOAD",
+    "SimulationSpec",
+    "RunOutcome",
+    "Simulation",
+    "run_simulation",
+]
+
+DEFAULT_PROFILE = "h200-llama8b"
+DEFAULT_WORKLOAD = "ramp"
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    """Everything ``specpolicy simulate`` takes. ``policies`` None = every registered policy, defaults."""
+
+    profile: str = DEFAULT_PROFILE
+    workload: str = DEFAULT_WORKLOAD
+    policies: tuple[Any, ...] | None = None
+    seed: int = 0
+    duration_s: float | None = None
+    concurrency: tuple[int, ...] | None = None
+    decide_cost_us: float | None = None
+    off_cost: str | None = None
+    feedback_lag: int = 0
+    max_running: int = 256
+    jitter: float = 0.01
+    jobs: int | None = None
+    timeline_bin_s: float | None = None
+    references: bool = True
+    track_requests: bool = False
+
+    def __post_init__(self) -> None:
+        if self.decide_cost_us is not None and not (
+            math.isfinite(self.decide_cost_us) and self.decide_cost_us >= 0
+        ):
+            raise ConfigError(f"--decide-cost-us must be a number >= 0, got {self.decide_cost_us!r}")
+        if self.jobs is not None and self.jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {self.jobs!r}")
+        if type(self.max_running) is not int or self.max_running < 1:
+            raise ConfigError(f"--max-running must be an integer >= 1, got {self.max_running!r}")
+        if self.feedback_lag not in (0, 1):
+            raise ConfigError(f"--feedback-lag must be 0 or 1, got {self.feedback_lag!r}")
+        if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
+            raise ConfigError(f"--jitter must be in [0, 1), got {self.jitter!r}")
+        if self.off_cost not in (None, "catch_up", "lazy"):
+            raise ConfigError(f"--off-cost must be catch_up or lazy, got {self.off_cost!r}")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    comparator: Comparator
+    scenario: Scenario
+    decide_cost_s: float
+    result: RunResult
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.scenario.concurrency
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """All runs of one ``simulate`` call, in report order (scenario-major, comparator order within)."""
+
+    spec: SimulationSpec
+    profile: CostProfile
+    workload: str
+    outcomes: tuple[RunOutcome, ...]
+    notes: tuple[str, ...] = ()
+    wall_s: float = 0.0
+    decide_costs_s: dict[str, float] = field(default_factory=dict)
+
+
+_PROFILES: dict[tuple[str, str | None], CostProfile] = {}
+
+
+def resolve_profile(ref: str, off_cost: str | None) -> CostProfile:
+    key = (ref, off_cost)
+    prof = _PROFILES.get(key)
+    if prof is None:
+        prof = load_profile(ref)
+        if off_cost is not None:
+            prof = with_off_cost(prof, off_cost)  # type: ignore[arg-type]
+        _PROFILES[key] = prof
+    return prof
+
+
+_progress_counter: Any = None
+
+
+def _init_worker(counter: Any) -> None:
+    global _progress_counter
+    _progress_counter = counter
+
+
+def _report_progress(sim_s: float) -> None:
+    c = _progress_counter
+    if c is not None:
+        with c.get_lock():
+            c.value += sim_s
+
+
+@dataclass(frozen=True)
+class _Task:
+    profile_ref: str
+    off_cost: str | None
+    scenario: Scenario
+    comparator: Comparator
+    config: EngineConfig
+    track_requests: bool
+
+
+def _run_task(task: _Task) -> RunResult:
+    profile = resolve_profile(task.profile_ref, task.off_cost)
+    decider = build_decider(task.comparator, profile)
+    return simulate(
+        task.scenario,
+        profile,
+        decider,
+        task.config,
+        track_requests=task.track_requests,
+        progress=_report_progress,
+    )
+
+
+def _jobs(requested: int | None, n_tasks: int) -> int:
+    if requested is not None:
+        return max(1, min(requested, n_tasks))
+    return max(1, min(os.cpu_count() or 1, n_tasks))
+
+
+def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Simulation:
+    """Run every comparator on every scenario of the workload. ``progress`` None: a bar on a terminal."""
+    t0 = time.perf_counter()
+    profile = resolve_profile(spec.profile, spec.off_cost)
+    scenarios = load_workload(
+        spec.workload,
+        profile=profile,
+        seed=spec.seed,
+        duration_s=spec.duration_s,
+        concurrency=spec.concurrency,
+    )
+    comparators, notes = default_comparators(
+        profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
+    )
+    costs: dict[str, float] = {}
+    for comp in comparators:
+        if comp.kind in ("never", "oracle"):
+            costs[comp.label] = 0.0
+        elif spec.decide_cost_us is not None:
+            costs[comp.label] = spec.decide_cost_us * 1e-6
+        else:
+            costs[comp.label] = measure_decide_cost_s(comp)
+    tasks: list[_Task] = []
+    for sc in scenarios:
+        for comp in comparators:
+            cfg = EngineConfig(
+                max_running=spec.max_running,
+                feedback_lag=spec.feedback_lag,
+                decide_cost_s=costs[comp.label],
+                jitter=spec.jitter,
+                speculative=comp.kind != "never",
+                seed=spec.seed,
+                timeline_bin_s=spec.timeline_bin_s,
+            )
+            tasks.append(_Task(spec.profile, spec.off_cost, sc, comp, cfg, spec.track_requests))
+    results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
+    outcomes = tuple(
+        RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
+        for task, res in zip(tasks, results, strict=True)
+    )
+    for o in outcomes:
+        if o.result.policy_errors:
+            notes.append(
+                f"{o.comparator.label}: decide() raised on {o.result.policy_errors} steps (ran them without "
+                f"drafts); first: {o.result.first_error}"
+            )
+        if o.result.clamped_steps:
+            notes.append(
+                f"{o.comparator.label}: {o.result.clamped_steps} decisions deeper than the profile's "
+                f"{profile.max_steps} were clamped"
+            )
+    if any(o.result.extrapolated for o in outcomes):
+        notes.append(
+            f"extrapolated: some steps ran outside profile {profile.name!r}'s measured grid "
+            "(larger batches or longer contexts than measured); costs there are linear extrapolations"
+        )
+    return Simulation(
+        spec=spec,
+        profile=profile,
+        workload=scenarios[0].workload if len(scenarios) == 1 else spec.workload,
+        outcomes=outcomes,
+        notes=tuple(dict.fromkeys(notes)),
+        wall_s=time.perf_counter() - t0,
+        decide_costs_s=costs,
+    )
+
+
+def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[RunResult]:
+    total = sum(t.scenario.duration_s for t in tasks)
+    bar = ProgressBar(total, enabled=progress)
+    if jobs == 1:
+        done = 0.0
+
+        def tick(sim_s: float) -> None:
+            nonlocal done
+            done += sim_s
+            bar.update(done)
+
+        out = []
+        for task in tasks:
+            profile = resolve_profile(task.profile_ref, task.off_cost)
+            decider = build_decider(task.comparator, profile)
+            out.append(
+                simulate(
+                    task.scenario,
+                    profile,
+                    decider,
+                    task.config,
+                    track_requests=task.track_requests,
+                    progress=tick,
+                )
+            )
+        bar.close()
+        return out
+    methods = mp.get_all_start_methods()
+    ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+    counter = ctx.Value("d", 0.0)
+    # Longest runs first keeps both workers busy to the end.
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].scenario.duration_s)
+    results: list[RunResult | None] = [None] * len(tasks)
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(counter,)
+    ) as pool:
+        futures: dict[Future[RunResult], int] = {pool.submit(_run_task, tasks[i]): i for i in order}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            for f in finished:
+                results[futures[f]] = f.result()
+            bar.update(counter.value)
+    bar.close()
+    return [r for r in results if r is not None]

@@ -1,0 +1,431 @@
+"""Workloads: what arrives at the simulated engine, when, and how hard it is to draft for.
+
+A workload expands into one or more ``Scenario`` values (a sweep gives one per concurrency level). A scenario
+is plain data (picklable, so runs can go to worker processes): either a closed loop with a piecewise-constant
+target of requests in the system (a finished request is replaced at once while below the target), or an open
+loop with explicit arrivals; plus acceptance phases (the population's mean per-token acceptance over time).
+
+Request shapes and acceptance come from a stream indexed by request number and seeded per block, so the i-th
+request is the same for every policy simulated on the scenario (common random numbers).
+
+Built-ins (reference values from the simulator issue; durations are simulated seconds):
+- ``sweep``: closed loop at each of ``--concurrency`` levels (default 1, 2, 4, ..., 256), 60 s each.
+- ``ramp``: closed loop whose concurrency rises from 1 to 256 and back over 600 s, geometrically (equal time
+  at every octave of load, as in the sweep).
+- ``bursty``: open-loop Poisson arrivals at the rate that keeps about 32 requests in flight on a
+  speculation-free engine, with 10x the rate for 10 s of every 60 s.
+- ``transition``: closed loop at concurrency 32 whose mean acceptance alternates 0.85 / 0.35 every 60 s.
+- a JSONL file, one request per line: ``{"arrival_s": 0.0, "prompt_tokens": 512, "output_tokens": 256,
+  "acceptance": 0.7}`` (acceptance optional: drawn from the model when absent); runs until every request is
+  done unless ``--duration`` cuts it.
+- a step trace (``specpolicy-trace/1``, as the engine adapters write it): replayed as a closed loop whose
+  concurrency follows the trace's batch size + queue and whose acceptance follows the trace's, per 10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigError
+from .acceptance import BetaAcceptance
+
+__all__ = [
+    "WORKLOADS",
+    "DEFAULT_SWEEP_LEVELS",
+    "RequestShape",
+    "Requests",
+    "RequestStream",
+    "Scenario",
+    "load_workload",
+    "parse_concurrency",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+WORKLOADS = ("sweep", "ramp", "bursty", "transition")
+DEFAULT_SWEEP_LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_DURATION_S = {"sweep": 60.0, "ramp": 600.0, "bursty": 600.0, "transition": 600.0}
+_BLOCK = 1024
+
+
+class _NeverStep(Protocol):
+    def never_step_s(self, batch_size: float, seq_len: float | None = None) -> float: ...
+
+    def prefill_s(self, num_tokens: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """Prompt and output lengths, each uniform within +-spread of its mean (reference: 512, 256, +-50%)."""
+
+    prompt_mean: int = 512
+    output_mean: int = 256
+    spread: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.prompt_mean < 1 or self.output_mean < 1:
+            raise ValueError("request shape: prompt_mean and output_mean must be >= 1")
+        if not 0.0 <= self.spread < 1.0:
+            raise ValueError(f"request shape: spread must be in [0, 1), got {self.spread!r}")
+
+    def bounds(self, mean: int) -> tuple[int, int]:
+        return max(1, round(mean * (1 - self.spread))), max(1, round(mean * (1 + self.spread)))
+
+
+@dataclass(frozen=True, eq=False)
+class Requests:
+    """Explicit requests sorted by arrival; ``acceptance`` NaN means "draw from the acceptance model"."""
+
+    arrival_s: FloatArray
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    acceptance: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    """One simulation input. Exactly one of ``closed_loop`` / ``requests`` is set."""
+
+    workload: str
+    duration_s: float
+    concurrency: int | None = None
+    closed_loop: tuple[tuple[float, int], ...] | None = None
+    requests: Requests | None = None
+    acceptance_phases: tuple[tuple[float, float], ...] = ()
+    shape: RequestShape = field(default_factory=RequestShape)
+    acceptance: BetaAcceptance = field(default_factory=BetaAcceptance)
+    drain: bool = False
+    warmup_s: float = 0.0
+    prewarmed: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.closed_loop is None) == (self.requests is None):
+            raise ValueError("a scenario is either a closed loop or a list of requests")
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise ValueError(f"duration must be a finite number of seconds > 0, got {self.duration_s!r}")
+        if not 0.0 <= self.warmup_s < self.duration_s:
+            raise ValueError(f"warm-up must be in [0, duration), got {self.warmup_s!r}")
+        if self.closed_loop is not None and (
+            not self.closed_loop or any(c < 1 for _, c in self.closed_loop) or self.closed_loop[0][0] > 0
+        ):
+            raise ValueError("a closed loop needs a concurrency >= 1 at every time, starting at t=0")
+
+    @property
+    def time_varying(self) -> bool:
+        return self.concurrency is None
+
+
+class RequestStream:
+    """Request attributes by index: block ``i // 1024`` is drawn from its own seeded generator."""
+
+    def __init__(self, seed: int, shape: RequestShape, acceptance: BetaAcceptance) -> None:
+        self.seed = seed
+        self.shape = shape
+        self.acceptance = acceptance
+        self._blocks: dict[int, tuple[IntArray, IntArray, FloatArray]] = {}
+
+    def _block(self, b: int) -> tuple[IntArray, IntArray, FloatArray]:
+        blk = self._blocks.get(b)
+        if blk is None:
+            rng = np.random.default_rng([self.seed, b, 0x5EC])
+            plo, phi = self.shape.bounds(self.shape.prompt_mean)
+            olo, ohi = self.shape.bounds(self.shape.output_mean)
+            prompt = rng.integers(plo, phi + 1, size=_BLOCK, dtype=np.int64)
+            out = rng.integers(olo, ohi + 1, size=_BLOCK, dtype=np.int64)
+            acc = self.acceptance.draw(rng, _BLOCK)
+            blk = (prompt, out, acc)
+            self._blocks[b] = blk
+        return blk
+
+    def get(self, index: int) -> tuple[int, int, float]:
+        prompt, out, acc = self._block(index // _BLOCK)
+        j = index % _BLOCK
+        return int(prompt[j]), int(out[j]), float(acc[j])
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """``"1,10,70,250"`` -> (1, 10, 70, 250); each level an int >= 1."""
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--concurrency: expected comma-separated integers >= 1, got {text!r}") from None
+    if not levels or any(c < 1 for c in levels):
+        raise ConfigError(f"--concurrency: expected comma-separated integers >= 1, got {text!r}")
+    return levels
+
+
+def _ramp(duration_s: float, peak: int = 256) -> tuple[tuple[float, int], ...]:
+    """1 -> peak -> 1, geometric in time, as a 1-second step function."""
+    pts: list[tuple[float, int]] = []
+    top = math.log2(peak)
+    n = max(2, math.ceil(duration_s))
+    for i in range(n):
+        t = i * duration_s / n
+        x = 1.0 - abs(2.0 * t / duration_s - 1.0)
+        c = max(1, round(2.0 ** (top * x)))
+        if not pts or pts[-1][1] != c:
+            pts.append((t, c))
+    return tuple(pts)
+
+
+def _alternating(
+    duration_s: float, period_s: float, values: Sequence[float]
+) -> tuple[tuple[float, float], ...]:
+    n = max(1, math.ceil(duration_s / period_s))
+    return tuple((i * period_s, float(values[i % len(values)])) for i in range(n))
+
+
+def _poisson_arrivals(rng: np.random.Generator, segments: Sequence[tuple[float, float, float]]) -> FloatArray:
+    """Arrival times of a Poisson process with piecewise-constant rate: (start, end, rate) segments."""
+    times: list[FloatArray] = []
+    for start, end, rate in segments:
+        n = int(rng.poisson(rate * (end - start)))
+        times.append(np.sort(rng.uniform(start, end, size=n)))
+    return np.concatenate(times) if times else np.zeros(0)
+
+
+def _bursty(
+    seed: int,
+    duration_s: float,
+    profile: _NeverStep,
+    shape: RequestShape,
+    acceptance: BetaAcceptance,
+    in_flight: int = 32,
+    burst_factor: float = 10.0,
+    period_s: float = 60.0,
+    burst_s: float = 10.0,
+    burst_at_s: float = 20.0,
+) -> Requests:
+    # Little's law on a speculation-free engine at `in_flight` requests: rate = N / latency.
+    latency = profile.prefill_s(shape.prompt_mean) + (shape.output_mean - 1) * profile.never_step_s(in_flight)
+    base = in_flight / latency
+    segments: list[tuple[float, float, float]] = []
+    t = 0.0
+    while t < duration_s:
+        b0, b1 = t + burst_at_s, t + burst_at_s + burst_s
+        cycle_end = t + period_s
+        for s, e, r in ((t, b0, base), (b0, b1, base * burst_factor), (b1, cycle_end, base)):
+            s, e = min(s, duration_s), min(e, duration_s)
+            if e > s:
+                segments.append((s, e, r))
+        t = cycle_end
+    rng = np.random.default_rng([seed, 0xB0257])
+    arrival = _poisson_arrivals(rng, segments)
+    return Requests(arrival, *_attributes(seed, len(arrival), shape, acceptance))
+
+
+def _attributes(
+    seed: int, n: int, shape: RequestShape, acceptance: BetaAcceptance
+) -> tuple[IntArray, IntArray, FloatArray]:
+    stream = RequestStream(seed, shape, acceptance)
+    prompt = np.empty(n, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    acc = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        prompt[i], out[i], acc[i] = stream.get(i)
+    return prompt, out, acc
+
+
+def _read_requests_file(path: Path) -> Requests:
+    arrival: list[float] = []
+    prompt: list[int] = []
+    out: list[int] = []
+    acc: list[float] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{where}: not JSON: {exc}") from None
+            if not isinstance(obj, dict):
+                raise ConfigError(f"{where}: each line must be a JSON object")
+            a = obj.get("arrival_s")
+            if not isinstance(a, (int, float)) or isinstance(a, bool) or not (math.isfinite(a) and a >= 0):
+                raise ConfigError(f"{where}: arrival_s must be a number of seconds >= 0, got {a!r}")
+            for key in ("prompt_tokens", "output_tokens"):
+                v = obj.get(key)
+                if type(v) is not int or v < 1:
+                    raise ConfigError(f"{where}: {key} must be an integer >= 1, got {v!r}")
+            p = obj.get("acceptance")
+            if p is not None and (
+                not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0
+            ):
+                raise ConfigError(f"{where}: acceptance must be a number in [0, 1] or absent, got {p!r}")
+            arrival.append(float(a))
+            prompt.append(obj["prompt_tokens"])
+            out.append(obj["output_tokens"])
+            acc.append(math.nan if p is None else float(p))
+    if not arrival:
+        raise ConfigError(f"{path}: workload file has no requests")
+    order = np.argsort(np.asarray(arrival), kind="stable")
+    return Requests(
+        np.asarray(arrival, dtype=np.float64)[order],
+        np.asarray(prompt, dtype=np.int64)[order],
+        np.asarray(out, dtype=np.int64)[order],
+        np.asarray(acc, dtype=np.float64)[order],
+    )
+
+
+def _per_token_acceptance(mean_accepted: float, depth: float) -> float:
+    """Solve sum_{i=1..k} p**i = mean_accepted for p (chain acceptance), by bisection."""
+    k = max(1, round(depth))
+    lo, hi = 1e-4, 1.0 - 1e-4
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if sum(mid**i for i in range(1, k + 1)) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def _trace_scenario(path: Path, duration_s: float | None, window_s: float = 10.0) -> Scenario:
+    from ..trace import read_trace
+
+    t = 0.0
+    t0: float | None = None
+    conc: list[tuple[float, int]] = []
+    acc_sum: dict[int, list[float]] = {}
+    n = 0
+    try:
+        for rec in read_trace(path):
+            if rec.rank != 0:
+                continue
+            n += 1
+            if rec.ts is not None:
+                t0 = rec.ts if t0 is None else t0
+                t = rec.ts - t0
+            c = max(1, rec.batch_size + rec.num_waiting)
+            if not conc or conc[-1][1] != c:
+                conc.append((t, c))
+            if rec.last_num_steps > 0 and rec.accepted_draft_tokens:
+                acc = rec.accepted_draft_tokens
+                bucket = acc_sum.setdefault(int(t // window_s), [0.0, 0.0, 0.0])
+                bucket[0] += sum(acc)
+                bucket[1] += len(acc)
+                bucket[2] += rec.last_num_steps * len(acc)
+            if rec.ts is None:
+                t += rec.step_time_s or 0.0
+    except ValueError as exc:
+        raise ConfigError(f"workload trace {path}: {exc}") from None
+    if n == 0:
+        raise ConfigError(f"workload trace {path}: no step records")
+    phases: list[tuple[float, float]] = []
+    for b in sorted(acc_sum):
+        s, cnt, depth = acc_sum[b]
+        p = _per_token_acceptance(s / cnt, depth / cnt)
+        phases.append((b * window_s, min(0.99, max(0.01, p))))
+    end = max(t, conc[-1][0] + 1.0)
+    if conc[0][0] > 0:
+        conc.insert(0, (0.0, conc[0][1]))
+    return Scenario(
+        workload=path.name,
+        duration_s=duration_s or end,
+        closed_loop=tuple(conc),
+        acceptance_phases=tuple(phases),
+    )
+
+
+def _looks_like_trace(path: Path) -> bool:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(obj, dict) and (
+                    obj.get("kind") == "header" or ("batch_size" in obj and "num_steps" in obj)
+                )
+    return False
+
+
+def load_workload(
+    spec: str | os.PathLike[str],
+    *,
+    profile: _NeverStep,
+    seed: int = 0,
+    duration_s: float | None = None,
+    concurrency: Sequence[int] | None = None,
+    shape: RequestShape | None = None,
+    acceptance: BetaAcceptance | None = None,
+) -> list[Scenario]:
+    """Expand a workload name or file into scenarios. ``duration_s`` None = the workload's default."""
+    shape = shape or RequestShape()
+    acceptance = acceptance or BetaAcceptance()
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise ConfigError(f"--duration must be a number of seconds > 0, got {duration_s!r}")
+    name = os.fspath(spec)
+    if name in WORKLOADS:
+        dur = duration_s or DEFAULT_DURATION_S[name]
+        if concurrency is not None and name != "sweep":
+            raise ConfigError("--concurrency applies to the sweep workload only")
+        if name == "sweep":
+            # Start in steady state (requests already mid-output), then skip a short settling time.
+            return [
+                Scenario(
+                    "sweep",
+                    dur,
+                    concurrency=c,
+                    closed_loop=((0.0, c),),
+                    shape=shape,
+                    acceptance=acceptance,
+                    warmup_s=min(5.0, dur / 4),
+                    prewarmed=True,
+                )
+                for c in (concurrency or DEFAULT_SWEEP_LEVELS)
+            ]
+        if name == "ramp":
+            return [Scenario("ramp", dur, closed_loop=_ramp(dur), shape=shape, acceptance=acceptance)]
+        if name == "bursty":
+            reqs = _bursty(seed, dur, profile, shape, acceptance)
+            return [Scenario("bursty", dur, requests=reqs, shape=shape, acceptance=acceptance)]
+        phases = _alternating(dur, 60.0, (0.85, 0.35))
+        return [
+            Scenario(
+                "transition",
+                dur,
+                closed_loop=((0.0, 32),),
+                acceptance_phases=phases,
+                shape=shape,
+                acceptance=acceptance,
+                prewarmed=True,
+            )
+        ]
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(
+            f"--workload: {name!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a file"
+        )
+    if concurrency is not None:
+        raise ConfigError("--concurrency applies to the sweep workload only")
+    if _looks_like_trace(path):
+        return [_trace_scenario(path, duration_s)]
+    reqs = _read_requests_file(path)
+    return [
+        Scenario(
+            path.name,
+            duration_s or float(reqs.arrival_s[-1]) + 1.0,
+            requests=reqs,
+            shape=shape,
+            acceptance=acceptance,
+            drain=duration_s is None,
+        )
+    ]

@@ -1,0 +1,142 @@
+"""The plugin loads through SGLang's REAL ``load_plugins()`` via the installed ``sglang.srt.plugins`` entry point.
+
+Each case runs in a fresh interpreter: ``load_plugins`` runs once per process and patches SGLang's classes, just as
+in a spawned scheduler process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import requires_version
+
+HERE = Path(__file__).parent
+
+
+def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    prelude = f"import sys; sys.path.insert(0, {str(HERE)!r}); import _stubs; _stubs.install()\n"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SPECPOLICY_")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        env=full_env, capture_output=True, text=True, timeout=180,
+    )
+
+
+def test_entry_point_is_installed_for_sglang() -> None:
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert eps.get("specpolicy") == "specpolicy.adapters.sglang.plugin:register"
+
+
+@requires_version("0.5.23")
+def test_load_plugins_installs_the_hooks_on_0523() -> None:
+    proc = _run(
+        """
+        from sglang.srt.plugins import load_plugins
+        from sglang.srt.plugins.hook_registry import HookRegistry
+        load_plugins()
+        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+        from sglang.srt.managers.scheduler import Scheduler
+        from specpolicy.adapters.sglang import v0_5_23
+        assert v0_5_23.WORKER_INIT in HookRegistry._patched, HookRegistry._patched
+        assert v0_5_23.RUN_BATCH in HookRegistry._patched
+        assert EAGLEWorkerV2.__init__.__wrapped__.__qualname__ == "EAGLEWorkerV2.__init__"
+        assert Scheduler.run_batch.__wrapped__ is not None
+        print("HOOKED")
+        """,
+        {"SPECPOLICY_POLICY": "static"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HOOKED" in proc.stdout
+
+
+@requires_version("0.5.23", "0.5.12.post1")
+def test_bad_policy_in_the_environment_stops_the_process_naming_the_field() -> None:
+    proc = _run(
+        "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('SERVED ANYWAY')\n",
+        {"SPECPOLICY_POLICY": '{"name": "static", "num_steps": -1}'},
+    )
+    assert proc.returncode != 0
+    assert "SERVED ANYWAY" not in proc.stdout
+    assert "static.num_steps" in proc.stderr and "greater than or equal to 0" in proc.stderr
+
+
+@requires_version("0.5.23")
+def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) -> None:
+    """The BEFORE hook on Scheduler.run_batch, given SGLang's own ForwardMode values."""
+    from types import SimpleNamespace
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.adapters.sglang import v0_5_23
+
+    rt = AdapterRuntime(
+        AdapterSettings.build("static", metrics=False), engine="sglang", engine_version="0.5.23",
+        path="test", allowed_steps=[3], default_steps=3,
+    )
+    params = v0_5_23.SpecPolicyParams(rt, 3)
+    reqs = [SimpleNamespace(seqlen=n) for n in (10, 20, 60)]
+    sched = SimpleNamespace(waiting_queue=[object()] * 5)
+    old = v0_5_23._ACTIVE
+    v0_5_23._ACTIVE = params
+    try:
+        v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.DECODE, reqs=reqs))
+        assert params.num_waiting == 5 and params.mean_seq_len == pytest.approx(30.0)
+        params.get_steps_for_batch(3)
+        params.get_steps_for_batch(3)
+        assert rt.policy is not None
+        # a prefill between two decode rounds: the interval is not a decode step time
+        v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.EXTEND, reqs=reqs))
+        seen: list[object] = []
+        rt.controller.observers = (SimpleNamespace(
+            on_decision=lambda *a: seen.append(a[1]), on_step_time=lambda *a: None),)
+        params.get_steps_for_batch(3)
+        assert seen[-1].last_step_time_s is None and seen[-1].num_waiting == 5
+        params.get_steps_for_batch(3)
+        assert seen[-1].last_step_time_s is not None
+    finally:
+        v0_5_23._ACTIVE = old
+
+
+@requires_version("0.5.12.post1")
+def test_load_plugins_installs_the_legacy_hooks_on_0512() -> None:
+    proc = _run(
+        """
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.speculative.eagle_worker import EAGLEWorker
+        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+        assert hasattr(EAGLEWorker.forward_batch_generation, "__specpolicy_wrapped__")
+        assert hasattr(EAGLEWorkerV2.forward_batch_generation, "__specpolicy_wrapped__")
+        print("HOOKED")
+        """,
+        {"SPECPOLICY_POLICY": "static"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HOOKED" in proc.stdout
+
+
+@requires_version("0.5.23", "0.5.12.post1")
+def test_without_configuration_the_plugin_changes_nothing() -> None:
+    proc = _run(
+        """
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+        from specpolicy.adapters.sglang import v0_5_23
+        print("ACTIVE" if v0_5_23.active_params() is not None else "INACTIVE")
+        print("LEGACY-HOOKED" if hasattr(EAGLEWorkerV2.forward_batch_generation, "__specpolicy_wrapped__") else "-")
+        """,
+        {},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "INACTIVE" in proc.stdout and "LEGACY-HOOKED" not in proc.stdout

@@ -1,0 +1,265 @@
+"""A specpolicy policy driving SGLang's REAL AdaptiveController (0.5.20+ route).
+
+The only fake is the worker (``FakeWorker``): building real runtime states needs a GPU (attention backends, CUDA
+graphs). It is the smallest object satisfying SGLang's own ``AdaptiveSpecWorker`` Protocol and returns SGLang's
+own ``SpecRuntimeState`` dataclass, the same pattern as SGLang's CPU test
+``test/registered/unit/spec/test_adaptive_runtime_state.py``. Where a method of the real ``EAGLEWorkerV2`` is
+involved (``activate_step_by_batch``, ``on_verify_complete_cpu``), the real function is called on the fake.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import requires_version
+
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.runtime import AdapterInstallError
+from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.policy import PolicyConfig, PolicyEntry
+
+pytestmark = requires_version("0.5.23")
+
+
+class FakeWorker:
+    """Smallest AdaptiveSpecWorker: records which state is live; states carry no GPU resources."""
+
+    def __init__(self, steps: int) -> None:
+        self.speculative_num_steps = steps
+        self.speculative_num_draft_tokens = steps + 1
+        self.built: list[tuple[int, int, list[int] | None]] = []
+        self.applied: list[int] = []
+        self.adaptive_controller: Any = None
+        self._hosts_draft = True
+
+    def build_adaptive_runtime_state(
+        self, speculative_num_steps: int, speculative_num_draft_tokens: int, cuda_graph_bs: list[int] | None = None
+    ) -> Any:
+        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+
+        self.built.append((speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs))
+        return SpecRuntimeState(
+            speculative_num_steps=speculative_num_steps,
+            speculative_num_draft_tokens=speculative_num_draft_tokens,
+            draft_attn_backend=None,
+            cuda_graph_runner=None,
+            target_attn_backend=None,
+            target_graph_runner=None,
+            draft_extend_attn_backend=None,
+            cuda_graph_runner_for_draft_extend=None,
+        )
+
+    def apply_runtime_state(self, state: Any) -> None:
+        self.speculative_num_steps = state.speculative_num_steps
+        self.speculative_num_draft_tokens = state.speculative_num_draft_tokens
+        self.applied.append(state.speculative_num_steps)
+
+
+def _adaptive_config(tmp_path: Path, steps: list[int], extra: dict[str, Any] | None = None) -> str:
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({"1": {"candidate_steps": steps}, **(extra or {})}))
+    return str(path)
+
+
+def _worker_with_sglang_controller(cfg: str, initial: int) -> FakeWorker:
+    """A worker as EAGLEWorkerV2.__init__ leaves it: SGLang's own policy inside a real AdaptiveController."""
+    from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    worker = FakeWorker(initial)
+    worker.adaptive_controller = AdaptiveController(
+        worker, AdaptiveSpeculativeParams(initial_steps=initial, cfg_path=cfg)
+    )
+    return worker
+
+
+def _start(worker: FakeWorker, cuda_graph_bs: list[int] | None = None) -> None:
+    """What EAGLEWorkerV2.init_cuda_graphs does: register the launch state, then build the others."""
+    ctl = worker.adaptive_controller
+    ctl.register(worker.build_adaptive_runtime_state(worker.speculative_num_steps, worker.speculative_num_steps + 1))
+    ctl.init_states(cuda_graph_bs=cuda_graph_bs)
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("SPECPOLICY_CONFIG", "SPECPOLICY_POLICY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# A deterministic policy written for these tests: off when the batch is large, else depth 3 (or 1 after
+# a round with no accepted drafts). Its expected decisions are computed here from the rule, not by the code.
+class _RuleConfig(PolicyConfig):
+    name: str = "rule_for_tests"
+    big: int = 16
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (0, 1, 3)
+
+
+class _Rule:
+    def __init__(self, config: _RuleConfig) -> None:
+        self.big = config.big
+        self.seen: list[StepStats] = []
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.seen.append(stats)
+        if stats.batch_size >= self.big:
+            return SpecMode.off()
+        if stats.has_acceptance and max(stats.accepted_draft_tokens or [0]) == 0:
+            return SpecMode.on(1)
+        return SpecMode.on(3)
+
+    def reset(self) -> None:
+        pass
+
+
+@pytest.fixture
+def rule_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpolicy import policy as policy_mod
+
+    entry = PolicyEntry("rule_for_tests", _RuleConfig, _Rule)
+    reg = policy_mod._registry()
+    monkeypatch.setitem(reg.entries, "rule_for_tests", entry)
+
+
+def test_policy_drives_real_controller_including_steps_zero(tmp_path: Path, rule_policy: None) -> None:
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3, 5])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    settings = AdapterSettings.build({"name": "rule_for_tests"}, metrics=False)
+    params = v0_5_23.attach(worker, settings, cfg)
+    assert params is not None and worker.adaptive_controller.params is params
+    _start(worker, cuda_graph_bs=[1, 2, 4, 8, 16, 32])
+    # Only the policy's depths (plus the launch depth) get a runtime state: 5 is configured but never used.
+    assert sorted(b[0] for b in worker.built) == [0, 1, 3]
+    graphs = [1, 2, 4, 8, 16, 32]
+    assert {b[0]: b[2] for b in worker.built[1:]} == {0: graphs, 1: graphs}  # every depth at every graph size
+
+    applied: list[int] = []
+    for bs, accepted in [(4, [2, 3, 1, 0]), (32, None), (2, [0, 0]), (4, [1, 1, 1, 1])]:
+        EAGLEWorkerV2.activate_step_by_batch(worker, bs)  # the real per-round decision point
+        applied.append(worker.speculative_num_steps)
+        drafts = accepted if accepted is not None else [0] * bs
+        EAGLEWorkerV2.on_verify_complete_cpu(worker, drafts, batch_size=bs)
+    # round 1: bs 4 -> 3; round 2: bs 32 -> off; round 3: bs 2, last round was off (no acceptance) -> 3;
+    # round 4: the previous round ran depth 3 and accepted nothing -> 1.
+    assert applied == [3, 0, 3, 1]
+    seen = params.runtime.policy.seen  # type: ignore[attr-defined]
+    assert [s.batch_size for s in seen] == [4, 32, 2, 4]
+    assert seen[1].last_num_steps == 3 and list(seen[1].accepted_draft_tokens) == [2, 3, 1, 0]
+    assert seen[2].last_num_steps == 0 and seen[2].accepted_draft_tokens is None  # off is not "zero acceptance"
+    assert seen[3].last_num_steps == 3 and list(seen[3].accepted_draft_tokens) == [0, 0]
+    assert params.runtime.controller.switches == 3
+
+
+def test_overlap_feedback_is_matched_to_the_round_that_produced_it(tmp_path: Path, rule_policy: None) -> None:
+    """With overlap, round N+1 is decided before round N's acceptance arrives; depths must not be mixed up."""
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    params = v0_5_23.attach(worker, AdapterSettings.build({"name": "rule_for_tests"}, metrics=False), cfg)
+    assert params is not None
+    _start(worker)
+    ctl = worker.adaptive_controller
+    ctl.activate_step_by_batch(4)  # round A runs 3
+    ctl.activate_step_by_batch(32)  # round B runs 0, decided before A's feedback
+    ctl.on_verify_complete([1, 2, 0, 1], 4)  # A's feedback
+    ctl.activate_step_by_batch(4)  # round C sees A (depth 3) as the latest known round
+    ctl.on_verify_complete([0] * 32, 32)  # B's feedback: depth 0
+    ctl.activate_step_by_batch(4)
+    seen = params.runtime.policy.seen  # type: ignore[attr-defined]
+    assert (seen[2].last_num_steps, list(seen[2].accepted_draft_tokens)) == (3, [1, 2, 0, 1])
+    assert (seen[3].last_num_steps, seen[3].accepted_draft_tokens) == (0, None)
+
+
+def test_policy_failure_runs_the_launch_depth_and_keeps_serving(tmp_path: Path, rule_policy: None) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=1)
+    params = v0_5_23.attach(worker, AdapterSettings.build({"name": "rule_for_tests"}, metrics=False), cfg)
+    assert params is not None
+    _start(worker)
+
+    def broken(stats: StepStats) -> SpecMode:
+        raise RuntimeError("boom")
+
+    params.runtime.policy.decide = broken  # type: ignore[method-assign]
+    worker.adaptive_controller.activate_step_by_batch(32)
+    assert worker.speculative_num_steps == 1
+    assert params.runtime.controller.errors == 1
+
+
+def test_depth_outside_the_configured_candidates_is_refused(tmp_path: Path) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    settings = AdapterSettings.build({"name": "static", "num_steps": 0}, metrics=False)
+    with pytest.raises(AdapterInstallError, match=r"depth\(s\) \[0\].*only prepared \[1, 3\]"):
+        v0_5_23.attach(worker, settings, cfg)
+    # warn mode: SGLang keeps its own policy and serves without specpolicy
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    warn = AdapterSettings.build({"name": "static", "num_steps": 0}, metrics=False, on_install_failure="warn")
+    assert v0_5_23.attach(worker, warn, cfg) is None
+    assert isinstance(worker.adaptive_controller.params, AdaptiveSpeculativeParams)
+
+
+def test_no_adaptive_controller_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+
+    worker = FakeWorker(3)
+    settings = AdapterSettings.build("static", metrics=False)
+    with pytest.raises(AdapterInstallError, match="--speculative-adaptive"):
+        v0_5_23.attach(worker, settings, None, adaptive_on=False)
+    worker._hosts_draft = False  # a non-last pipeline stage has no controller by design
+    assert v0_5_23.attach(worker, settings, None, adaptive_on=False) is None
+
+
+def test_settings_ride_in_the_adaptive_config_json(tmp_path: Path) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(
+        tmp_path, [0, 3], {"specpolicy": {"policy": {"name": "static", "num_steps": 0}, "metrics": False}}
+    )
+    settings = v0_5_23.resolve_settings(cfg)
+    assert settings is not None and settings.policy.candidate_steps() == (0,) and settings.metrics is False
+    # SGLang's own loader still routes on the integer keys only
+    from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
+
+    assert resolve_candidate_steps_from_config(cfg) == [0, 3]
+    plain = _adaptive_config(tmp_path, [0, 3])
+    assert v0_5_23.resolve_settings(plain) is None
+
+
+def test_trace_is_written_from_a_real_controller_run(tmp_path: Path, rule_policy: None) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+    from specpolicy.trace import read_trace
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    trace = tmp_path / "steps.jsonl"
+    settings = AdapterSettings.build({"name": "rule_for_tests"}, metrics=False, trace_path=trace)
+    params = v0_5_23.attach(worker, settings, cfg)
+    assert params is not None
+    _start(worker)
+    for bs in (4, 4, 32, 4):
+        worker.adaptive_controller.activate_step_by_batch(bs)
+        worker.adaptive_controller.on_verify_complete([1] * bs, bs)
+    params.close()
+    records = list(read_trace(trace))
+    assert [(r.batch_size, r.num_steps) for r in records] == [(4, 3), (4, 3), (32, 0), (4, 3)]
+    # a round's time is the interval to the next decision; the last round's is unknown at shutdown
+    assert all(r.step_time_s is not None and r.step_time_s >= 0 for r in records[:-1])
+    assert records[-1].step_time_s is None
+    header = json.loads(trace.read_text().splitlines()[0])
+    assert header["kind"] == "header" and header["engine"] == "sglang" and header["engine_version"] == "0.5.23"
+    assert "adaptive-controller" in header["path"] and header["policy"]["name"] == "rule_for_tests"

@@ -1,0 +1,162 @@
+"""Contract tests: every vLLM-internal name the adapter reads, overrides or calls, and the meaning it needs.
+
+A vLLM release that renames or re-purposes one of these fails here, in CI, instead of in a user's server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import pytest
+from conftest import K_MAX, FakeRunner, add_request, build_scheduler, drive
+
+from specpolicy.adapters.vllm import PolicyAsyncScheduler, PolicyScheduler
+
+
+def params(fn: Any) -> list[str]:
+    return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+
+def test_scheduler_methods_the_adapter_overrides_keep_their_signatures() -> None:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    assert params(Scheduler._update_after_schedule) == ["scheduler_output"]
+    assert params(AsyncScheduler._update_after_schedule) == ["scheduler_output"]
+    assert params(Scheduler.make_spec_decoding_stats) == [
+        "spec_decoding_stats",
+        "num_draft_tokens",
+        "num_accepted_tokens",
+        "num_invalid_spec_tokens",
+        "request_id",
+    ]
+    assert params(Scheduler.update_from_output) == ["scheduler_output", "model_runner_output"]
+    assert params(Scheduler.shutdown) == []
+    assert params(Scheduler.get_request_counts) == []
+    # our overrides are the ones that run, on both bases
+    for cls in (PolicyScheduler, PolicyAsyncScheduler):
+        for name in ("_update_after_schedule", "make_spec_decoding_stats", "update_from_output", "shutdown"):
+            assert getattr(cls, name).__qualname__.startswith("_PolicyMixin."), (cls, name)
+
+
+def test_scheduler_output_fields() -> None:
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    fields = {f.name for f in dataclasses.fields(SchedulerOutput)}
+    assert {
+        "num_scheduled_tokens",
+        "num_spec_tokens_to_schedule",
+        "scheduled_spec_decode_tokens",
+        "total_num_scheduled_tokens",
+        "skip_drafts",
+    } <= fields
+
+
+def test_request_counters_the_decode_test_reads() -> None:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    r = Request(
+        request_id="x",
+        prompt_token_ids=[1, 2, 3],
+        sampling_params=SamplingParams(max_tokens=4),
+        pooling_params=None,
+    )
+    assert (r.num_computed_tokens, r.num_output_placeholders, r.num_tokens, r.num_output_tokens) == (
+        0,
+        0,
+        3,
+        0,
+    )
+
+
+def test_config_fields_the_checks_read(make_config: Any) -> None:
+    cfg = make_config()
+    spec = cfg.speculative_config
+    assert spec.method == "eagle3" and spec.num_speculative_tokens == K_MAX
+    assert [tuple(e) for e in spec.num_speculative_tokens_per_batch_size] == [
+        (1, 5, 3),
+        (6, 6, 2),
+        (7, 7, 1),
+        (8, 8, 0),
+    ]
+    assert isinstance(cfg.use_v2_model_runner, bool)
+    assert cfg.additional_config["specpolicy"]["policy"]["name"] == "scripted"
+    par = cfg.parallel_config
+    assert (par.data_parallel_size, par.tensor_parallel_size, par.pipeline_parallel_size) == (1, 1, 1)
+    assert par.data_parallel_rank == 0
+    assert cfg.scheduler_config.max_num_seqs == 8
+    assert cfg.scheduler_config.async_scheduling in (True, False)
+
+
+def test_scheduler_cls_string_resolves_to_our_class(make_config: Any) -> None:
+    from specpolicy.adapters.vllm import Scheduler
+
+    assert make_config().scheduler_config.get_scheduler_cls() is Scheduler
+
+
+def test_vllm_auto_disables_its_schedule_under_data_parallel() -> None:
+    """Why the adapter checks DP first: vLLM drops the schedule; the adapter must say DP, not 'missing'."""
+    from vllm.config.vllm import VllmConfig
+
+    assert hasattr(VllmConfig, "_maybe_disable_dynamic_sd_for_data_parallel")
+    src = inspect.getsource(VllmConfig._maybe_disable_dynamic_sd_for_data_parallel)
+    assert "num_speculative_tokens_per_batch_size = None" in src
+
+
+def test_plugin_hooks() -> None:
+    import vllm.plugins
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+
+    assert vllm.plugins.DEFAULT_PLUGINS_GROUP == "vllm.general_plugins"
+    assert callable(vllm.plugins.load_general_plugins)
+    assert hasattr(vllm.plugins, "plugins_loaded")
+    # the front-end builds its VllmConfig with EngineArgs.create_engine_config (AsyncEngineArgs inherits it)
+    assert "create_engine_config" not in AsyncEngineArgs.__dict__
+    assert params(EngineArgs.create_engine_config)[:1] == ["usage_context"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_vllm_uses_num_spec_tokens_to_schedule_for_the_next_steps_drafts(make_config: Any, mode: str) -> None:
+    """The one number the adapter writes is what vLLM turns into the next step's scheduled draft tokens."""
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    cfg = make_config(async_scheduling=mode == "async")
+    base = AsyncScheduler if mode == "async" else Scheduler
+    overrides = iter([2, 0, 1, 3])
+
+    class Probe(base):  # type: ignore[misc,valid-type]
+        def _update_after_schedule(self, so: Any) -> None:
+            so.num_spec_tokens_to_schedule = next(overrides)
+            super()._update_after_schedule(so)
+
+    sched = build_scheduler(cfg, cls=Probe)
+    add_request(sched, "a")
+    outs = drive(sched, FakeRunner(sched, lambda s, r, d: d), steps=4, mode=mode)
+    assert [len(so.scheduled_spec_decode_tokens.get("a", ())) for so in outs] == [0, 2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "name", __import__("specpolicy.adapters.vllm.contract", fromlist=["TARGETS"]).TARGETS
+)
+def test_every_listed_internal_name_resolves(name: str) -> None:
+    from specpolicy.adapters.vllm.contract import resolve
+
+    assert resolve(name) is not None or name.endswith("_per_batch_size")
+
+
+def test_doctor_report_on_this_installation() -> None:
+    import io
+
+    from specpolicy.adapters.vllm.doctor import report
+
+    buf = io.StringIO()
+    res = report(out=buf)
+    assert res["version"] == "0.33.0" and res["supported"] and res["entry_point"]
+    assert set(res["contract"].values()) == {"ok"}
+    assert res["ok"], res["problems"]
+    smoke = report(smoke=True, out=io.StringIO())  # no CUDA GPU here: skipped with the reason
+    assert any("needs vLLM and a CUDA GPU" in p for p in smoke["problems"])

@@ -1,0 +1,133 @@
+"""The test-only policies the live check installs into the engine (scripts/gpu/gpucheck_policies)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from specpolicy_gpucheck import (
+    CycleConfig,
+    CyclePolicy,
+    DispatchConfig,
+    DispatchPolicy,
+    RaiseConfig,
+    RaisePolicy,
+)
+
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.controller import StepController
+
+S = StepStats(batch_size=4)
+
+
+@given(
+    depths=st.lists(st.integers(0, 8), min_size=1, max_size=5), period=st.integers(1, 7), n=st.integers(1, 80)
+)
+@settings(max_examples=80, deadline=None)
+def test_cycle_holds_each_depth_for_period_steps(depths: list[int], period: int, n: int) -> None:
+    pol = CyclePolicy(CycleConfig(depths=tuple(depths), period=period))
+    got = [pol.decide(S).num_steps for _ in range(n)]
+    want: list[int] = []
+    while len(want) < n:
+        for k in depths:
+            want.extend([k] * period)
+    assert got == want[:n]
+    pol.reset()
+    assert pol.decide(S).num_steps == depths[0]
+    assert set(got) <= set(CycleConfig(depths=tuple(depths), period=period).candidate_steps())
+
+
+def test_cycle_rejects_depth_out_of_range() -> None:
+    with pytest.raises(ValueError, match="depths"):
+        CycleConfig(depths=(3, 99), period=2)
+
+
+def test_raise_fails_exactly_on_its_window() -> None:
+    pol = RaisePolicy(RaiseConfig(num_steps=0, raise_from=2, raise_count=3))
+    outcome: list[int | str] = []
+    for _ in range(8):
+        try:
+            outcome.append(pol.decide(S).num_steps)
+        except RuntimeError:
+            outcome.append("x")
+    assert outcome == [0, 0, "x", "x", "x", 0, 0, 0]
+
+
+def test_raise_inside_the_controller_runs_the_default_and_counts() -> None:
+    pol = RaisePolicy(RaiseConfig(num_steps=0, raise_from=1, raise_count=4))
+    ctl = StepController(pol, allowed_steps=(0, 3), default_steps=3)
+    assert [ctl.decide(S) for _ in range(7)] == [0, 3, 3, 3, 3, 0, 0]
+    assert ctl.errors == 4
+
+
+def _dispatch(tmp_path: Path, initial: str = "on") -> tuple[DispatchPolicy, Path, Path]:
+    control, log = tmp_path / "control.txt", tmp_path / "switches.jsonl"
+    control.write_text(initial)
+    cfg = DispatchConfig(
+        control_file=str(control),
+        log_file=str(log),
+        initial=initial,
+        policies={
+            "on": {"name": "static", "num_steps": 3},
+            "off": {"name": "static", "num_steps": 0},
+            "cyc": {"name": "gpucheck_cycle", "depths": [3, 0], "period": 2},
+        },
+    )
+    return DispatchPolicy(cfg), control, log
+
+
+def _rewrite(path: Path, text: str) -> None:
+    st_ = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))  # a visibly newer mtime
+
+
+def test_dispatch_follows_the_control_file_and_resets_the_child(tmp_path: Path) -> None:
+    pol, control, log = _dispatch(tmp_path)
+    assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 3]
+    _rewrite(control, "cyc")
+    assert [pol.decide(S).num_steps for _ in range(5)] == [3, 3, 0, 0, 3]
+    _rewrite(control, "off")
+    assert pol.decide(S) == SpecMode.off()
+    _rewrite(control, "cyc")  # back to the cycle: it starts from its first depth again
+    assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 0]
+    switches = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [s["label"] for s in switches] == ["on", "cyc", "off", "cyc"]
+    assert [s["decide_index"] for s in switches] == [1, 4, 9, 10]
+
+
+def test_dispatch_ignores_unknown_labels_and_a_missing_file(tmp_path: Path) -> None:
+    pol, control, _ = _dispatch(tmp_path)
+    pol.decide(S)
+    _rewrite(control, "nonsense")
+    assert pol.decide(S).num_steps == 3
+    control.unlink()
+    assert pol.decide(S).num_steps == 3
+
+
+def test_dispatch_candidate_steps_are_the_union(tmp_path: Path) -> None:
+    pol, _, _ = _dispatch(tmp_path)
+    assert pol.config.candidate_steps() == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"initial": "missing"}, "initial"),
+        ({"policies": {"a": {"name": "static", "num_steps": -1}}, "initial": "a"}, "num_steps"),
+        ({"policies": {"a": {"name": "gpucheck_dispatch"}}, "initial": "a"}, "nest"),
+        ({"policies": {}}, "policies"),
+    ],
+)
+def test_dispatch_config_errors_name_the_problem(change: dict[str, object], field: str) -> None:
+    base: dict[str, object] = {
+        "control_file": "/tmp/x",
+        "initial": "a",
+        "policies": {"a": {"name": "static", "num_steps": 3}},
+    }
+    with pytest.raises(ValueError, match=field):
+        DispatchConfig.model_validate({**base, **change})

@@ -1,0 +1,161 @@
+"""scripts/gpu_check.py: argument handling, engine arguments per path, packing, and the analyze command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tarfile
+from pathlib import Path
+
+import bigram_model as bm
+import gpu_check as G
+import pytest
+from test_gpu_analysis import GOOD_LOG, small_plan, write_engine
+
+
+def test_engine_kwargs_pick_the_worker_path(tmp_path: Path) -> None:
+    v1, v2 = G.engine_kwargs("v1", tmp_path), G.engine_kwargs("v2", tmp_path)
+    assert v1["disable_overlap_schedule"] is True and v2["disable_overlap_schedule"] is False
+    for kw in (v1, v2):
+        assert kw["speculative_algorithm"] == "STANDALONE" and kw["speculative_eagle_topk"] == 1
+        assert kw["speculative_num_draft_tokens"] == kw["speculative_num_steps"] + 1
+        assert kw["speculative_draft_model_path"] == str(tmp_path / "draft")
+        assert kw["cuda_graph_max_bs"] >= 128 and kw["max_running_requests"] >= 128
+    base = G.engine_kwargs("base_v1", tmp_path)
+    assert "speculative_algorithm" not in base and base["disable_overlap_schedule"] is True
+    assert G.engine_kwargs("base_v2", tmp_path)["disable_overlap_schedule"] is False
+
+
+def test_extra_engine_kwargs_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GC_EXTRA_KW", '{"attention_backend": "flashinfer", "mem_fraction_static": 0.5}')
+    kw = G.engine_kwargs("v2", tmp_path)
+    assert kw["attention_backend"] == "flashinfer" and kw["mem_fraction_static"] == 0.5
+
+
+def test_cli_requires_a_subcommand_and_its_arguments() -> None:
+    with pytest.raises(SystemExit) as e:
+        G.main([])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        G.main(["device", "--work", "/tmp/x"])  # --out missing
+
+
+def test_analyze_command_writes_reports_and_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pi = bm.bigram_map(200, 1)
+    meta = {
+        "chain_vocab": 200,
+        "agree": 0.7,
+        "pi": pi.tolist(),
+        "pi_draft": bm.draft_map(pi, 0.7, 2).tolist(),
+    }
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "models-meta.json").write_text(json.dumps(meta))
+    for run in small_plan(("v1", "base_v1")):
+        write_engine(res / run.path, meta, run, log=GOOD_LOG.replace("v2 worker", "v1 worker"))
+    rc = G.main(["analyze", str(res), "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")])
+    assert rc == 0
+    assert json.loads((tmp_path / "r.json").read_text())["ok"] is True
+    assert "throughput, v1 path" in (tmp_path / "r.md").read_text()
+    assert "overall: PASS" in capsys.readouterr().out
+    (res / "v1" / "engine.log").write_text("nothing\n")  # no live-path line, engine did not finish
+    assert G.main(["analyze", str(res)]) == 1
+
+
+def test_pack_collects_every_engine_folder_and_the_model_meta(tmp_path: Path) -> None:
+    work, out = tmp_path / "w", tmp_path / "o"
+    for p in ("v2", "base_v2", "v1"):
+        (work / "runs" / p).mkdir(parents=True)
+        (work / "runs" / p / "phases.jsonl").write_text("{}\n")
+    (work / "models").mkdir()
+    (work / "models" / "meta.json").write_text("{}")
+    out.mkdir()
+    G._pack(work, out, ("v2", "base_v2"))
+    with tarfile.open(out / "results-v2-base_v2.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"v2/phases.jsonl", "base_v2/phases.jsonl", "models-meta.json"} <= names
+    assert not any(n.startswith("v1") for n in names)  # another command's engine
+    assert [p.name for p in out.iterdir()] == ["results-v2-base_v2.tar.gz"]
+
+
+_HAVE_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "safetensors", "tokenizers"))
+
+
+@pytest.mark.skipif(
+    not _HAVE_TORCH, reason="needs torch, transformers, safetensors and tokenizers (CPU is enough)"
+)
+def test_build_models_tiny_writes_loadable_target_and_draft(tmp_path: Path) -> None:
+    assert G.main(["build-models", "--work", str(tmp_path), "--tiny"]) == 0
+    meta = json.loads((tmp_path / "models" / "meta.json").read_text())
+    for name in ("target", "draft"):
+        cfg = json.loads((tmp_path / "models" / name / "config.json").read_text())
+        assert cfg["num_hidden_layers"] == meta[name]["layers"]
+        assert (tmp_path / "models" / name / "tokenizer.json").exists()
+    agree = sum(a == b for a, b in zip(meta["pi"][4:], meta["pi_draft"][4:], strict=True)) / (
+        meta["chain_vocab"] - 4
+    )
+    assert 0.5 < agree < 0.9  # default 0.7
+    assert G.main(["build-models", "--work", str(tmp_path), "--tiny"]) == 0  # second call keeps them
+
+
+def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
+    """The driver's own plumbing on CPU: engine processes per path, phases, control file, packing."""
+    import os
+    import subprocess
+    import sys
+
+    work, out = tmp_path / "w", tmp_path / "o"
+    (work / "models" / "target").mkdir(parents=True)
+    pi = bm.bigram_map(60, 1)
+    meta = {"chain_vocab": 60, "agree": 0.7, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist()}
+    (work / "models" / "meta.json").write_text(json.dumps(meta))
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [
+                str(here / "fakes"),
+                str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies"),
+                os.environ.get("PYTHONPATH", ""),
+            ]
+        ),
+    }
+    script = here.parents[1] / "scripts" / "gpu_check.py"
+    args = [
+        "device",
+        "--work",
+        str(work),
+        "--out",
+        str(out),
+        "--paths",
+        "v2,base_v2",
+        "--concurrency",
+        "1,3",
+        "--perf-tokens",
+        "12",
+        "--min-engine-s",
+        "1",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "GC ENGINE v2 rc=0" in proc.stdout and "GC ENGINE base_v2 rc=0" in proc.stdout
+    res = tmp_path / "res"
+    with tarfile.open(out / "results-v2-base_v2.tar.gz") as tar:
+        tar.extractall(res, filter="data")
+    log = (res / "v2" / "engine.log").read_text()
+    assert "FAKE specpolicy config ok, candidate steps (0, 3)" in log
+    phases = [json.loads(x) for x in (res / "v2" / "phases.jsonl").read_text().splitlines()]
+    assert phases[0]["kind"] == "engine" and phases[0]["kw"]["disable_overlap_schedule"] is False
+    names = [p["name"] for p in phases[1:]]
+    assert "check:raise" in names and "perf:hysteresis:3" in names
+    assert (res / "v2" / "control.txt").read_text() == "hysteresis"  # the last phase's policy
+    assert "kw" in json.loads((res / "base_v2" / "phases.jsonl").read_text().splitlines()[0])
+    rep = G.main(["analyze", str(res), "--json", str(tmp_path / "r.json")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    for eng in report["engines"].values():
+        assert eng["verdicts"]["exact_token_counts"] and eng["verdicts"]["lossless_all_phases"]
+    assert rep == 1  # the fake has no adapter: no live-path line, no trace, so the report must fail

@@ -1,0 +1,28 @@
+"""The shipped profiles are what scripts/build_profiles.py makes from the measured data (if present)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from specpolicy.sim import available_profiles
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "build_profiles.py"
+DATA = ROOT.parent / "shared" / "data" / "h200-step-costs.json"
+
+
+@pytest.mark.skipif(not DATA.is_file(), reason="the raw H200 measurements are not next to this checkout")
+def test_shipped_profiles_are_reproducible_from_the_data() -> None:
+    spec = importlib.util.spec_from_file_location("build_profiles", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    built = mod.build(DATA)
+    assert sorted(built) == available_profiles()
+    for name, doc in built.items():
+        shipped = json.loads((ROOT / "specpolicy" / "sim" / "profiles" / f"{name}.json").read_text())
+        assert shipped == doc, f"{name}.json is stale: run scripts/build_profiles.py"

@@ -1,0 +1,76 @@
+"""``specpolicy-sglang`` without SGLang installed: configuration errors first, then the refusal; version rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from specpolicy.adapters.sglang import launch, versions
+from specpolicy.adapters.sglang.versions import UnsupportedVersion, check_version, route_for, worker_path
+
+NO_SGLANG = importlib.util.find_spec("sglang") is None
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specpolicy.adapters.sglang", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--spec-policy", '{"name": "static", "num_steps": 65}'], "policy.static.num_steps"),
+        (["--spec-policy", '{"name": "static", "depth": 2}'], "policy.static.depth"),
+        (["--spec-policy", "no_such_policy"], "policy.name: unknown policy 'no_such_policy'"),
+        (["--spec-policy", "static", "--spec-policy-trace-backups", "-3"], "trace_backups"),
+        (["--model-path", "m"], "policy: missing"),
+    ],
+)
+def test_bad_configuration_exits_2_naming_the_field(args: list[str], named: str) -> None:
+    proc = _cli(*args, "--speculative-algorithm", "EAGLE3")
+    assert proc.returncode == launch.EXIT_CONFIG
+    assert named in proc.stderr
+
+
+@pytest.mark.skipif(not NO_SGLANG, reason="checks the message when SGLang is absent")
+def test_without_sglang_a_valid_policy_is_refused_with_the_supported_list() -> None:
+    proc = _cli("--spec-policy", "static", "--speculative-algorithm", "EAGLE3", "--model-path", "m")
+    assert proc.returncode == launch.EXIT_REFUSED
+    assert "SGLang is not installed" in proc.stderr and "0.5.10.post1, 0.5.12.post1, 0.5.23" in proc.stderr
+
+
+def test_help_works_without_sglang() -> None:
+    proc = _cli("--help")
+    assert proc.returncode == 0
+    assert "--spec-policy NAME|JSON|FILE" in proc.stdout and "--spec-policy-on-install-failure" in proc.stdout
+
+
+def test_warn_mode_runs_sglang_untouched_when_the_policy_cannot_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.4.0")
+    monkeypatch.setattr(launch, "installed_version", lambda: "0.4.0")
+    argv = ["--model-path", "m", "--speculative-algorithm", "EAGLE3"]
+    plan = launch.prepare([*argv, "--spec-policy", "static", "--spec-policy-on-install-failure", "warn"])
+    assert plan.route == "none" and plan.env == {} and plan.sglang_argv == argv
+    assert "NOT ACTIVE" in plan.notes[0] and "0.4.0 is not supported" in plan.notes[0]
+    with pytest.raises(UnsupportedVersion):
+        launch.prepare([*argv, "--spec-policy", "static"])
+
+
+def test_version_rules() -> None:
+    for v in versions.SUPPORTED:
+        assert check_version(v) == v
+    with pytest.raises(UnsupportedVersion, match=r"0\.5\.22 is not supported.*0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.23"):
+        check_version("0.5.22")
+    assert check_version("0.5.22", allow_untested=True) == "0.5.22"
+    with pytest.raises(UnsupportedVersion):
+        check_version("0.4.9", allow_untested=True)  # too old for any code layout the adapter knows
+    assert [route_for(v) for v in ("0.5.10.post1", "0.5.12.post1", "0.5.19", "0.5.20", "0.5.23", "0.6.0")] == [
+        "legacy", "legacy", "legacy", "adaptive", "adaptive", "adaptive"
+    ]
+    assert worker_path("0.5.12.post1", overlap=False).startswith("v1 (EAGLEWorker")
+    assert worker_path("0.5.12.post1", overlap=True).startswith("v2 (EAGLEWorkerV2")
+    assert worker_path("0.5.23", overlap=False) == "adaptive-controller (EAGLEWorkerV2, non-overlap)"

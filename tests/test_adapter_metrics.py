@@ -1,0 +1,97 @@
+"""MetricsObserver: what reaches Prometheus, in a private registry and in multiprocess mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+prom = pytest.importorskip("prometheus_client")
+
+from specpolicy import SpecMode, StepStats  # noqa: E402
+from specpolicy.adapters.controller import StepController  # noqa: E402
+from specpolicy.adapters.metrics import MetricsObserver  # noqa: E402
+
+
+class _Estimating:
+    def __init__(self) -> None:
+        self.depths = [3, 3, 0, 5, 0]
+        self.i = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        k = self.depths[self.i % len(self.depths)]
+        self.i += 1
+        return SpecMode.of(k)
+
+    def reset(self) -> None:
+        pass
+
+    def estimates(self) -> Mapping[str, float]:
+        return {"ewma_acceptance": 2.5, "tokens_per_s@3": 1234.0}
+
+
+def _value(reg: object, metric: str, **labels: str) -> float | None:
+    return reg.get_sample_value(metric, labels)  # type: ignore[attr-defined,no-any-return]
+
+
+def test_counts_switches_errors_and_estimates_reach_the_registry() -> None:
+    reg = prom.CollectorRegistry()
+    policy = _Estimating()
+    obs = MetricsObserver(engine="sglang", rank=1, policy=policy, registry=reg, push_every=4)
+    ctl = StepController(policy, allowed_steps=[0, 3], default_steps=3, observers=[obs])
+    for _ in range(10):
+        ctl.decide(StepStats(8))
+    obs.close()
+    lab = {"engine": "sglang", "rank": "1"}
+    # depths 3,3,0,5,0 repeated twice; 5 is not allowed -> fallback to 3 (counted as a policy error)
+    assert _value(reg, "specpolicy_steps_total", depth="3", **lab) == 6
+    assert _value(reg, "specpolicy_steps_total", depth="0", **lab) == 4
+    assert _value(reg, "specpolicy_policy_errors_total", **lab) == 2
+    # 3,3,0,3,0,3,3,0,3,0 -> switches at every change
+    assert _value(reg, "specpolicy_switches_total", **lab) == 7
+    assert _value(reg, "specpolicy_decide_seconds_count", **lab) == 10
+    assert _value(reg, "specpolicy_depth", **lab) == 0
+    assert _value(reg, "specpolicy_estimate", name="ewma_acceptance", **lab) == 2.5
+    assert _value(reg, "specpolicy_estimate", name="tokens_per_s@3", **lab) == 1234.0
+
+
+def test_nothing_is_pushed_between_push_intervals() -> None:
+    reg = prom.CollectorRegistry()
+    obs = MetricsObserver(engine="vllm", registry=reg, push_every=100)
+    for step in range(1, 51):
+        obs.on_decision(step, StepStats(1), 2, 1e-6, False)
+    assert _value(reg, "specpolicy_steps_total", engine="vllm", rank="0", depth="2") is None
+    obs.push()
+    assert _value(reg, "specpolicy_steps_total", engine="vllm", rank="0", depth="2") == 50
+
+
+def test_push_every_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="push_every must be >= 1"):
+        MetricsObserver(engine="x", registry=prom.CollectorRegistry(), push_every=0)
+
+
+def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path: Path) -> None:
+    """As in an engine with metrics on: a worker process writes, the HTTP process's collector reads the dir."""
+    worker = textwrap.dedent(
+        """
+        from specpolicy.adapters.metrics import MetricsObserver
+        from specpolicy.stats import StepStats
+        obs = MetricsObserver(engine="sglang", rank=0, push_every=1)
+        for step in range(1, 6):
+            obs.on_decision(step, StepStats(4), 3 if step % 2 else 0, 2e-6, False)
+        """
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", worker], env=env, check=True, timeout=60)
+    from prometheus_client import multiprocess
+
+    reg = prom.CollectorRegistry()
+    multiprocess.MultiProcessCollector(reg, path=str(tmp_path))
+    assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="3") == 3
+    assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="0") == 2
+    assert _value(reg, "specpolicy_switches_total", engine="sglang", rank="0") == 4

@@ -1,0 +1,93 @@
+"""AdapterSettings: validation naming the field, and the environment round trip spawned processes rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specpolicy.adapters.settings import ENV_CONFIG, ENV_POLICY, ENV_VARS, AdapterSettings
+from specpolicy.errors import ConfigError
+
+
+@given(
+    num_steps=st.integers(0, 64),
+    trace=st.one_of(st.none(), st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=1, max_size=20)),
+    max_bytes=st.integers(4096, 2**40),
+    backups=st.integers(0, 1000),
+    metrics=st.booleans(),
+    failure=st.sampled_from(["refuse", "warn"]),
+    untested=st.booleans(),
+    tp=st.sampled_from(["auto", "local", "broadcast"]),
+)
+def test_environment_round_trip_rebuilds_identical_settings(
+    num_steps: int, trace: str | None, max_bytes: int, backups: int, metrics: bool, failure: str,
+    untested: bool, tp: str,
+) -> None:
+    s = AdapterSettings.build(
+        {"name": "static", "num_steps": num_steps}, trace_path=trace, trace_max_bytes=max_bytes,
+        trace_backups=backups, metrics=metrics, on_install_failure=failure, allow_untested=untested, tp_agreement=tp,
+    )
+    assert AdapterSettings.from_env(s.to_env()) == s
+
+
+@pytest.mark.parametrize(
+    ("fields", "field_named", "allowed"),
+    [
+        ({"trace_backups": -1}, "trace_backups", "greater than or equal to 0"),
+        ({"trace_max_bytes": 10}, "trace_max_bytes", "greater than or equal to 4096"),
+        ({"on_install_failure": "ignore"}, "on_install_failure", "'refuse' or 'warn'"),
+        ({"tp_agreement": "vote"}, "tp_agreement", "'auto', 'local' or 'broadcast'"),
+        ({"metrics": "perhaps"}, "metrics", "valid boolean"),
+        ({"colour": "blue"}, "colour", "known: policy, trace_path"),
+    ],
+)
+def test_bad_field_is_named_with_what_is_allowed(fields: dict[str, object], field_named: str, allowed: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        AdapterSettings.build("static", **fields)
+    text = str(info.value)
+    assert text.startswith(f"{field_named}:") and allowed in text
+
+
+def test_bad_policy_field_is_prefixed_with_policy() -> None:
+    with pytest.raises(ConfigError, match=r"^policy\.static\.num_steps: .*less than or equal to 64"):
+        AdapterSettings.build({"name": "static", "num_steps": 65})
+    with pytest.raises(ConfigError, match=r"^policy\.name: unknown policy 'nope'; available: .*static"):
+        AdapterSettings.build("nope")
+
+
+def test_from_env_is_none_when_nothing_is_configured() -> None:
+    assert AdapterSettings.from_env({"SPECPOLICY_TRACE": "/tmp/x"}) is None  # a trace alone is not a request
+
+
+def test_single_variables_override_the_serialised_config(tmp_path: Path) -> None:
+    base = AdapterSettings.build("static", metrics=True).to_env()
+    env = {**base, ENV_POLICY: '{"name": "static", "num_steps": 0}', ENV_VARS["metrics"]: "0",
+           ENV_VARS["trace_path"]: str(tmp_path / "t.jsonl"), ENV_VARS["trace_backups"]: "7"}
+    s = AdapterSettings.from_env(env)
+    assert s is not None
+    assert (s.policy.candidate_steps(), s.metrics, s.trace_path, s.trace_backups) == (
+        (0,), False, tmp_path / "t.jsonl", 7
+    )
+
+
+def test_policy_file_is_accepted(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"name": "static", "num_steps": 2}))
+    s = AdapterSettings.from_env({ENV_POLICY: str(f)})
+    assert s is not None and s.policy.candidate_steps() == (2,)
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]"])
+def test_broken_config_variable_is_reported(raw: str) -> None:
+    with pytest.raises(ConfigError, match=ENV_CONFIG):
+        AdapterSettings.from_env({ENV_CONFIG: raw})
+
+
+def test_settings_are_frozen() -> None:
+    s = AdapterSettings.build("static")
+    with pytest.raises(Exception):
+        s.metrics = False  # type: ignore[misc]

@@ -1,0 +1,99 @@
+"""Rank agreement logic (the gloo multi-process test is tests/engines/sglang/test_tp_gloo.py)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.controller import StepController
+from specpolicy.adapters.tp import AgreedDecider, LocalSync, agreement_mode, policy_uses_timing
+from specpolicy.policy import PolicyConfig, parse_config
+
+
+class _Timed(PolicyConfig):
+    name: Literal["t"] = "t"
+    uses_step_time: ClassVar[bool] = True
+
+
+class _Untimed(PolicyConfig):
+    name: Literal["u"] = "u"
+    uses_step_time: ClassVar[bool] = False
+    cost_weight: float = 1.0  # the explicit declaration wins over the field-name rule
+
+
+class _CostField(PolicyConfig):
+    name: Literal["c"] = "c"
+    cost_profile: str = "h200"
+
+
+def test_timing_detection() -> None:
+    assert policy_uses_timing(_Timed()) and not policy_uses_timing(_Untimed())
+    assert policy_uses_timing(_CostField())
+    assert not policy_uses_timing(parse_config("static"))
+
+
+def test_mode_selection() -> None:
+    assert agreement_mode("auto", _Timed(), 1) == "local"  # one rank: nothing to agree on
+    assert agreement_mode("auto", _Timed(), 4) == "broadcast"
+    assert agreement_mode("auto", parse_config("static"), 4) == "local"
+    assert agreement_mode("local", _Timed(), 4) == "local"
+    assert agreement_mode("broadcast", parse_config("static"), 2) == "broadcast"
+
+
+class _Echo:
+    """Returns on(3) when timing is known and fast, off when slow, on(1) when unknown."""
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        t = stats.last_step_time_s
+        return SpecMode.on(1) if t is None else (SpecMode.on(3) if t < 0.01 else SpecMode.off())
+
+    def reset(self) -> None:
+        pass
+
+
+class _Wire:
+    """An in-process stand-in for a broadcast group: rank 0 writes, the others read."""
+
+    def __init__(self) -> None:
+        self.value = -1
+
+    def member(self, rank: int) -> _Member:
+        return _Member(self, rank)
+
+
+class _Member:
+    def __init__(self, wire: _Wire, rank: int) -> None:
+        self.wire, self.rank = wire, rank
+
+    def share(self, num_steps: int) -> int:
+        if self.rank == 0:
+            self.wire.value = num_steps
+        return self.wire.value
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=30))
+def test_ranks_agree_whatever_their_timings(times: list[tuple[float, float]]) -> None:
+    for mode in ("local", "broadcast"):
+        wire = _Wire()
+        deciders = [
+            AgreedDecider(StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1), mode,  # type: ignore[arg-type]
+                          wire.member(r) if mode == "broadcast" else None, world_size=2)
+            for r in (0, 1)
+        ]
+        for t0, t1 in times:
+            d0 = deciders[0].decide(StepStats(4, last_step_time_s=t0))  # rank 0 first, as a broadcast orders them
+            d1 = deciders[1].decide(StepStats(4, last_step_time_s=t1))
+            assert d0 == d1
+            if mode == "broadcast":
+                assert d0 == (3 if t0 < 0.01 else 0)  # rank 0's own timing decides
+            else:
+                assert d0 == 1  # timing hidden: a rank-identical input only
+        assert deciders[1].controller.errors == 0
+
+
+def test_single_rank_local_mode_keeps_timing() -> None:
+    d = AgreedDecider(StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1), "local", LocalSync())
+    assert d.decide(StepStats(4, last_step_time_s=0.001)) == 3

@@ -1,0 +1,409 @@
+"""cost_model, closed loop: a small synthetic engine whose step time and acceptance respond to the chosen depth.
+
+The policy only ever sees StepStats built from what the engine did (nothing of its internals is injected), so
+these tests check the whole learning loop: acceptance per position, the online step-cost model, probing,
+the one- or two-step feedback lag, hysteresis, and profile seeding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specpolicy import StepStats, make_policy
+from specpolicy.errors import ConfigError
+from specpolicy.policies.cost_model import CostModelConfig, CostModelPolicy, make_cost_model
+from specpolicy.policy import ReportsEstimates, parse_config
+
+StepTime = Callable[[int, int], float]  # (batch, depth) -> seconds
+
+
+def memory_bound(batch: int, k: int) -> float:
+    """Small-batch regime: a draft step costs 5% of a decode step, verify of k+1 tokens is nearly free."""
+    return 0.010 * (1.0 + 0.05 * k) + 0.00001 * batch
+
+
+def compute_bound(batch: int, k: int) -> float:
+    """Saturated regime: verify cost grows with the tokens verified (plus drafts); off pays a catch-up."""
+    return 0.040 * (1.0 + 0.9 * k) + (0.004 if k == 0 else 0.0)
+
+
+def expected_tokens(p: float, k: int) -> float:
+    """Closed form for i.i.d. per-draft acceptance p (Leviathan et al.), the bonus token counted."""
+    return (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+@dataclass
+class Engine:
+    """Continuous batch of fixed size; each request accepts each draft with its own probability."""
+
+    step_time: StepTime
+    acceptance: float
+    batch: int
+    lag: int = 1  # 1: feedback describes the previous decision (non-overlap); 2: the one before (overlap)
+    spread: float = 0.0  # per-request acceptance uniform in acceptance +- spread
+    noise: float = 0.01  # multiplicative step-time jitter
+    seed: int = 0
+    tokens: float = 0.0
+    elapsed: float = 0.0
+    depths: list[int] = field(default_factory=list)
+    _done: list[tuple[int, list[int] | None, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def stats(self) -> StepStats:
+        if len(self._done) < self.lag:
+            return StepStats(self.batch)
+        k, acc, t = self._done[-self.lag]
+        return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, accepted_draft_tokens=acc,
+                         last_step_time_s=t)
+
+    def run_step(self, k: int) -> None:
+        rng = self.rng
+        acc: list[int] | None = None
+        produced = self.batch
+        if k > 0:
+            acc = []
+            for _ in range(self.batch):
+                p = min(max(self.acceptance + rng.uniform(-self.spread, self.spread), 0.0), 1.0)
+                n = 0
+                while n < k and rng.random() < p:
+                    n += 1
+                acc.append(n)
+            produced += sum(acc)
+        t = self.step_time(self.batch, k) * math.exp(self.noise * rng.gauss(0.0, 1.0))
+        self.tokens += produced
+        self.elapsed += t
+        self.depths.append(k)
+        self._done.append((k, acc, t))
+        del self._done[:-3]
+
+    def run(self, policy: CostModelPolicy, steps: int) -> list[int]:
+        start = len(self.depths)
+        for _ in range(steps):
+            self.run_step(policy.decide(self.stats()).num_steps)
+        return self.depths[start:]
+
+
+def mode_of(depths: Sequence[int]) -> int:
+    return Counter(depths).most_common(1)[0][0]
+
+
+def share(depths: Sequence[int], allowed: set[int]) -> float:
+    return sum(d in allowed for d in depths) / len(depths)
+
+
+def best_depth(step_time: StepTime, p: float, batch: int, depths: Sequence[int]) -> int:
+    """Ground truth of the synthetic engine: the depth with the most tokens per second."""
+    return max(depths, key=lambda k: expected_tokens(p, k) / step_time(batch, k))
+
+
+# -- choosing the faster mode ------------------------------------------------------------------------------
+@pytest.mark.parametrize("lag", [1, 2])
+def test_compute_bound_large_batch_turns_speculation_off(lag: int) -> None:
+    assert best_depth(compute_bound, 0.7, 256, range(8)) == 0  # the premise
+    engine = Engine(compute_bound, acceptance=0.7, batch=256, lag=lag)
+    policy = make_policy("cost_model")
+    tail = engine.run(policy, 1500)[-1000:]
+    assert mode_of(tail) == 0
+    assert share(tail, {0}) > 0.95  # probes of other depths stay rare once they are known to be slow
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_memory_bound_high_acceptance_speculates_deep(lag: int) -> None:
+    assert best_depth(memory_bound, 0.9, 1, range(8)) == 7
+    engine = Engine(memory_bound, acceptance=0.9, batch=1, lag=lag)
+    policy = make_policy("cost_model")
+    tail = engine.run(policy, 1500)[-1000:]
+    assert mode_of(tail) == 7
+    assert share(tail, {6, 7}) > 0.9
+
+
+def test_throughput_close_to_the_best_static_depth() -> None:
+    """Learning from scratch costs little: within 3% of the best fixed depth over 3000 steps."""
+    for step_time, p, batch in ((compute_bound, 0.7, 128), (memory_bound, 0.75, 4)):
+        k_best = best_depth(step_time, p, batch, range(8))
+        static = Engine(step_time, acceptance=p, batch=batch, seed=1)
+        for _ in range(3000):
+            static.run_step(k_best)
+        learned = Engine(step_time, acceptance=p, batch=batch, seed=1)
+        learned.run(make_policy("cost_model"), 3000)
+        assert learned.tokens / learned.elapsed >= 0.97 * static.tokens / static.elapsed
+
+
+def test_depth_follows_batch_size_through_the_learned_costs() -> None:
+    """One engine whose verify turns compute-bound above 32 requests: deep when small, off when large."""
+
+    def knee(batch: int, k: int) -> float:
+        tokens = batch * (k + 1)
+        return 0.008 * (1 + 0.04 * k) + 0.00004 * max(0, tokens - 32 * 4) + (0.0005 if k == 0 else 0.0)
+
+    assert best_depth(knee, 0.8, 2, range(8)) >= 5 and best_depth(knee, 0.8, 512, range(8)) == 0
+    policy = make_policy("cost_model")
+    small = Engine(knee, acceptance=0.8, batch=2)
+    large = Engine(knee, acceptance=0.8, batch=512)
+    for _ in range(3):  # the load goes up and down; each bucket keeps what it learned
+        tail_small = small.run(policy, 800)[-300:]
+        tail_large = large.run(policy, 800)[-300:]
+    assert mode_of(tail_small) >= 5
+    assert mode_of(tail_large) == 0
+
+
+# -- adapting ----------------------------------------------------------------------------------------------
+def test_adapts_when_acceptance_drops_and_recovers() -> None:
+    def cost(batch: int, k: int) -> float:
+        return 0.01 * (1 + 0.1 * k)
+
+    assert best_depth(cost, 0.9, 8, range(8)) >= 6
+    assert best_depth(cost, 0.2, 8, range(8)) == 1
+    engine = Engine(cost, acceptance=0.9, batch=8, spread=0.05)
+    policy = make_policy("cost_model")
+    assert mode_of(engine.run(policy, 1000)[-300:]) >= 6
+    engine.acceptance = 0.2
+    assert mode_of(engine.run(policy, 1000)[-300:]) == 1
+    engine.acceptance = 0.9
+    assert mode_of(engine.run(policy, 1000)[-300:]) >= 6
+
+
+def test_turns_back_on_after_an_off_phase() -> None:
+    """Off yields no acceptance data: probes must find out that drafts are accepted again (liveness)."""
+
+    def cost(batch: int, k: int) -> float:
+        return 0.01 * (1 + 0.15 * k)
+
+    assert best_depth(cost, 0.05, 16, range(8)) == 0 and best_depth(cost, 0.85, 16, range(8)) >= 4
+    engine = Engine(cost, acceptance=0.05, batch=16)
+    policy = make_policy("cost_model")
+    assert share(engine.run(policy, 2000)[-500:], {0}) > 0.9
+    engine.acceptance = 0.85
+    assert mode_of(engine.run(policy, 3000)[-500:]) >= 4
+
+
+def test_adapts_when_costs_change() -> None:
+    """Same batch and acceptance; the hardware gets slower at verifying (e.g. a co-located job)."""
+    state = {"cost": memory_bound}
+
+    def cost(batch: int, k: int) -> float:
+        return state["cost"](batch, k)
+
+    engine = Engine(cost, acceptance=0.7, batch=64)
+    policy = make_policy("cost_model")
+    assert mode_of(engine.run(policy, 1500)[-500:]) >= 4
+    state["cost"] = compute_bound
+    assert mode_of(engine.run(policy, 3000)[-500:]) == 0
+    state["cost"] = memory_bound
+    assert mode_of(engine.run(policy, 6000)[-500:]) >= 4
+
+
+def test_no_thrash_when_the_best_depth_flips_at_a_bucket_boundary() -> None:
+    """Batch size hopping 64 <-> 65 (two buckets) every step; depth 2 is 0.5% better at one, 3 at the other.
+
+    A per-bucket argmax would switch every step (vLLM #49548); the margin and dwell keep one depth, and
+    probes of the other depths stay rare once they are measured.
+    """
+
+    def flip(batch: int, k: int) -> float:
+        favoured = 2 if batch == 64 else 3
+        factor = 1.0 if k == favoured else (1.005 if k in (2, 3) else 1.2)
+        return 0.01 * expected_tokens(0.6, k) * factor
+
+    policy = make_policy("cost_model")
+    engine = Engine(flip, acceptance=0.6, batch=64)
+    depths: list[int] = []
+    for step in range(6000):
+        engine.batch = 64 + step % 2
+        depths.extend(engine.run(policy, 1))
+    tail = depths[1000:]
+    switches = sum(a != b for a, b in zip(tail, tail[1:], strict=False))
+    assert share(tail, {2, 3}) > 0.95
+    assert switches < 0.05 * len(tail)
+
+
+# -- outputs, robustness, determinism ----------------------------------------------------------------------
+def test_only_configured_depths_and_no_off_when_disallowed() -> None:
+    policy = make_policy({"name": "cost_model", "steps": [2, 5], "allow_off": False})
+    engine = Engine(compute_bound, acceptance=0.3, batch=256)
+    depths = engine.run(policy, 800)
+    assert set(depths) <= {2, 5}
+    assert mode_of(depths[-300:]) == 2  # the cheapest allowed depth when speculation does not pay
+
+
+counts = st.one_of(
+    st.none(),
+    st.lists(st.one_of(st.integers(-5, 300), st.floats(allow_nan=True), st.just(None)), max_size=40),
+    st.lists(st.integers(0, 7), max_size=300),
+)
+odd_floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.integers(-3, 5000), st.floats(allow_nan=True), st.none()),
+            st.one_of(st.integers(-2, 70), st.floats(allow_nan=True)),
+            counts,
+            counts,
+            odd_floats,
+            odd_floats,
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from([(1, 2, 3, 4, 5, 6, 7), (3,), (1, 8, 64)]),
+    st.booleans(),
+)
+def test_adversarial_stats_never_raise_and_stay_allowed(
+    rows: list[tuple[object, object, object, object, object, object]], steps: tuple[int, ...], allow_off: bool
+) -> None:
+    policy = make_policy({"name": "cost_model", "steps": list(steps), "allow_off": allow_off})
+    allowed = set(policy.config.candidate_steps())  # type: ignore[attr-defined]
+    for batch, k, acc, drafted, t, seq in rows:
+        stats = StepStats.fast(batch, 0, seq, k, acc, drafted, t)  # type: ignore[arg-type]
+        mode = policy.decide(stats)
+        assert mode.num_steps in allowed
+    policy.estimates()  # type: ignore[attr-defined]
+
+
+def _trace(seed: int, steps: int = 600) -> list[StepStats]:
+    """A fixed input sequence (not closed loop), as an engine replaying a recorded trace would give."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(steps):
+        batch = rng.choice([1, 3, 17, 64, 200])
+        k = rng.choice([0, 1, 3, 5])
+        acc = [rng.randint(0, k) for _ in range(batch)] if k else None
+        out.append(StepStats(batch, mean_seq_len=500.0 + i, last_num_steps=k, accepted_draft_tokens=acc,
+                             last_step_time_s=0.01 * (1 + 0.2 * k) * (1 + batch / 64)))
+    return out
+
+
+def test_deterministic_across_instances_and_after_reset() -> None:
+    trace = _trace(7)
+    a = make_policy("goodput")
+    b = make_policy("cost_model")
+    first = [a.decide(s).num_steps for s in trace]
+    assert first == [b.decide(s).num_steps for s in trace]
+    a.reset()
+    assert first == [a.decide(s).num_steps for s in trace]
+    assert len(set(first)) > 1  # the trace does exercise decisions, not a constant
+
+
+def test_estimates_report_acceptance_and_throughput() -> None:
+    policy = make_policy("cost_model")
+    assert isinstance(policy, ReportsEstimates)
+    engine = Engine(memory_bound, acceptance=0.8, batch=32)
+    engine.run(policy, 600)  # type: ignore[arg-type]
+    est = policy.estimates()
+    assert abs(est["accept_rate_1"] - 0.8) < 0.05
+    assert est["expected_tokens_0"] == 1.0
+    assert est["expected_tokens_3"] == pytest.approx(expected_tokens(0.8, 3), abs=0.25)
+    k = int(est["num_steps"])
+    measured = 32 * expected_tokens(0.8, k) / memory_bound(32, k)
+    assert est[f"tokens_per_s_{k}"] == pytest.approx(measured, rel=0.1)
+
+
+def test_trimmed_drafts_are_not_counted_as_rejections() -> None:
+    """Requests that proposed fewer drafts (end of sequence) and accepted all of them tried fewer positions."""
+    policy = make_policy({"name": "cost_model", "steps": [4]})
+    rng = random.Random(5)
+    for _ in range(400):
+        acc, drafted = [], []
+        for _ in range(16):
+            d = 4 if rng.random() < 0.5 else rng.randint(1, 3)
+            n = 0
+            while n < d and rng.random() < 0.8:
+                n += 1
+            acc.append(n)
+            drafted.append(d)
+        policy.decide(StepStats(16, last_num_steps=4, accepted_draft_tokens=acc, drafted_tokens=drafted,
+                                last_step_time_s=0.01))
+    est = policy.estimates()  # type: ignore[attr-defined]
+    for j in (1, 2, 3, 4):
+        assert abs(est[f"accept_rate_{j}"] - 0.8) < 0.06, (j, est)
+
+
+# -- profile seeding ---------------------------------------------------------------------------------------
+class TableCost:
+    """A StepCostModel: a programmatic profile."""
+
+    def __init__(self, fn: StepTime) -> None:
+        self.fn = fn
+
+    def step_time_s(self, batch_size: float, num_steps: int, seq_len: float | None = None) -> float:
+        return self.fn(int(batch_size), num_steps)
+
+
+def test_profile_seeding_sets_the_first_decisions() -> None:
+    """Without a profile the first decision is a guess; with one it is the profile's best depth at once."""
+    first_plain = make_policy("cost_model").decide(StepStats(256)).num_steps
+    assert first_plain > 0  # the prior guesses that speculation pays
+    seeded = make_cost_model(TableCost(compute_bound))
+    assert seeded.decide(StepStats(256)).num_steps == 0
+    deep = make_cost_model(TableCost(memory_bound), prior_acceptance=0.9)
+    assert deep.decide(StepStats(1)).num_steps == best_depth(memory_bound, 0.9, 1, range(8))
+
+
+def test_profile_seeded_policy_corrects_a_wrong_profile() -> None:
+    """The profile says verify is free; the engine says it is compute-bound: measurements win."""
+    policy = make_cost_model(TableCost(memory_bound))
+    engine = Engine(compute_bound, acceptance=0.7, batch=256)
+    assert mode_of(engine.run(policy, 2000)[-500:]) == 0
+
+
+def test_profile_by_json_path(tmp_path: object) -> None:
+    profile_mod = pytest.importorskip("specpolicy.sim.profile")
+    names = profile_mod.available_profiles()
+    if not names:
+        pytest.skip("no shipped profiles in this checkout")
+    doc = profile_mod.load_profile(names[0]).to_dict()
+    path = tmp_path / "p.json"  # type: ignore[operator]
+    path.write_text(json.dumps(doc))
+    by_path = make_policy({"name": "cost_model", "profile": str(path)})
+    by_name = make_policy({"name": "cost_model", "profile": names[0]})
+    trace = _trace(11, 200)
+    assert [by_path.decide(s) for s in trace] == [by_name.decide(s) for s in trace]
+
+
+# -- configuration -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("overrides", "field_name"),
+    [
+        ({"steps": []}, "steps"),
+        ({"steps": [3, 2]}, "steps"),
+        ({"steps": [0, 1]}, "steps.0"),
+        ({"steps": [1, 65]}, "steps.1"),
+        ({"prior_acceptance": 1.0}, "prior_acceptance"),
+        ({"probe_budget": 0}, "probe_budget"),
+        ({"switch_margin": -0.1}, "switch_margin"),
+        ({"min_dwell_steps": -1}, "min_dwell_steps"),
+        ({"buckets_per_octave": 0}, "buckets_per_octave"),
+        ({"profile": ""}, "profile"),
+        ({"profile": "no-such-profile-xyz"}, "profile"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_bad_configs_name_the_field(overrides: dict[str, object], field_name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_policy({"name": "cost_model", **overrides})
+    assert f"cost_model.{field_name}" in str(info.value)
+
+
+def test_config_round_trip_and_alias() -> None:
+    config = parse_config("goodput", steps=[1, 3, 5], switch_margin=0.03)
+    assert isinstance(config, CostModelConfig) and config.name == "cost_model"
+    assert config.candidate_steps() == (0, 1, 3, 5)
+    again = make_policy(config.model_dump_json())
+    assert again.config == config  # type: ignore[attr-defined]
+    original = make_policy(config)
+    trace = _trace(3, 300)
+    assert [original.decide(s) for s in trace] == [again.decide(s) for s in trace]

@@ -1,0 +1,194 @@
+"""The vLLM adapter's step ledger and trace relay, against an independent model of vLLM's step timeline.
+
+The model (from vLLM 0.33's EngineCore, see docs/vllm.md): every scheduled step S either samples (it has
+requests in decode) or not (only non-final prefill chunks). The depth chosen for a sampling step S is
+drafted after it and verified in the next sampling step; that step's update_from_output reports one
+(drafted, accepted) pair per verified request. Sync scheduling runs update_from_output(S) before scheduling
+S+1; async scheduling keeps two steps in flight, so it runs update_from_output(S) after scheduling S+1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specpolicy import StepStats
+from specpolicy.adapters.vllm.ledger import CycleRelay, StepLedger
+
+step_plan = st.lists(
+    st.tuples(
+        st.booleans(),  # samples?
+        st.integers(0, 4),  # the policy's depth if asked
+        st.lists(st.integers(0, 4), min_size=1, max_size=4),  # per-request acceptance wish for this verify
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+SKIP = "no decode in this step"
+
+
+class Recorder:
+    def __init__(self, answers: list[int]) -> None:
+        self.answers = answers
+        self.seen: list[StepStats] = []
+
+    def decide(self, stats: StepStats) -> int:
+        self.seen.append(stats)
+        return self.answers[len(self.seen) - 1]
+
+    def number(self) -> int:
+        return len(self.seen)
+
+
+def run(plan: list[tuple[bool, int, list[int]]], mode: str) -> tuple[Recorder, list[Any], list[Any]]:
+    """Drive a ledger through the plan; return the recorder, each update's verify, and the cycle times."""
+    answers = [k for samples, k, _ in plan if samples]
+    rec = Recorder(answers)
+    times: list[tuple[int, float]] = []
+    ledger = StepLedger(rec.decide, rec.number, lambda d, t: times.append((d, t)))
+    clock = [0.0]
+    prev_k = 0  # the depth drafted after the last sampling step
+    reported: list[Any] = []  # per update: (verified depth, accepted list) or None, in update order
+    in_flight: list[tuple[int, Any]] = []
+
+    def update(step: int, verify: Any) -> None:
+        if verify is not None and verify != SKIP:
+            for acc in verify[1]:
+                ledger.on_draft(verify[0], acc)
+        clock[0] += 1.0
+        ledger.on_update(step, clock[0])
+        reported.append(verify)
+
+    for s, (samples, _, wish) in enumerate(plan):
+        clock[0] += 0.25
+        k = ledger.on_schedule(s, len(wish), 0, None, samples, clock[0])
+        verify: Any = SKIP
+        if samples:
+            verify = None
+            if prev_k:
+                verify = (prev_k, [min(w, prev_k) for w in wish])
+            prev_k = k
+        in_flight.append((s, verify))
+        if mode == "sync" or len(in_flight) == 2:
+            update(*in_flight.pop(0))
+    while in_flight:
+        update(*in_flight.pop(0))
+    return rec, reported, times
+
+
+@settings(max_examples=200, deadline=None)
+@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
+def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan: Any, mode: str) -> None:
+    rec, reported, _ = run(plan, mode)
+    # Rebuild, from the model alone, what was known at each decision: the last update before it.
+    known: list[Any] = []
+    latest = None
+    updates = iter(reported)
+    done = 0
+    decisions = 0
+    for s, (samples, _, _) in enumerate(plan):
+        # updates completed before step s is scheduled: sync -> s, async -> s - 1
+        target = s if mode == "sync" else max(s - 1, 0)
+        while done < target:
+            got = next(updates)
+            done += 1
+            if got != SKIP:  # a step without decodes verifies nothing and changes nothing
+                latest = got
+        if samples:
+            known.append(latest)
+            decisions += 1
+    assert len(rec.seen) == decisions
+    for stats, verify in zip(rec.seen, known, strict=True):
+        if verify is None:
+            assert stats.accepted_draft_tokens is None and stats.drafted_tokens is None
+        else:
+            depth, accepted = verify
+            got_acc, got_drafted = stats.accepted_draft_tokens, stats.drafted_tokens
+            assert got_acc is not None and got_drafted is not None
+            assert stats.last_num_steps == depth
+            assert list(got_acc) == accepted
+            assert list(got_drafted) == [depth] * len(accepted)
+            assert all(0 <= a <= d for a, d in zip(got_acc, got_drafted, strict=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
+def test_step_times_are_positive_and_attributed_to_the_verified_decision(plan: Any, mode: str) -> None:
+    rec, reported, times = run(plan, mode)
+    assert all(t > 0 for _, t in times)
+    numbers = [d for d, _ in times]
+    assert numbers == sorted(set(numbers))  # each decision timed at most once, in order
+    assert set(numbers) <= set(range(1, len(rec.seen) + 1))
+    # every decision followed by a later sampling step (whose verify completed) gets a time
+    sampling = [s for s, (samples, _, _) in enumerate(plan) if samples]
+    assert set(numbers) == set(range(1, len(sampling)))
+
+
+def test_idle_time_before_a_step_is_not_counted() -> None:
+    rec = Recorder([2, 2])
+    ledger = StepLedger(rec.decide, rec.number)
+    ledger.on_schedule("a", 1, 0, None, True, now=0.0)
+    ledger.on_update("a", now=0.010)
+    ledger.on_schedule("b", 1, 0, None, True, now=100.0)  # the engine idled for 100 s
+    ledger.on_draft(2, 1)
+    ledger.on_update("b", now=100.020)
+    assert ledger.known[0] == 2
+    step_time = ledger.known[3]
+    assert step_time is not None and abs(step_time - 0.020) < 1e-9
+
+
+def test_an_output_that_never_comes_back_does_not_shift_the_accounting() -> None:
+    rec = Recorder([1, 3, 2])
+    ledger = StepLedger(rec.decide, rec.number)
+    ledger.on_schedule("lost", 1, 0, None, True, 0.0)
+    ledger.on_schedule("b", 1, 0, None, True, 1.0)
+    ledger.on_draft(1, 1)
+    ledger.on_update("b", 2.0)  # "lost" is dropped, "b" verified the drafts of depth 1
+    assert ledger.known[:3] == (1, [1], [1]) and ledger.in_flight == 0
+    ledger.on_update("unknown", 3.0)  # an empty step (nothing scheduled): ignored
+    assert ledger.known[:3] == (1, [1], [1])
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, Any]] = []
+
+    def on_decision(
+        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
+    ) -> None:
+        self.events.append(("decision", step, num_steps))
+
+    def on_step_time(self, step: int, step_time_s: float | None) -> None:
+        self.events.append(("time", step, step_time_s))
+
+
+def test_relay_forwards_each_decision_immediately_before_its_time() -> None:
+    obs = Observer()
+    relay = CycleRelay([obs], max_held=3)
+    stats = StepStats.fast(1)
+    for step in (1, 2, 3):
+        relay.on_decision(step, stats, step, 0.0, False)
+    relay.on_step_time(2, 0.5)  # 1 never got a time: forwarded without one, then 2 with its time
+    assert obs.events == [("decision", 1, 1), ("decision", 2, 2), ("time", 2, 0.5)]
+    for step in (4, 5, 6, 7):
+        relay.on_decision(step, stats, step, 0.0, False)
+    assert obs.events[-2:] == [("decision", 3, 3), ("decision", 4, 4)]  # over max_held: oldest go out
+    relay.flush()
+    assert [e[1] for e in obs.events if e[0] == "decision"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_relay_survives_a_raising_observer() -> None:
+    class Bad(Observer):
+        def on_decision(self, *a: Any) -> None:
+            raise OSError("disk full")
+
+    good = Observer()
+    relay = CycleRelay([Bad(), good])
+    relay.on_decision(1, StepStats.fast(1), 2, 0.0, False)
+    relay.on_step_time(1, 0.1)
+    assert good.events == [("decision", 1, 2), ("time", 1, 0.1)]
+    assert relay.errors == 1
