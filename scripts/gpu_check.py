@@ -136,8 +136,10 @@ def cmd_engine(args: argparse.Namespace) -> int:
     meta = json.loads((work / "models" / "meta.json").read_text())
     control = out / "control.txt"
     if run.adapter:
+        from specpolicy_gpucheck import write_control
+
         first = next(p.policy for p in run.phases if p.policy)
-        control.write_text(first or "")
+        write_control(control, 0, first or "")
         cfg = planmod.dispatch_config(run.policies, str(control), str(out / "dispatch.jsonl"), first or "")
         os.environ["SPECPOLICY_POLICY"] = json.dumps(cfg)
         os.environ["SPECPOLICY_TRACE"] = str(out / "trace.jsonl")
@@ -156,9 +158,9 @@ def cmd_engine(args: argparse.Namespace) -> int:
         fh.write(
             json.dumps({"kind": "engine", "path": run.path, "init_s": round(init_s, 2), "kw": kw}) + "\n"
         )
-    for phase in run.phases:
+    for gen, phase in enumerate(run.phases, 1):
         if run.adapter and phase.policy:
-            control.write_text(phase.policy)
+            write_control(control, gen, phase.policy)
         prompts = planmod.prompts_for(phase, meta["chain_vocab"])
         sp = [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in phase.max_new_tokens]
         ts0, c0 = time.time(), time.perf_counter()

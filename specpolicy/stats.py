@@ -165,7 +165,7 @@ def clean_count(value: object) -> int | None:
     """
     if type(value) is int:
         return value if value >= 0 else None
-    if isinstance(value, bool) or value is None:
+    if value is None or isinstance(value, (bool, str, bytes)):
         return None
     try:
         n = operator.index(value)  # type: ignore[arg-type]
@@ -182,7 +182,7 @@ def clean_count(value: object) -> int | None:
 
 def clean_float(value: object) -> float | None:
     """``value`` as a finite float >= 0 (a time, a length), or None when it is missing or not one."""
-    if value is None:
+    if value is None or isinstance(value, (str, bytes)):
         return None
     try:
         f = float(value)  # type: ignore[arg-type]
@@ -205,11 +205,10 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     (So an out-of-range entry hidden by an in-range sum is not repaired: the contract says entries are in
     [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
     """
-    raw_k = stats[3]
+    _, _, _, raw_k, acc, drafted, _, m = stats
     k = raw_k if type(raw_k) is int else clean_count(raw_k)
     if k is None or k <= 0:
         return None
-    m = stats[7]
     if m is not None:
         try:
             f = float(m)
@@ -218,10 +217,8 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
         if 0 <= f < _INF:
             return f if f <= k else float(k)
         # a bad aggregate: fall back to the list, if any
-    acc = stats[4]
     if acc is None:
         return None
-    drafted = stats[5]
     try:
         n = len(acc)
         if n == 0:

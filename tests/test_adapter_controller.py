@@ -40,7 +40,9 @@ class Scripted:
 
 
 @given(st.lists(OUTCOMES, min_size=1, max_size=40), st.sampled_from(ALLOWED))
-def test_every_step_gets_an_allowed_depth_and_failures_fall_back_to_default(script: list[Any], default: int) -> None:
+def test_every_step_gets_an_allowed_depth_and_failures_fall_back_to_default(
+    script: list[Any], default: int
+) -> None:
     ctl = StepController(Scripted(script), allowed_steps=ALLOWED, default_steps=default)
     logging.disable(logging.CRITICAL)
     try:
@@ -48,7 +50,7 @@ def test_every_step_gets_an_allowed_depth_and_failures_fall_back_to_default(scri
     finally:
         logging.disable(logging.NOTSET)
     valid = [type(o) is SpecMode and o.num_steps in ALLOWED for o in script]
-    assert got == [o.num_steps if ok else default for o, ok in zip(script, valid)]
+    assert got == [o.num_steps if ok else default for o, ok in zip(script, valid, strict=True)]
     assert ctl.errors == valid.count(False)
     assert sum(ctl.steps_by_depth.values()) == len(script)
 
@@ -70,7 +72,9 @@ def test_an_observer_that_raises_does_not_break_the_step() -> None:
         def on_step_time(self, *a: Any) -> None:
             raise OSError("disk full")
 
-    ctl = StepController(Scripted([SpecMode.on(1)] * 2), allowed_steps=[0, 1], default_steps=0, observers=[Bad()])
+    ctl = StepController(
+        Scripted([SpecMode.on(1)] * 2), allowed_steps=[0, 1], default_steps=0, observers=[Bad()]
+    )
     logging.disable(logging.CRITICAL)
     try:
         assert ctl.decide(StepStats(1)) == 1
@@ -89,11 +93,24 @@ def test_runtime_refuses_a_policy_that_can_choose_a_depth_the_engine_lacks() -> 
 
 def test_runtime_startup_line_names_path_policy_and_depths() -> None:
     s = AdapterSettings.build({"name": "static", "num_steps": 0}, metrics=False)
-    rt = AdapterRuntime(s, engine="sglang", engine_version="0.5.23", path="adaptive-controller (x)",
-                        allowed_steps=[0, 3], default_steps=3)
+    rt = AdapterRuntime(
+        s,
+        engine="sglang",
+        engine_version="0.5.23",
+        path="adaptive-controller (x)",
+        allowed_steps=[0, 3],
+        default_steps=3,
+    )
     line = rt.startup_line()
-    for part in ("engine=sglang 0.5.23", "path=adaptive-controller (x)", '"name":"static"', '"num_steps":0',
-                 "candidate_steps=[0]", "engine_steps=[0, 3]", "default_steps=3"):
+    for part in (
+        "engine=sglang 0.5.23",
+        "path=adaptive-controller (x)",
+        '"name":"static"',
+        '"num_steps":0',
+        "candidate_steps=[0]",
+        "engine_steps=[0, 3]",
+        "default_steps=3",
+    ):
         assert part in line, part
     assert rt.decide(StepStats(8)) == 0
 
@@ -101,4 +118,6 @@ def test_runtime_startup_line_names_path_policy_and_depths() -> None:
 def test_broadcast_without_a_process_group_is_refused() -> None:
     s = AdapterSettings.build("static", metrics=False, tp_agreement="broadcast")
     with pytest.raises(AdapterInstallError, match="broadcast"):
-        AdapterRuntime(s, engine="e", engine_version="1", path="p", allowed_steps=[3], default_steps=3, world_size=2)
+        AdapterRuntime(
+            s, engine="e", engine_version="1", path="p", allowed_steps=[3], default_steps=3, world_size=2
+        )

@@ -1,4 +1,5 @@
-"""``specpolicy-sglang`` without SGLang installed: configuration errors first, then the refusal; version rules."""
+"""``specpolicy-sglang`` without SGLang installed: configuration errors first, then the refusal; version
+rules."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ NO_SGLANG = importlib.util.find_spec("sglang") is None
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specpolicy.adapters.sglang", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "specpolicy.adapters.sglang", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -49,7 +53,9 @@ def test_help_works_without_sglang() -> None:
     assert "--spec-policy NAME|JSON|FILE" in proc.stdout and "--spec-policy-on-install-failure" in proc.stdout
 
 
-def test_warn_mode_runs_sglang_untouched_when_the_policy_cannot_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warn_mode_runs_sglang_untouched_when_the_policy_cannot_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(versions, "installed_version", lambda: "0.4.0")
     monkeypatch.setattr(launch, "installed_version", lambda: "0.4.0")
     argv = ["--model-path", "m", "--speculative-algorithm", "EAGLE3"]
@@ -63,14 +69,16 @@ def test_warn_mode_runs_sglang_untouched_when_the_policy_cannot_install(monkeypa
 def test_version_rules() -> None:
     for v in versions.SUPPORTED:
         assert check_version(v) == v
-    with pytest.raises(UnsupportedVersion, match=r"0\.5\.22 is not supported.*0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.23"):
+    with pytest.raises(
+        UnsupportedVersion, match=r"0\.5\.22 is not supported.*0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.23"
+    ):
         check_version("0.5.22")
     assert check_version("0.5.22", allow_untested=True) == "0.5.22"
     with pytest.raises(UnsupportedVersion):
         check_version("0.4.9", allow_untested=True)  # too old for any code layout the adapter knows
-    assert [route_for(v) for v in ("0.5.10.post1", "0.5.12.post1", "0.5.19", "0.5.20", "0.5.23", "0.6.0")] == [
-        "legacy", "legacy", "legacy", "adaptive", "adaptive", "adaptive"
-    ]
+    assert [
+        route_for(v) for v in ("0.5.10.post1", "0.5.12.post1", "0.5.19", "0.5.20", "0.5.23", "0.6.0")
+    ] == ["legacy", "legacy", "legacy", "adaptive", "adaptive", "adaptive"]
     assert worker_path("0.5.12.post1", overlap=False).startswith("v1 (EAGLEWorker")
     assert worker_path("0.5.12.post1", overlap=True).startswith("v2 (EAGLEWorkerV2")
     assert worker_path("0.5.23", overlap=False) == "adaptive-controller (EAGLEWorkerV2, non-overlap)"

@@ -76,7 +76,8 @@ def test_push_every_must_be_positive() -> None:
 
 
 def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path: Path) -> None:
-    """As in an engine with metrics on: a worker process writes, the HTTP process's collector reads the dir."""
+    """As in an engine with metrics on: a worker process writes, the HTTP process's collector reads the
+    dir."""
     worker = textwrap.dedent(
         """
         from specpolicy.adapters.metrics import MetricsObserver
@@ -91,7 +92,7 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
     from prometheus_client import multiprocess
 
     reg = prom.CollectorRegistry()
-    multiprocess.MultiProcessCollector(reg, path=str(tmp_path))
+    multiprocess.MultiProcessCollector(reg, path=str(tmp_path))  # type: ignore[no-untyped-call]
     assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="3") == 3
     assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="0") == 2
     assert _value(reg, "specpolicy_switches_total", engine="sglang", rank="0") == 4

@@ -79,12 +79,18 @@ def test_ranks_agree_whatever_their_timings(times: list[tuple[float, float]]) ->
     for mode in ("local", "broadcast"):
         wire = _Wire()
         deciders = [
-            AgreedDecider(StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1), mode,  # type: ignore[arg-type]
-                          wire.member(r) if mode == "broadcast" else None, world_size=2)
+            AgreedDecider(
+                StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1),
+                mode,
+                wire.member(r) if mode == "broadcast" else None,
+                world_size=2,
+            )
             for r in (0, 1)
         ]
         for t0, t1 in times:
-            d0 = deciders[0].decide(StepStats(4, last_step_time_s=t0))  # rank 0 first, as a broadcast orders them
+            d0 = deciders[0].decide(
+                StepStats(4, last_step_time_s=t0)
+            )  # rank 0 first, as a broadcast orders them
             d1 = deciders[1].decide(StepStats(4, last_step_time_s=t1))
             assert d0 == d1
             if mode == "broadcast":

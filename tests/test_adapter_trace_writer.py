@@ -1,4 +1,5 @@
-"""TraceWriter: records readable by read_trace, rotation bounded in size and count, never blocking the step."""
+"""TraceWriter: records readable by read_trace, rotation bounded in size and count, never blocking the
+step."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ def test_records_round_trip_through_read_trace(tmp_path: Path) -> None:
     w.close()
     lines = path.read_text().splitlines()
     head = json.loads(lines[0])
-    assert head["kind"] == "header" and head["engine"] == "sglang" and head["format"].startswith("specpolicy-trace")
+    assert (
+        head["kind"] == "header"
+        and head["engine"] == "sglang"
+        and head["format"].startswith("specpolicy-trace")
+    )
     recs = list(read_trace(path))
     assert [r.step for r in recs] == list(range(1, 11))
     assert [r.num_steps for r in recs] == [s % 4 for s in range(1, 11)]
@@ -66,7 +71,11 @@ def test_rotation_bounds_size_and_count_and_keeps_the_newest(n: int, max_bytes: 
             assert f.stat().st_size <= max_bytes
             assert json.loads(f.read_text().splitlines()[0])["kind"] == "header"  # every file self-describing
         # the live file ends with the newest step; the kept files hold a contiguous run of the newest steps
-        steps = [r.step for f in [*sorted(files[1:], key=lambda p: -int(p.suffix[1:])), path] for r in read_trace(f)]
+        steps = [
+            r.step
+            for f in [*sorted(files[1:], key=lambda p: -int(p.suffix[1:])), path]
+            for r in read_trace(f)
+        ]
         assert steps == list(range(n - len(steps) + 1, n + 1))
         if backups and w.rotations:
             assert path.with_name("t.jsonl.1").exists()

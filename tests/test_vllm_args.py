@@ -33,7 +33,7 @@ def dense_lookup(schedule: list[list[int]], max_num_seqs: int, k_max: int) -> li
 @given(
     depths=st.sets(st.integers(0, 8), min_size=1, max_size=9),
     extra=st.integers(0, 4),
-    max_num_seqs=st.integers(9, 1024),
+    max_num_seqs=st.integers(10, 1024),  # >= the number of distinct depths (at most 10 here)
 )
 def test_covering_schedule_gives_every_depth_a_tier_spanning_almost_every_batch(
     depths: set[int], extra: int, max_num_seqs: int

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import StepStats
@@ -80,7 +80,6 @@ def run(plan: list[tuple[bool, int, list[int]]], mode: str) -> tuple[Recorder, l
     return rec, reported, times
 
 
-@settings(max_examples=200, deadline=None)
 @given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
 def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan: Any, mode: str) -> None:
     rec, reported, _ = run(plan, mode)
@@ -115,7 +114,6 @@ def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan:
             assert all(0 <= a <= d for a, d in zip(got_acc, got_drafted, strict=True))
 
 
-@settings(max_examples=100, deadline=None)
 @given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
 def test_step_times_are_positive_and_attributed_to_the_verified_decision(plan: Any, mode: str) -> None:
     rec, reported, times = run(plan, mode)

@@ -148,10 +148,22 @@ def build_plan(
     for path in paths:
         spec = path in ("v1", "v2")
         none_label = "sglang-static" if path.startswith("plain") else "never"
-        phases: list[Phase] = [
-            Phase("warmup", "warmup", "always-on" if spec else None, 128, 32, (16,) * 128, seed=7),
-            Phase("warmup-1", "warmup", "always-on" if spec else None, 1, 32, (16,), seed=8),
-        ]
+        # Every batch size and mode the measured phases use runs once first: the first use of a shape compiles
+        # kernels (hundreds of ms per shape were seen on the GPU).
+        phases: list[Phase] = []
+        for c in sorted({*concurrency, check_concurrency}):
+            for label in ("always-on", "always-off") if spec else (None,):
+                phases.append(
+                    Phase(
+                        f"warmup:{label or none_label}:{c}",
+                        "warmup",
+                        label,
+                        c,
+                        perf_prompt,
+                        (8,) * c,
+                        seed=900 + c,
+                    )
+                )
         check_labels: tuple[str | None, ...] = tuple(checks) if spec else (None,)
         lengths = _check_lengths(check_concurrency, seed=11)
         for label in check_labels:

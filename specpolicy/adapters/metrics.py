@@ -1,7 +1,9 @@
 """Prometheus metrics for a running policy, exported beside the engine's own.
 
-Engines that export metrics from several processes (SGLang, vLLM) point ``PROMETHEUS_MULTIPROC_DIR`` at a shared
-directory and serve it from their HTTP process; metrics created here in the default registry land there too, so
+Engines that export metrics from several processes (SGLang, vLLM) point ``PROMETHEUS_MULTIPROC_DIR`` at a
+shared
+directory and serve it from their HTTP process; metrics created here in the default registry land there too,
+so
 they appear on the engine's ``/metrics`` with no extra port. The step path only bumps plain Python counters;
 they are pushed into prometheus-client every ``push_every`` steps (and on ``close``), because a multiprocess
 metric update is an mmap write that does not belong on every step.
@@ -28,7 +30,8 @@ _FAMILIES: dict[int, dict[str, Any]] = {}
 
 
 def metric_families(registry: Any = None) -> dict[str, Any]:
-    """The specpolicy metric objects in ``registry`` (default: prometheus-client's), created once per registry."""
+    """The specpolicy metric objects in ``registry`` (default: prometheus-client's), created once per
+    registry."""
     import prometheus_client as prom
 
     reg = prom.REGISTRY if registry is None else registry
@@ -40,25 +43,36 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
     gauge_kw: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if multiproc else {}
     fams = {
         "steps": prom.Counter(
-            "specpolicy_steps", "Engine steps run, by the draft depth applied (0 = no speculation)",
-            (*labels, "depth"), registry=reg,
+            "specpolicy_steps",
+            "Engine steps run, by the draft depth applied (0 = no speculation)",
+            (*labels, "depth"),
+            registry=reg,
         ),
         "switches": prom.Counter(
             "specpolicy_switches", "Steps whose depth differs from the previous step's", labels, registry=reg
         ),
         "errors": prom.Counter(
             "specpolicy_policy_errors",
-            "Policy failures (exception or invalid mode); the engine default depth ran instead", labels,
+            "Policy failures (exception or invalid mode); the engine default depth ran instead",
+            labels,
             registry=reg,
         ),
         "decide": prom.Histogram(
-            "specpolicy_decide_seconds", "Wall time of one policy decide() call", labels,
-            buckets=DECIDE_BUCKETS, registry=reg,
+            "specpolicy_decide_seconds",
+            "Wall time of one policy decide() call",
+            labels,
+            buckets=DECIDE_BUCKETS,
+            registry=reg,
         ),
-        "depth": prom.Gauge("specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw),
+        "depth": prom.Gauge(
+            "specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw
+        ),
         "estimate": prom.Gauge(
-            "specpolicy_estimate", "The policy's own estimates (ReportsEstimates), by name", (*labels, "name"),
-            registry=reg, **gauge_kw,
+            "specpolicy_estimate",
+            "The policy's own estimates (ReportsEstimates), by name",
+            (*labels, "name"),
+            registry=reg,
+            **gauge_kw,
         ),
     }
     _FAMILIES[id(reg)] = fams
@@ -66,7 +80,8 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
 
 
 class MetricsObserver:
-    """StepObserver that counts steps, switches, errors and decide() time, and mirrors the policy's estimates."""
+    """StepObserver that counts steps, switches, errors and decide() time, and mirrors the policy's
+    estimates."""
 
     def __init__(
         self,
@@ -99,7 +114,9 @@ class MetricsObserver:
         self._pending = 0
 
     # -- StepObserver (hot path) --
-    def on_decision(self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool) -> None:
+    def on_decision(
+        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
+    ) -> None:
         by = self._by_depth
         by[num_steps] = by.get(num_steps, 0) + 1
         if num_steps != self._last_k and self._last_k >= 0:

@@ -1,7 +1,8 @@
 """AdapterRuntime: the policy, its guard, its rank agreement and its observers, built once per engine process.
 
 Every engine adapter does the same five things at start-up: build the policy from the settings, check its
-depths against what the engine pre-built, wrap it in a StepController, pick the rank-agreement mode, and attach
+depths against what the engine pre-built, wrap it in a StepController, pick the rank-agreement mode, and
+attach
 the trace writer and metrics. This module does them once for all engines; the adapters only supply what the
 engine knows (allowed depths, default depth, rank, world size, CPU group).
 """
@@ -24,15 +25,18 @@ log = logging.getLogger("specpolicy.adapter")
 
 
 class AdapterInstallError(RuntimeError):
-    """The adapter cannot run the policy in this engine configuration; the message says why and what to change."""
+    """The adapter cannot run the policy in this engine configuration; the message says why and what to
+    change."""
 
 
 def check_candidate_steps(policy_steps: Sequence[int], engine_steps: Sequence[int], where: str) -> None:
-    """Refuse a policy that may choose a depth the engine did not pre-build (buffers, KV reservation, graphs)."""
+    """Refuse a policy that may choose a depth the engine did not pre-build (buffers, KV reservation,
+    graphs)."""
     extra = sorted(set(policy_steps) - set(engine_steps))
     if extra:
         raise AdapterInstallError(
-            f"the policy can choose draft depth(s) {extra}, but the engine only prepared {sorted(set(engine_steps))} "
+            f"the policy can choose draft depth(s) {extra}, but the engine only prepared "
+            f"{sorted(set(engine_steps))} "
             f"({where}); add them to the engine's candidate steps or change the policy"
         )
 
@@ -109,7 +113,8 @@ class AdapterRuntime:
         sync = sync_factory() if self.mode == "broadcast" and sync_factory is not None else None
         if self.mode == "broadcast" and sync is None:
             raise AdapterInstallError(
-                f"the policy {config.name!r} needs rank 0's decision broadcast to {world_size} ranks, but this "
+                f"the policy {config.name!r} needs rank 0's decision broadcast to {world_size} ranks, "
+                "but this "
                 "engine path offers no CPU process group; use tp_agreement='local'"
             )
         self.decider = AgreedDecider(self.controller, self.mode, sync, world_size)
@@ -126,7 +131,8 @@ class AdapterRuntime:
         return (
             f"specpolicy active: engine={self.engine} {self.engine_version} path={self.path} "
             f"{self.settings.summary()} candidate_steps={list(self.candidate_steps)} "
-            f"engine_steps={sorted(self.controller.allowed_steps)} default_steps={self.controller.default_steps} "
+            f"engine_steps={sorted(self.controller.allowed_steps)} "
+            f"default_steps={self.controller.default_steps} "
             f"rank={self.rank}/{self.world_size} agreement={self.mode}"
         )
 

@@ -1,8 +1,11 @@
 """AdapterSettings: everything an engine adapter needs to know, validated before any engine import.
 
-Engines spawn their worker processes, so a setting must survive the trip: the launcher serialises the validated
-settings into ``SPECPOLICY_CONFIG`` (JSON) and every spawned process rebuilds them with ``from_env``. Users who
-launch the engine their own way set ``SPECPOLICY_POLICY`` (a policy name, JSON object or file) and, optionally,
+Engines spawn their worker processes, so a setting must survive the trip: the launcher serialises the
+validated
+settings into ``SPECPOLICY_CONFIG`` (JSON) and every spawned process rebuilds them with ``from_env``. Users
+who
+launch the engine their own way set ``SPECPOLICY_POLICY`` (a policy name, JSON object or file) and,
+optionally,
 the ``SPECPOLICY_TRACE`` / ``SPECPOLICY_METRICS`` / ... variables listed in ``ENV_VARS``.
 """
 
@@ -70,7 +73,8 @@ class AdapterSettings(BaseModel):
 
     @classmethod
     def build(cls, policy: Any, **fields: Any) -> AdapterSettings:
-        """Validate settings; ConfigError naming the field on bad input (policy fields as ``policy.<name>``)."""
+        """Validate settings; ConfigError naming the field on bad input (policy fields as
+        ``policy.<name>``)."""
         try:
             config = policy if isinstance(policy, PolicyConfig) else parse_config(policy)
         except ConfigError as exc:

@@ -11,7 +11,8 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   the imposed depth (``StepController.force``) without calling their policy.
 
 ``auto`` (the default) picks ``broadcast`` for policies that use timing and ``local`` for the rest. A policy
-declares it with a class attribute on its config, ``uses_step_time: ClassVar[bool] = True``; without one, a config
+declares it with a class attribute on its config, ``uses_step_time: ClassVar[bool] = True``; without one, a
+config
 field whose name contains ``cost`` (a step-cost model or profile) counts as using timing.
 """
 
@@ -23,7 +24,14 @@ from ..policy import PolicyConfig
 from ..stats import StepStats
 from .controller import StepController
 
-__all__ = ["DecisionSync", "LocalSync", "BroadcastSync", "AgreedDecider", "agreement_mode", "policy_uses_timing"]
+__all__ = [
+    "DecisionSync",
+    "LocalSync",
+    "BroadcastSync",
+    "AgreedDecider",
+    "agreement_mode",
+    "policy_uses_timing",
+]
 
 
 class DecisionSync(Protocol):

@@ -3,7 +3,8 @@
 The step path only appends a small tuple to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into ``TraceRecord`` JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ...
 ``FILE.N``) when it passes ``max_bytes``. Every file starts with a header line (engine, version, worker path,
-policy). When the writer falls behind by more than ``max_pending`` steps, further steps are dropped and counted
+policy). When the writer falls behind by more than ``max_pending`` steps, further steps are dropped and
+counted
 rather than slowing the engine down.
 """
 
@@ -87,7 +88,9 @@ class TraceWriter:
         atexit.register(self.close)
 
     # -- StepObserver (engine thread; must stay cheap and never raise) --
-    def on_decision(self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool) -> None:
+    def on_decision(
+        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
+    ) -> None:
         if self._open is not None:
             self._push(self._open, None)
         self._open = (step, stats, num_steps, decide_s, fallback, time.time())
@@ -127,12 +130,21 @@ class TraceWriter:
             while q:
                 (step, stats, k, decide_s, fallback, ts), t = q.popleft()
                 rec = TraceRecord.from_stats(
-                    step, stats, k, t, rank=self.rank, ts=round(ts, 6), decide_us=round(decide_s * 1e6, 3),
+                    step,
+                    stats,
+                    k,
+                    t,
+                    rank=self.rank,
+                    ts=round(ts, 6),
+                    decide_us=round(decide_s * 1e6, 3),
                     fallback=fallback,
                 )
                 try:
                     lines.append(rec.to_json() + "\n")
-                except (TypeError, ValueError):  # NaN or odd types in stats: keep the step, drop the bad field
+                except (
+                    TypeError,
+                    ValueError,
+                ):  # NaN or odd types in stats: keep the step, drop the bad field
                     lines.append(_safe_json(rec) + "\n")
             for line in lines:
                 self._write(line)

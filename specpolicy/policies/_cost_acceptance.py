@@ -23,6 +23,8 @@ __all__ = ["AcceptanceEstimator", "MAX_DEPTH"]
 
 #: Deepest depth whose acceptance data is accepted (SpecMode's limit).
 MAX_DEPTH = 64
+#: A step reported only as a mean acceptance counts as this many requests (it hides the spread per position).
+MEAN_WEIGHT = 4.0
 
 
 class AcceptanceEstimator:
@@ -38,6 +40,7 @@ class AcceptanceEstimator:
         "_tries",
         "bufs",
         "full_bufs",
+        "means",
         "data_steps",
         "rates",
         "version",
@@ -58,6 +61,8 @@ class AcceptanceEstimator:
         #: depth -> drafts proposed by requests that accepted all of them but proposed fewer than depth (the
         #: engine trimmed their drafts): they tried positions 1..d only, and succeeded at each.
         self.full_bufs: dict[int, bytearray] = {}
+        #: (depth, mean accepted drafts) of steps that reported only the mean.
+        self.means: list[tuple[int, float]] = []
         #: steps that contributed to ``bufs`` since the last fold.
         self.data_steps = 0
         #: a_1..a_max_pos at index 1..max_pos (index 0 unused, 1.0).
@@ -79,12 +84,16 @@ class AcceptanceEstimator:
         else:
             buf += drafted
 
+    def add_mean(self, depth: int, mean: float) -> None:
+        """Queue a step known only by its mean accepted drafts per request."""
+        self.means.append((depth, mean))
+
     def fold(self, elapsed_steps: int) -> None:
         """Fold the queued counts in, forgetting older ones; ``elapsed_steps`` since the previous fold."""
         data = min(self.data_steps, max(elapsed_steps, 0))
         idle = max(elapsed_steps, 0) - data
         decay = self._decay_data**data * self._decay_idle**idle
-        if decay == 1.0 and not self.data_steps and not self.full_bufs:
+        if decay == 1.0 and not self.data_steps and not self.full_bufs and not self.means:
             return
         succ, tries = self._succ, self._tries
         for j in range(1, self.max_pos + 1):
@@ -97,6 +106,9 @@ class AcceptanceEstimator:
             self._count(depth, bytes(buf), bytes(full.get(depth, b"")))
             del buf[:]  # keep the buffer object: the policy's hot path appends to it in place
         full.clear()
+        for depth, mean in self.means:
+            self._count_mean(depth, mean)
+        self.means.clear()
         self.data_steps = 0
         self._recompute()
 
@@ -119,6 +131,28 @@ class AcceptanceEstimator:
             # tried position j: accepted j-1 before it (and, if trimmed, proposed a j-th draft).
             succ[j] += at_least[j] + full_at_least[j]
             tries[j] += at_least[j - 1] + full_at_least[j]
+
+    def _count_mean(self, depth: int, mean: float, weight: float = MEAN_WEIGHT) -> None:
+        """A mean m of accepted drafts at depth k, read as ``weight`` requests accepting each draft with the
+        per-token rate a that solves a + a^2 + ... + a^k = m (the chain of i.i.d. drafts)."""
+        lo, hi = 0.0, 1.0
+        for _ in range(30):
+            a = 0.5 * (lo + hi)
+            total, p = 0.0, 1.0
+            for _ in range(depth):
+                p *= a
+                total += p
+            if total < mean:
+                lo = a
+            else:
+                hi = a
+        a = 0.5 * (lo + hi)
+        succ, tries = self._succ, self._tries
+        p = 1.0
+        for j in range(1, min(depth, self.max_pos) + 1):
+            tries[j] += weight * p
+            p *= a
+            succ[j] += weight * p
 
     def _recompute(self) -> None:
         rates = self.rates

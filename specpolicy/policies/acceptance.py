@@ -8,7 +8,9 @@ SGLang's adaptive slots use). A step without speculation carries no acceptance d
 probes: every ``probe_interval`` off steps it speculates one step at the smallest depth, and that step's
 acceptance is what can turn it back on. Without probing it could stay off forever after one bad phase
 (TensorRT-LLM's permanent disable). It does not look at load: acceptance barely moves with batch size, so
-combine it with a cost-aware policy (``cost_model``) when load decides the off-switch.
+combine it with a cost-aware policy (``cost_model``) when load decides the off-switch. Per step it reads at
+most ``sample_requests`` requests (an even stride through the batch), so decide() does not grow with the
+batch.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class AcceptanceConfig(PolicyConfig):
         64, ge=1, le=1_000_000, description="while off, speculate one step in every this many to re-measure"
     )
     sample_requests: int = Field(
-        64, ge=0, description="at most this many requests per step (an even stride) enter the mean; 0 = all"
+        32, ge=0, description="at most this many requests per step (an even stride) enter the mean; 0 = all"
     )
 
     @model_validator(mode="after")
@@ -121,7 +123,7 @@ class AcceptancePolicy:
                     self._off_steps = 0  # a fresh off period waits a full interval before probing
                 self._mode = _OFF
             else:
-                self._mode = self._modes[bisect.bisect_left(self._edges, e + self._offset)]
+                self._mode = self._modes[_bisect_left(self._edges, e + self._offset)]
         mode = self._mode
         if mode is _OFF:
             n = self._off_steps + 1
@@ -142,5 +144,6 @@ class AcceptancePolicy:
 
 
 _OFF = SpecMode.off()
+_bisect_left = bisect.bisect_left
 
 ENTRY = PolicyEntry("acceptance", AcceptanceConfig, AcceptancePolicy)

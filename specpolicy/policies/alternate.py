@@ -1,6 +1,7 @@
 """alternate: cycle through a fixed list of depths, ``period`` steps each. For checks, not for serving.
 
-``specpolicy doctor --smoke`` uses it to switch modes as often as possible: a switching run must produce the same
+``specpolicy doctor --smoke`` uses it to switch modes as often as possible: a switching run must produce the
+same
 greedy tokens as the static runs (speculation is lossless), and it measures what switching itself costs.
 """
 
@@ -22,7 +23,10 @@ class AlternateConfig(PolicyConfig):
 
     name: Literal["alternate"] = "alternate"
     depths: tuple[int, ...] = Field(
-        (0, 3), min_length=1, max_length=16, description=f"depths to cycle through, each in [0, {MAX_NUM_STEPS}]"
+        (0, 3),
+        min_length=1,
+        max_length=16,
+        description=f"depths to cycle through, each in [0, {MAX_NUM_STEPS}]",
     )
     period: int = Field(1, ge=1, le=1_000_000, description="steps spent at each depth before the next")
 

@@ -32,6 +32,7 @@ accepted counts as bytes and one timing tuple; every ``update_interval`` steps p
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -55,13 +56,16 @@ _SAMPLE_CAP = 8
 _PRIOR_STEP_COST = 0.1
 #: While off (no acceptance data), acceptance forgets this many times more slowly.
 _IDLE_FORGET = 8.0
-#: Steps between two probes (and, while exploring, before the table is recomputed with the probe's result).
-_PROBE_GAP = 8
+#: Steps between two probes.
+_PROBE_GAP = 4
 #: A measured depth is re-measured at most once per this many visits of its bucket; an unanswered
 #: exploration probe is retried after as many.
 _MIN_PROBE_INTERVAL = 128
-#: Exploring a depth never measured in a bucket may spend this many times the probe budget.
-_EXPLORE_BOOST = 8.0
+#: A depth never measured in a bucket is first tried after loss**2 / (budget share * _EXPLORE_SCALE) visits:
+#: near-ties (where the measurement could change the decision) at once, clear losers like any other probe.
+_EXPLORE_SCALE = 0.1
+#: A switch this much better (predicted) does not wait for the dwell time.
+_BIG_GAIN = 1.1
 _NEVER = -(10**9)
 _FAR = 1 << 62
 
@@ -112,8 +116,18 @@ class CostModelConfig(PolicyConfig):
                 raise FieldError(f"steps.{i}", f"must be in [1, {MAX_NUM_STEPS}], got {k}")
             if i and k <= steps[i - 1]:
                 raise FieldError("steps", f"must be strictly ascending, got {list(steps)}")
-        if self.profile is not None and not self.profile.strip():
-            raise FieldError("profile", "must be a profile name or a JSON path, got an empty string")
+        if self.profile is not None:
+            ref = self.profile.strip()
+            if not ref:
+                raise FieldError("profile", "must be a profile name or a JSON path, got an empty string")
+            if not os.path.isfile(ref):
+                from ..sim.profile import available_profiles
+
+                shipped = available_profiles()
+                if ref not in shipped:
+                    raise FieldError(
+                        "profile", f"{ref!r} is neither a file nor a shipped profile ({', '.join(shipped)})"
+                    )
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:
@@ -173,6 +187,7 @@ class CostModelPolicy:
         self._agg_n = 0
         self._agg_step = 0
         self._exploring = [True] * n_b
+        self._blind = [False] * n_b
         self._refresh_at = [0] * n_b
         self._probe_at = [_FAR] * n_b
         self._probe_i = [0] * n_b
@@ -219,6 +234,8 @@ class CostModelPolicy:
                             self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                 except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                     pass
+            elif k_obs.__class__ is int and k_obs > 0 and stats.mean_accepted is not None:
+                self._take_mean(stats.mean_accepted, k_obs)
             t = stats.last_step_time_s
             if t is not None:
                 try:
@@ -262,9 +279,11 @@ class CostModelPolicy:
                 self._refresh(b, stats.mean_seq_len)
             cur = self._cur
             best = self._best[b]
-            if best != cur and step - self._switched >= self._dwell:
+            if best != cur:
                 v = self._v[b]
-                if v[best] > v[cur] * self._margin1:
+                if v[best] > v[cur] * self._margin1 and (
+                    step - self._switched >= self._dwell or v[best] > v[cur] * _BIG_GAIN
+                ):
                     cur = self._cur = best
                     self._switched = step
             if vis >= self._probe_at[b] and step - self._last_probe >= _PROBE_GAP:
@@ -272,8 +291,8 @@ class CostModelPolicy:
                 self._seen[b][cur] = vis
                 self._last_probe = step
                 self._probe_at[b] = _FAR
-                if self._exploring[b] and step + _PROBE_GAP < self._refresh_at[b]:
-                    self._refresh_at[b] = step + _PROBE_GAP
+                if self._exploring[b] and step + 2 < self._refresh_at[b]:
+                    self._refresh_at[b] = step + 2  # its measurement is back by then (lag <= 2)
             self._h2 = self._h1
             self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
             return self._modes[cur]
@@ -288,6 +307,16 @@ class CostModelPolicy:
             self._acc.add(depth, bytes(sample))
             return
         self._take_trimmed(sample, drafted, depth, stride, off, n)
+
+    def _take_mean(self, mean: Any, depth: int) -> None:
+        """Only the mean accepted count is known (no per-request list): a weak, geometric pseudo-sample."""
+        try:
+            m = float(mean)
+            if 0.0 <= m <= depth <= MAX_NUM_STEPS:
+                self._acc.add_mean(depth, m)
+                self._acc_steps += 1
+        except Exception:
+            pass
 
     def _flush_time(self) -> None:
         """Queue the aggregated measurements of consecutive steps with the same batch size and depth."""
@@ -412,6 +441,7 @@ class CostModelPolicy:
         n = len(self._arms)
         cur = self._cur
         src = cells.nearest_measured(b) if self._timed else -1
+        self._blind[b] = False
         if src < 0:
             r = [self._prior_ratio(i, 0) for i in range(n)]
         else:
@@ -420,6 +450,8 @@ class CostModelPolicy:
                 r = rrow
             else:
                 r = self._fill(src, wrow, rrow)
+                if src == b and self.cost_model is None and sum(x > 0.0 for x in wrow) == 1:
+                    self._blind[b] = cells.nearest_with(b, wrow.index(max(wrow))) < 0
         if self.cost_model is not None:
             rep = self._grid.rep[b]
             times = [r[i] * self._base(rep, self._arms[i], seq_len, b) for i in range(n)]
@@ -452,28 +484,37 @@ class CostModelPolicy:
             if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
                 due = seen[i] + int(min(max(loss / share, _MIN_PROBE_INTERVAL), max_int))
             else:
-                due = int(min(loss / (share * _EXPLORE_BOOST), max_int))
+                due = int(min(loss * loss / (share * _EXPLORE_SCALE), max_int))
             if due < due_best or (due == due_best and loss < due_loss):
                 due_best, due_i, due_loss = due, i, loss
+        if self._blind[b]:
+            # One depth measured here and nothing to extrapolate from: measure off (or the depth farthest
+            # from the running one) next, so a line through two points prices all the others.
+            far = 0 if self._arms[0] == 0 else (n - 1 if cur < n // 2 else 0)
+            if far != cur and seen[far] < 0:
+                due_best, due_i = 0, far
         if due_i >= 0:
             self._probe_at[b] = max(due_best, vis)
             self._probe_i[b] = due_i
 
     def _fill(self, src: int, wrow: list[float], rrow: list[float]) -> list[float]:
-        """Times for a bucket with unmeasured depths. Without a profile, two measured depths give the cost of
-        one more depth (a least-squares line in k: each draft step plus a wider verify); with one, the
-        nearest bucket that measured both gives the ratio; else the prior. With a profile the unmeasured
-        depths take the measured correction factor of the running depth (the profile's shape)."""
+        """Times for a bucket with unmeasured depths. Two measured depths give the cost of one more depth (a
+        least-squares line in k: each draft step plus a wider verify; with a profile, a line through the
+        corrections, flat when the profile is right). With one, the nearest bucket that measured both gives
+        the ratio; else the prior (with a profile: its shape, scaled by the one measured correction)."""
         n = len(rrow)
         arms = self._arms
         known = [i for i in range(n) if wrow[i] > 0.0]
-        if self.cost_model is None and len(known) >= 2:
+        if len(known) >= 2:
             ks = [arms[i] for i in known]
             mk = sum(ks) / len(ks)
             mr = sum(rrow[i] for i in known) / len(known)
             sxx = sum((k - mk) ** 2 for k in ks)
             slope = sum((arms[i] - mk) * (rrow[i] - mr) for i in known) / sxx if sxx > 0 else 0.0
-            floor = 0.5 * min(rrow[i] for i in known)
+            if self.cost_model is None:  # verifying k+1 tokens costs at most k+1 times one token
+                floor = min(rrow[i] / (arms[i] + 1) for i in known)
+            else:  # corrections to the profile
+                floor = 0.25 * min(rrow[i] for i in known)
             return [rrow[i] if wrow[i] > 0.0 else max(mr + slope * (arms[i] - mk), floor) for i in range(n)]
         cur = self._cur
         ref = cur if cur >= 0 and wrow[cur] > 0.0 else known[0]

@@ -69,7 +69,7 @@ class ScheduleConfig(PolicyConfig):
         ((1, 7, 3), (8, 31, 2), (32, 63, 1), (64, 64, 0)),
         min_length=1,
         description="[min_batch, max_batch, num_steps] inclusive, ascending, contiguous; 0 = off; "
-        "the last entry also covers larger batches",
+        "the last entry also covers larger batches (or give TensorRT-LLM's draft_len_schedule instead)",
     )
 
     @model_validator(mode="before")

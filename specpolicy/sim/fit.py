@@ -238,14 +238,16 @@ def fit_profile(
     if ctx_all and len(ctx_all) == len(used):
         lo, ref, hi = (float(x) for x in np.percentile(ctx_all, [10, 50, 90]))
         two_grids = hi >= 1.25 * lo
+        if not two_grids:
+            notes.append("context length varied too little to model (single grid)")
     else:
-        if ctx_all:
-            notes.append("some steps lack mean_seq_len: context length is not modelled")
+        notes.append(
+            ("some steps lack" if ctx_all else "the trace has no")
+            + " mean_seq_len: context length is not modelled"
+        )
         lo = ref = hi = float(np.median(ctx_all)) if ctx_all else 1024.0
         two_grids = False
     seq_lens = [lo, hi] if two_grids else [ref]
-    if not two_grids:
-        notes.append("context length varied too little to model (single grid)")
 
     fits: list[DepthFit] = []
     # totals[k][grid][knot]: fitted whole-step seconds
@@ -313,7 +315,8 @@ def fit_profile(
             "never (a speculation-free engine) is estimated as an off step without its catch-up pass; fit a "
             "trace of a speculation-free engine for the true baseline.",
             f"Depths between the traced ones ({', '.join(map(str, depths))}) are interpolated linearly.",
-            "Prefill is derived from the grid, not measured.",
+            "Prefill is derived from the grid, not measured (too cheap if the trace saw only small batches: "
+            "give a 'prefill' object then).",
         ]
         + notes,
     }

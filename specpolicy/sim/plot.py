@@ -43,10 +43,12 @@ def plot(sim: Simulation, path: str | Path) -> Path:
         for r in rows(sim):
             if r.concurrency is not None:
                 by_policy.setdefault(r.policy, []).append((r.concurrency, r.output_tok_s))
-        for label, pts in by_policy.items():
+        colors = plt.get_cmap("tab20").colors
+        for i, (label, pts) in enumerate(by_policy.items()):
             pts.sort()
             style = "--" if label.startswith("static-") or label == "never" else "-"
-            ax.plot([c for c, _ in pts], [v for _, v in pts], style, marker="o", ms=3, label=label)
+            ax.plot([c for c, _ in pts], [v for _, v in pts], style, marker="o", ms=3, label=label,
+                    color=colors[i % len(colors)])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel("output tokens/s")
@@ -55,16 +57,22 @@ def plot(sim: Simulation, path: str | Path) -> Path:
         ax.grid(True, alpha=0.3)
     else:
         fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+        colors = plt.get_cmap("tab10").colors
+        drawn = 0
         for o in sim.outcomes:
             tl = o.result.timeline
             label = o.comparator.label
             if tl is None or label.startswith(_SKIP_OVER_TIME):
                 continue
-            t = [(i + 0.5) * tl.bin_s for i in range(len(tl.tok_s))]
-            ax1.plot(t, tl.tok_s, lw=1, label=label)
-            ax2.plot(t, tl.mean_depth, lw=1, label=label)
+            # Whole bins inside the simulated duration only (the last step may end past it).
+            n = min(len(tl.tok_s), max(1, int(o.scenario.duration_s / tl.bin_s)))
+            t = [(i + 0.5) * tl.bin_s for i in range(n)]
+            color = colors[drawn % len(colors)]
+            drawn += 1
+            ax1.plot(t, tl.tok_s[:n], lw=1, label=label, color=color)
+            ax2.plot(t, tl.mean_depth[:n], lw=1, label=label, color=color)
             if label == "oracle":
-                ax3.plot(t, tl.mean_batch, color="k", lw=1, label="batch size")
+                ax3.plot(t, tl.mean_batch[:n], color="k", lw=1, label="batch size")
         ax1.set_ylabel("output tokens/s")
         ax2.set_ylabel("mean draft depth")
         ax3.set_ylabel("running batch")

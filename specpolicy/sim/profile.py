@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
@@ -18,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -288,6 +287,8 @@ class CostProfile:
         """(lower grid, upper grid, weight of the upper one in [0, 1], tokens beyond the largest grid)."""
         grids = self._grids
         s = self.reference_seq_len if seq_len is None else seq_len
+        if s != s:
+            raise ValueError("seq_len must be a number or None, got nan")
         lens = self._seq_lens
         if len(grids) == 1 or s <= lens[0]:
             return grids[0], grids[0], 0.0, 0.0
@@ -383,13 +384,13 @@ class CostProfile:
         return self.off_step_s(batch_size, seq_len)
 
     def is_extrapolated(self, batch_size: float, seq_len: float | None = None) -> bool:
-        """True when the cost is not bracketed by measurements: beyond a used grid's largest batch or beyond
-        the largest measured context (profiles with a single grid do not model context, so only batch counts).
-        """
+        """True when the cost rests on extrapolation: beyond the largest measured context, or at least 10% of
+        it from a grid beyond that grid's largest measured batch (a single grid does not model context, so
+        only batch counts there)."""
         g0, g1, w, beyond = self._pick(seq_len)
-        if beyond > 0.0 or batch_size > g0.batch[-1]:
+        if beyond > 0.0:
             return True
-        return w > 0.0 and batch_size > g1.batch[-1]
+        return (w <= 0.9 and batch_size > g0.batch[-1]) or (w >= 0.1 and batch_size > g1.batch[-1])
 
     # -- metadata --------------------------------------------------------------------------------------------
     @property
@@ -399,7 +400,7 @@ class CostProfile:
 
     @property
     def max_batch_size(self) -> float:
-        """The largest batch size measured at the reference context length's grid or any grid."""
+        """The largest measured batch size over all grids."""
         return self._max_batch
 
     def to_dict(self) -> dict[str, Any]:
@@ -428,7 +429,7 @@ def _build(spec: ProfileFile) -> CostProfile:
                 batch=tuple(g.batch_sizes),
                 target_by_q=tuple(dense),
                 draft=draft,
-                tail_by_q=tuple(itertools.accumulate((_tail(g.batch_sizes, row) for row in dense), max)),
+                tail_by_q=tuple(accumulate((_tail(g.batch_sizes, row) for row in dense), max)),
                 draft_tail=_tail(g.batch_sizes, draft),
             )
         )
@@ -436,7 +437,7 @@ def _build(spec: ProfileFile) -> CostProfile:
     if spec.prefill is not None:
         pf, pt = spec.prefill.fixed * unit, spec.prefill.per_token * unit
     else:
-        pf, pt = _derived_prefill(spec, grids, ref)
+        pf, pt = _derived_prefill(grids, ref)
     o = spec.overhead
     return CostProfile(
         _beyond=_beyond_slopes(grids),
@@ -486,7 +487,7 @@ def _beyond_slopes(grids: list[_Grid]) -> tuple[tuple[float, ...], tuple[float, 
     return hi.batch, tuple(tgt), tuple(drf)
 
 
-def _derived_prefill(spec: ProfileFile, grids: list[_Grid], ref: float) -> tuple[float, float]:
+def _derived_prefill(grids: list[_Grid], ref: float) -> tuple[float, float]:
     """Prefill is not in decode-step data: take the per-token slope of the target step at the largest
     measured query length between the two largest batches (the most compute-bound point measured), at the
     grid nearest the reference context, and a fixed part of one plain decode step at the smallest batch
@@ -496,14 +497,9 @@ def _derived_prefill(spec: ProfileFile, grids: list[_Grid], ref: float) -> tuple
     q = len(g.target_by_q)
     row = g.target_by_q[-1]
     fixed = g.target_by_q[0][0]
-    if len(g.batch) < 2:
-        return fixed, row[0] / q
-    slope = (row[-1] - row[-2]) / ((g.batch[-1] - g.batch[-2]) * q)
-    if slope <= 0:
-        raise ProfileError(
-            f"profile {spec.name!r}: cannot derive prefill from the grid (flat at its largest batches); "
-            "give a 'prefill' object with fixed and per_token"
-        )
+    slope = 0.0 if len(g.batch) < 2 else (row[-1] - row[-2]) / ((g.batch[-1] - g.batch[-2]) * q)
+    if slope <= 0:  # no slope to take: the mean cost per token at the largest point (an upper bound)
+        slope = row[-1] / (g.batch[-1] * q)
     return fixed, slope
 
 
@@ -525,9 +521,15 @@ def _shipped_dir() -> Any:
     return resources.files("specpolicy.sim").joinpath("profiles")
 
 
+@functools.cache
+def _shipped_names() -> tuple[str, ...]:
+    names = (p.name[: -len(".json")] for p in _shipped_dir().iterdir() if p.name.endswith(".json"))
+    return tuple(sorted(names))
+
+
 def available_profiles() -> list[str]:
     """Names of the profiles shipped with specpolicy, sorted."""
-    return sorted(p.name[: -len(".json")] for p in _shipped_dir().iterdir() if p.name.endswith(".json"))
+    return list(_shipped_names())
 
 
 @functools.cache
@@ -539,7 +541,7 @@ def _load_shipped(name: str) -> CostProfile:
 def load_profile(name_or_path: str | os.PathLike[str]) -> CostProfile:
     """A shipped profile by name, or a profile JSON file by path."""
     text_name = os.fspath(name_or_path)
-    if isinstance(name_or_path, str) and text_name in available_profiles():
+    if isinstance(name_or_path, str) and text_name in _shipped_names():
         return _load_shipped(text_name)
     path = Path(text_name)
     if not path.is_file():

@@ -12,8 +12,8 @@ Built-ins (reference values from the simulator issue; durations are simulated se
 - ``sweep``: closed loop at each of ``--concurrency`` levels (default 1, 2, 4, ..., 256), 60 s each.
 - ``ramp``: closed loop whose concurrency rises from 1 to 256 and back over 600 s, geometrically (equal time
   at every octave of load, as in the sweep).
-- ``bursty``: open-loop Poisson arrivals at the rate that keeps about 32 requests in flight on a
-  speculation-free engine, with 10x the rate for 10 s of every 60 s.
+- ``bursty``: open-loop Poisson arrivals, 10x the calm rate for 10 s of every 60 s, averaging (bursts
+  included) the rate that keeps 32 requests in flight on a speculation-free engine (Little's law).
 - ``transition``: closed loop at concurrency 32 whose mean acceptance alternates 0.85 / 0.35 every 60 s.
 - a JSONL file, one request per line: ``{"arrival_s": 0.0, "prompt_tokens": 512, "output_tokens": 256,
   "acceptance": 0.7}`` (acceptance optional: drawn from the model when absent); runs until every request is
@@ -209,9 +209,11 @@ def _bursty(
     burst_s: float = 10.0,
     burst_at_s: float = 20.0,
 ) -> Requests:
-    # Little's law on a speculation-free engine at `in_flight` requests: rate = N / latency.
+    # Little's law on a speculation-free engine at `in_flight` requests: the MEAN arrival rate, bursts included,
+    # is N / latency; the calm rate is that over the mean burst multiplier (2.5 for 10x during 10 s of 60).
     latency = profile.prefill_s(shape.prompt_mean) + (shape.output_mean - 1) * profile.never_step_s(in_flight)
-    base = in_flight / latency
+    mean_factor = (period_s - burst_s + burst_factor * burst_s) / period_s
+    base = in_flight / latency / mean_factor
     segments: list[tuple[float, float, float]] = []
     t = 0.0
     while t < duration_s:

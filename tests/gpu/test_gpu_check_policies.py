@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from specpolicy_gpucheck import (
+    CONTROL_SIZE,
     CycleConfig,
     CyclePolicy,
     DispatchConfig,
     DispatchPolicy,
     RaiseConfig,
     RaisePolicy,
+    write_control,
 )
 
 from specpolicy import SpecMode, StepStats
@@ -66,7 +67,7 @@ def test_raise_inside_the_controller_runs_the_default_and_counts() -> None:
 
 def _dispatch(tmp_path: Path, initial: str = "on") -> tuple[DispatchPolicy, Path, Path]:
     control, log = tmp_path / "control.txt", tmp_path / "switches.jsonl"
-    control.write_text(initial)
+    write_control(control, 1, initial)
     cfg = DispatchConfig(
         control_file=str(control),
         log_file=str(log),
@@ -80,33 +81,39 @@ def _dispatch(tmp_path: Path, initial: str = "on") -> tuple[DispatchPolicy, Path
     return DispatchPolicy(cfg), control, log
 
 
-def _rewrite(path: Path, text: str) -> None:
-    st_ = path.stat()
-    path.write_text(text)
-    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))  # a visibly newer mtime
-
-
 def test_dispatch_follows_the_control_file_and_resets_the_child(tmp_path: Path) -> None:
     pol, control, log = _dispatch(tmp_path)
     assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 3]
-    _rewrite(control, "cyc")
+    write_control(control, 2, "cyc")
     assert [pol.decide(S).num_steps for _ in range(5)] == [3, 3, 0, 0, 3]
-    _rewrite(control, "off")
+    write_control(control, 3, "off")
     assert pol.decide(S) == SpecMode.off()
-    _rewrite(control, "cyc")  # back to the cycle: it starts from its first depth again
+    write_control(control, 4, "cyc")  # back to the cycle: it starts from its first depth again
     assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 0]
+    write_control(control, 5, "cyc")  # same label, new generation: reset again
+    assert [pol.decide(S).num_steps for _ in range(2)] == [3, 3]
     switches = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [s["label"] for s in switches] == ["on", "cyc", "off", "cyc"]
-    assert [s["decide_index"] for s in switches] == [1, 4, 9, 10]
+    assert [s["label"] for s in switches] == ["on", "cyc", "off", "cyc", "cyc"]
+    assert [s["decide_index"] for s in switches] == [1, 4, 9, 10, 13]
+    assert control.stat().st_size == CONTROL_SIZE
 
 
-def test_dispatch_ignores_unknown_labels_and_a_missing_file(tmp_path: Path) -> None:
+def test_dispatch_ignores_unknown_labels_and_waits_for_a_missing_file(tmp_path: Path) -> None:
     pol, control, _ = _dispatch(tmp_path)
     pol.decide(S)
-    _rewrite(control, "nonsense")
+    write_control(control, 2, "nonsense")
     assert pol.decide(S).num_steps == 3
-    control.unlink()
-    assert pol.decide(S).num_steps == 3
+    late = tmp_path / "late.txt"
+    cfg = pol.config.model_copy(update={"control_file": str(late), "initial": "off"})
+    pol2 = DispatchPolicy(cfg)
+    assert pol2.decide(S).num_steps == 0  # no file yet: the initial label
+    write_control(late, 1, "on")
+    assert pol2.decide(S).num_steps == 3
+
+
+def test_write_control_rejects_a_record_that_does_not_fit(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="too long"):
+        write_control(tmp_path / "c", 1, "x" * 60)
 
 
 def test_dispatch_candidate_steps_are_the_union(tmp_path: Path) -> None:

@@ -150,3 +150,20 @@ def test_fit_trace_files_reads_headers_and_parts(truth: CostProfile, tmp_path: P
     assert res.profile["name"] == "mine"
     assert "sglang 0.5.23" in res.profile["source"]
     assert sum(d.used + d.rejected for d in res.depths) == 1200
+
+
+def test_fit_without_context_or_batch_spread(truth: CostProfile) -> None:
+    """A trace at one batch size and without mean_seq_len still fits, and says what it could not model."""
+    recs = [
+        TraceRecord(
+            step=r.step, batch_size=8, num_steps=r.num_steps, step_time_s=truth.step_time_s(8, r.num_steps)
+        )
+        for r in synthetic_trace(truth, n=300, depths=(0, 3), seed=13)
+    ]
+    res = fit_profile(recs)
+    p = profile_from_dict(res.profile)
+    assert any("no mean_seq_len" in n for n in res.notes)
+    assert p.step_time_s(8, 3) == pytest.approx(truth.step_time_s(8, 3), rel=1e-3)
+    assert p.is_extrapolated(9) and not p.is_extrapolated(8)
+    # Prefill from the one measured point: the verify's mean cost per token, an upper bound.
+    assert p.prefill_per_token_s == pytest.approx(p.target_s(8, 4) / 32)

@@ -124,7 +124,8 @@ def test_extrapolation_is_linear_in_batch_and_reported() -> None:
     assert p.is_extrapolated(513, 1024)
     assert not p.is_extrapolated(128, 4096)
     assert p.is_extrapolated(129, 4096)  # the 4096 grid stops at 128 (KV cache limit)
-    assert p.is_extrapolated(200, 2048)  # blends the 4096 grid beyond its range
+    assert p.is_extrapolated(200, 2048)  # a third of the cost from the 4096 grid beyond its range
+    assert not p.is_extrapolated(256, 1100)  # 2.5% from there: the measured 1024 grid carries it
     assert p.is_extrapolated(1, 8192)  # beyond the largest context
     assert not p.is_extrapolated(1, 512)  # below the smallest context: clamped, an upper bound
 
@@ -341,6 +342,8 @@ def test_lookup_arguments_are_checked() -> None:
         p.never_step_s(float("nan"))
     with pytest.raises(ValueError, match="batch_size"):
         p.draft_s(-1)
+    with pytest.raises(ValueError, match="seq_len"):
+        p.step_time_s(4, 2, float("nan"))
     with pytest.raises(ProfileError, match="off_cost"):
         with_off_cost(p, "free")  # type: ignore[arg-type]
 

@@ -1,12 +1,15 @@
 """``specpolicy-sglang``: a drop-in for ``python -m sglang.launch_server`` that runs a specpolicy policy.
 
-Our options (``--spec-policy`` and the ``--spec-policy-*`` family) are taken out of the command line; everything
+Our options (``--spec-policy`` and the ``--spec-policy-*`` family) are taken out of the command line;
+everything
 else goes to SGLang untouched. The policy is validated FIRST, before SGLang is imported, so a bad one exits
-non-zero naming the field whether or not SGLang is installed. The validated settings travel to SGLang's spawned
+non-zero naming the field whether or not SGLang is installed. The validated settings travel to SGLang's
+spawned
 scheduler processes in the environment (``SPECPOLICY_CONFIG``), where the plugin entry point picks them up.
 
 On 0.5.20+ the policy drives SGLang's AdaptiveController, so the launcher adds ``--speculative-adaptive`` and,
-when the user gave no ``--speculative-adaptive-config``, writes one whose candidate steps are the policy's (plus
+when the user gave no ``--speculative-adaptive-config``, writes one whose candidate steps are the policy's
+(plus
 the launch depth). A user-given config is checked now: the policy's depths must be among its candidate steps.
 """
 
@@ -39,36 +42,53 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """specpolicy's options, as one group that sits beside SGLang's in ``--help``."""
     g = parser.add_argument_group("specpolicy", "per-step speculative decoding policy (specpolicy)")
     g.add_argument(
-        "--spec-policy", metavar="NAME|JSON|FILE",
-        help=f"the policy: a registered name (see `specpolicy policies`), a JSON object, or a .json/.yaml/.toml "
+        "--spec-policy",
+        metavar="NAME|JSON|FILE",
+        help="the policy: a registered name (see `specpolicy policies`), a JSON object, or a "
+        ".json/.yaml/.toml "
         f"file. Default: the {ENV_POLICY} environment variable.",
     )
-    g.add_argument("--spec-policy-trace", metavar="FILE", help="write a JSONL step trace to FILE ({rank} allowed)")
     g.add_argument(
-        "--spec-policy-trace-max-mb", type=float, metavar="MB", help="rotate the trace file past MB (default 64)"
+        "--spec-policy-trace", metavar="FILE", help="write a JSONL step trace to FILE ({rank} allowed)"
     )
-    g.add_argument("--spec-policy-trace-backups", type=int, metavar="N", help="rotated trace files kept (default 3)")
     g.add_argument(
-        "--spec-policy-metrics", action=argparse.BooleanOptionalAction, default=None,
+        "--spec-policy-trace-max-mb",
+        type=float,
+        metavar="MB",
+        help="rotate the trace file past MB (default 64)",
+    )
+    g.add_argument(
+        "--spec-policy-trace-backups", type=int, metavar="N", help="rotated trace files kept (default 3)"
+    )
+    g.add_argument(
+        "--spec-policy-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="export specpolicy_* Prometheus metrics with SGLang's (when --enable-metrics); default on",
     )
     g.add_argument(
-        "--spec-policy-on-install-failure", choices=("refuse", "warn"),
+        "--spec-policy-on-install-failure",
+        choices=("refuse", "warn"),
         help="when the policy cannot be installed: refuse to start (default) or warn and serve without it",
     )
     g.add_argument(
-        "--spec-policy-allow-untested", action="store_true", default=None,
+        "--spec-policy-allow-untested",
+        action="store_true",
+        default=None,
         help="run on an SGLang release specpolicy was not tested with (a loud warning instead of a refusal)",
     )
     g.add_argument(
-        "--spec-policy-tp-agreement", choices=("auto", "local", "broadcast"),
+        "--spec-policy-tp-agreement",
+        choices=("auto", "local", "broadcast"),
         help="how tensor-parallel ranks agree on each step's depth (default auto; see docs/sglang.md)",
     )
 
 
 def build_parser(with_sglang: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False, add_help=False,
+        prog=PROG,
+        allow_abbrev=False,
+        add_help=False,
         description="Launch an SGLang server whose speculative depth is chosen every step by a specpolicy "
         "policy. Takes every option of `python -m sglang.launch_server`, plus the specpolicy options.",
     )
@@ -153,7 +173,8 @@ def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str])
     topk = _opt(argv, "--speculative-eagle-topk")
     if topk is not None and topk != "1":
         raise AdapterInstallError(
-            f"--speculative-eagle-topk {topk}: SGLang's adaptive controller needs topk=1 (it would silently turn "
+            f"--speculative-eagle-topk {topk}: SGLang's adaptive controller needs topk=1 (it would "
+            "silently turn "
             "itself off); drop the option or pass 1"
         )
     out = list(argv)
@@ -164,7 +185,9 @@ def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str])
     cfg = _opt(out, "--speculative-adaptive-config")
     launch = _opt(out, "--speculative-num-steps")
     if cfg is not None:
-        check_candidate_steps(sorted(policy_steps), _config_steps(cfg), where=f"--speculative-adaptive-config {cfg}")
+        check_candidate_steps(
+            sorted(policy_steps), _config_steps(cfg), where=f"--speculative-adaptive-config {cfg}"
+        )
         return out
     if launch is None:
         positive = sorted(s for s in policy_steps if s > 0)

@@ -3,7 +3,8 @@
 Scheduler processes are spawned, so a patch made in the launching process never reaches them; the entry point
 does, because SGLang's ``load_plugins()`` runs at the top of every scheduler process. ``register`` checks the
 installed release and hands over to the hook module for it. With specpolicy installed but not configured (no
-``SPECPOLICY_*`` variable, no ``"specpolicy"`` key in the adaptive config) the hooks find nothing to do and SGLang
+``SPECPOLICY_*`` variable, no ``"specpolicy"`` key in the adaptive config) the hooks find nothing to do and
+SGLang
 runs exactly as without it.
 """
 

@@ -49,10 +49,10 @@ def agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> float:
     if len(a) != len(b) or not a:
         return 0.0
     total = 0.0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         n = max(len(x), len(y))
         same = 0
-        for p, q in zip(x, y):
+        for p, q in zip(x, y, strict=False):
             if p != q:
                 break
             same += 1
@@ -67,11 +67,17 @@ def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     sw_on = agreement(tok["switching"], tok["on"])
     sw_off = agreement(tok["switching"], tok["off"])
     ref_tps = results["reference"]["tokens_per_s"]
-    speed = {k: {"tokens_per_s": v["tokens_per_s"], "vs_reference": v["tokens_per_s"] / ref_tps if ref_tps else None}
-             for k, v in results.items()}
+    speed = {
+        k: {
+            "tokens_per_s": v["tokens_per_s"],
+            "vs_reference": v["tokens_per_s"] / ref_tps if ref_tps else None,
+        }
+        for k, v in results.items()
+    }
     ok = min(sw_on, sw_off) >= floor
     verdict = (
-        f"switching agrees with on {sw_on:.3f} and with off {sw_off:.3f}; on vs off (noise floor) {floor:.3f}: "
+        f"switching agrees with on {sw_on:.3f} and with off {sw_off:.3f}; "
+        f"on vs off (noise floor) {floor:.3f}: "
         + ("OK" if ok else "FAIL: switching changes tokens beyond the static runs' own disagreement")
     )
     return {
@@ -103,10 +109,18 @@ def smoke_test(
     for name, (spec, policy) in RUNS.items():
         if policy == "ALTERNATE":
             policy = {"name": "alternate", "depths": [0, num_steps], "period": 1}
-        results[name] = run({
-            "model": model, "draft": draft, "algorithm": algorithm, "num_steps": num_steps,
-            "speculative": spec, "policy": policy, "prompts": list(PROMPTS), "max_new_tokens": max_new_tokens,
-        })
+        results[name] = run(
+            {
+                "model": model,
+                "draft": draft,
+                "algorithm": algorithm,
+                "num_steps": num_steps,
+                "speculative": spec,
+                "policy": policy,
+                "prompts": list(PROMPTS),
+                "max_new_tokens": max_new_tokens,
+            }
+        )
     out = compare(results)
     out["runs"] = {k: {kk: vv for kk, vv in v.items() if kk != "tokens"} for k, v in results.items()}
     return out
@@ -115,11 +129,13 @@ def smoke_test(
 def _subprocess_runner(spec: dict[str, Any]) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "specpolicy.adapters.sglang.smoke", json.dumps(spec)],
-        capture_output=True, text=True, timeout=1800,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("SPECPOLICY_SMOKE "):
-            return json.loads(line[len("SPECPOLICY_SMOKE "):])  # type: ignore[no-any-return]
+            return json.loads(line[len("SPECPOLICY_SMOKE ") :])  # type: ignore[no-any-return]
     raise RuntimeError(f"smoke run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
@@ -134,7 +150,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["speculative"]:
         k = int(spec["num_steps"])
         kwargs.update(
-            speculative_algorithm=spec["algorithm"], speculative_num_steps=k, speculative_eagle_topk=1,
+            speculative_algorithm=spec["algorithm"],
+            speculative_num_steps=k,
+            speculative_eagle_topk=1,
             speculative_num_draft_tokens=k + 1,
         )
         if spec.get("draft"):
@@ -159,15 +177,26 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     engine = sglang.Engine(**kwargs)
     try:
         params = {"temperature": 0.0, "max_new_tokens": int(spec["max_new_tokens"]), "ignore_eos": True}
-        engine.generate(prompt=spec["prompts"][:1], sampling_params={**params, "max_new_tokens": 8})  # warm-up
+        engine.generate(
+            prompt=spec["prompts"][:1], sampling_params={**params, "max_new_tokens": 8}
+        )  # warm-up
         t0 = time.perf_counter()
         outs = engine.generate(prompt=spec["prompts"], sampling_params=params)
         dt = time.perf_counter() - t0
     finally:
         engine.shutdown()
-    tokens = [list(o.get("output_ids") or []) for o in outs]
-    n = sum(int(o.get("meta_info", {}).get("completion_tokens", len(t))) for o, t in zip(outs, tokens))
-    return {"tokens": tokens, "seconds": dt, "completion_tokens": n, "tokens_per_s": n / dt if dt > 0 else 0.0}
+    # token ids where the release returns them; otherwise the characters of the text stand in for tokens
+    tokens = [list(o.get("output_ids") or [ord(c) for c in o.get("text", "")]) for o in outs]
+    n = sum(
+        int(o.get("meta_info", {}).get("completion_tokens", len(t)))
+        for o, t in zip(outs, tokens, strict=True)
+    )
+    return {
+        "tokens": tokens,
+        "seconds": dt,
+        "completion_tokens": n,
+        "tokens_per_s": n / dt if dt > 0 else 0.0,
+    }
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """SGLang 0.5.20+ (tested: 0.5.23): a specpolicy policy drives SGLang's own ``AdaptiveController``.
 
-SGLang already owns the hard part here: one prebuilt runtime state (draft/verify/extend backends and CUDA graphs)
-per candidate depth, swapped between rounds, and a native steps=0 "trivial verify" that keeps the draft model's
+SGLang already owns the hard part here: one prebuilt runtime state (draft/verify/extend backends and CUDA
+graphs)
+per candidate depth, swapped between rounds, and a native steps=0 "trivial verify" that keeps the draft
+model's
 KV cache and EAGLE-3 hidden states in step. Its controller accepts any object with the ``AdaptiveSpecPolicy``
 members; ``SpecPolicyParams`` is that object, backed by an ``AdapterRuntime``.
 
@@ -10,13 +12,16 @@ Where each StepStats field comes from (all CPU data the engine already has; noth
 * batch size: ``get_steps_for_batch(batch_size)``, called by ``activate_step_by_batch`` on every decode
   round before drafting; the decision is applied there.
 * accepted drafts: ``on_verify_complete(num_correct_drafts_per_req, batch_size)``, fed by the scheduler after
-  its asynchronous copy of ``accept_lens``. With overlap scheduling it arrives one round late, so the depth each
+  its asynchronous copy of ``accept_lens``. With overlap scheduling it arrives one round late, so the depth
+  each
   round ran with is kept in a FIFO and matched to its feedback (``last_num_steps`` is that round's depth).
 * waiting queue and context lengths: a BEFORE hook on ``Scheduler.run_batch`` (same thread, just before the
   worker runs the batch) reads ``len(waiting_queue)`` and, every ``SEQ_LEN_EVERY`` rounds or when the batch
   size changes, the mean of ``req.seqlen`` (an O(batch) Python sum, so it is sampled, not done every round).
-* step time: the interval between consecutive decode rounds' decisions (``time.perf_counter``). Rounds separated
-  by a prefill or an idle gap report None. In overlap mode the CPU runs one round ahead, so this is the engine's
+* step time: the interval between consecutive decode rounds' decisions (``time.perf_counter``). Rounds
+separated
+  by a prefill or an idle gap report None. In overlap mode the CPU runs one round ahead, so this is the
+  engine's
   steady-state cycle time rather than one GPU step; no CUDA event or sync is added to measure it.
 """
 
@@ -222,7 +227,8 @@ def attach(
     initial = int(worker.speculative_num_steps)
     try:
         check_candidate_steps(
-            settings.policy.candidate_steps(), engine_steps,
+            settings.policy.candidate_steps(),
+            engine_steps,
             where="the candidate steps of --speculative-adaptive-config",
         )
         rank, world, cpu_group = _tp_info()

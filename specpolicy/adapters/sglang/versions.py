@@ -73,7 +73,8 @@ def check_version(version: str | None, allow_untested: bool = False) -> str:
             "specpolicy: SGLang %s is NOT a tested release (tested: %s); running anyway because untested "
             "versions are allowed. Check the start-up line says the expected path is live, and run "
             "`specpolicy doctor --smoke` on a GPU before trusting it.",
-            version, supported,
+            version,
+            supported,
         )
         return version
     hint = "" if allow_untested else " (pass --spec-policy-allow-untested to try anyway)"

@@ -136,7 +136,10 @@ def build_vllm_args(
     spec["num_speculative_tokens_per_batch_size"] = covering_schedule(
         candidates, num_speculative_tokens, max_num_seqs
     )
-    section: dict[str, Any] = {"policy": config.model_dump(mode="json")}
+    # Only what differs from the defaults, so the flags stay readable; the name always.
+    section: dict[str, Any] = {
+        "policy": {"name": config.name, **config.model_dump(mode="json", exclude_defaults=True)}
+    }
     if settings:
         section.update(settings)
         from ..settings import AdapterSettings

@@ -114,11 +114,10 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
     if facts.data_parallel_size > 1:
         raise AdapterInstallError(
             f"parallel_config.data_parallel_size={facts.data_parallel_size}: data parallelism is not "
-            "supported. "
-            "Each DP rank runs its own scheduler; ranks choosing different speculative lengths run different "
-            "numbers of drafter passes and their collectives deadlock (vLLM turns its own per-batch-size "
-            "schedule off under DP for the same reason). Run one server per replica behind a load balancer, "
-            "or drop --scheduler-cls."
+            "supported. vLLM turns num_speculative_tokens_per_batch_size off under DP (the adapter needs it "
+            "for per-step depths), and for MoE models the DP ranks run their drafter passes collectively, so "
+            "ranks choosing different depths would deadlock. Run one server per replica behind a load "
+            "balancer, or drop --scheduler-cls."
         )
     reason = UNSUPPORTED_METHODS.get(facts.method)
     if reason is not None:

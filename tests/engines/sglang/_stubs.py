@@ -1,7 +1,9 @@
 """Stub modules for CUDA-only packages that SGLang imports at module level but the tests never call.
 
-PyPI's ``torchvision`` wheel needs a CUDA torch and ``sgl_kernel`` is a CUDA kernel wheel; neither can be installed
-next to the CPU torch. A ``sys.meta_path`` finder hands out permissive stand-ins (every attribute is a MagicMock)
+PyPI's ``torchvision`` wheel needs a CUDA torch and ``sgl_kernel`` is a CUDA kernel wheel; neither can be
+installed
+next to the CPU torch. A ``sys.meta_path`` finder hands out permissive stand-ins (every attribute is a
+MagicMock)
 for exactly these top-level names, and only when the real package is absent. Anything that actually calls into
 them would get a MagicMock, which is why the tests only exercise code paths that do not.
 """
@@ -44,7 +46,9 @@ class StubFinder(importlib.abc.MetaPathFinder):
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.split(".", 1)[0] not in self.names:
             return None
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)

@@ -49,9 +49,15 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
     group = dist.new_group(order, backend="gloo")
     group_rank = dist.get_rank(group)
     rt = AdapterRuntime(
-        AdapterSettings.build("timed_for_tests", metrics=False, tp_agreement=mode),  # type: ignore[arg-type]
-        engine="test", engine_version="0", path="gloo", allowed_steps=[0, 1, 3], default_steps=1,
-        rank=group_rank, world_size=world, sync_factory=lambda: BroadcastSync(group),
+        AdapterSettings.build("timed_for_tests", metrics=False, tp_agreement=mode),
+        engine="test",
+        engine_version="0",
+        path="gloo",
+        allowed_steps=[0, 1, 3],
+        default_steps=1,
+        rank=group_rank,
+        world_size=world,
+        sync_factory=lambda: BroadcastSync(group),
     )
     depths = []
     for step in range(6):
@@ -59,5 +65,8 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
         t = 0.001 if (group_rank == 0 and step % 2 == 0) else 0.5
         depths.append(rt.decide(StepStats(batch_size=8, last_step_time_s=t)))
     with open(out_file, "w") as fh:
-        json.dump({"group_rank": group_rank, "depths": depths, "mode": rt.mode, "policy_calls": rt.controller.step}, fh)
+        json.dump(
+            {"group_rank": group_rank, "depths": depths, "mode": rt.mode, "policy_calls": rt.controller.step},
+            fh,
+        )
     dist.destroy_process_group()

@@ -1,4 +1,5 @@
-"""Fakes for the legacy-adapter tests: the smallest stand-ins for what needs a GPU, built from SGLang's own types.
+"""Fakes for the legacy-adapter tests: the smallest stand-ins for what needs a GPU, built from SGLang's own
+types.
 
 Every fake here replaces one GPU-only piece and is listed in docs/sglang-legacy.md:
 
@@ -11,7 +12,8 @@ Every fake here replaces one GPU-only piece and is listed in docs/sglang-legacy.
 * ``FakeAllocator``: the KV slot allocator (hands out increasing slot ids, records frees).
 * ``FakeTargetWorker``: the target model forward; its logits make the target predict ``token_after(pos)``
   at every position, and it records which attention backend / graph runner were installed when it ran.
-* ``ScheduleBatch`` / ``Scheduler`` instances are real classes made with ``object.__new__`` and only the fields
+* ``ScheduleBatch`` / ``Scheduler`` instances are real classes made with ``object.__new__`` and only the
+  fields
   the code under test reads; ``get_model_worker_batch`` (which would pack a full GPU batch) is replaced.
 """
 
@@ -53,9 +55,12 @@ def greedy_tree_verify(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     retrieve_index = retrieve_index if retrieve_index is not None else retrive_index
     retrieve_next_token = retrieve_next_token if retrieve_next_token is not None else retrive_next_token
-    retrieve_next_sibling = retrieve_next_sibling if retrieve_next_sibling is not None else retrive_next_sibling
+    retrieve_next_sibling = (
+        retrieve_next_sibling if retrieve_next_sibling is not None else retrive_next_sibling
+    )
     assert retrieve_index is not None and retrieve_next_token is not None
     assert retrieve_next_sibling is not None and target_predict is not None
+    assert candidates.dtype == torch.int64, "the kernel requires int64 candidates"
     bs = candidates.shape[0]
     for b in range(bs):
         node = 0
@@ -195,7 +200,7 @@ def make_server_args(steps: int = 3, topk: int = 1) -> SimpleNamespace:
 
 
 def make_reqs(prompt_lens: list[int], first_tokens: list[int]) -> list[Any]:
-    """Real ``Req`` objects that have finished prefill (one output token each, KV committed for the prompt)."""
+    """Real ``Req`` objects after prefill (one output token each, KV committed for the prompt)."""
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -243,7 +248,7 @@ def no_context(*args: Any, **kwargs: Any) -> Any:
 
 
 def patch_kernels(monkeypatch: Any) -> None:
-    """Route the GPU kernels the verify code calls to the torch fakes above, and set the global server args."""
+    """Route the GPU kernels verify calls to the torch fakes above; set the global server args."""
     import sglang.srt.server_args as server_args_module
     import sglang.srt.speculative.eagle_info as info
     import sglang.srt.speculative.eagle_info_v2 as info_v2
@@ -255,7 +260,8 @@ def patch_kernels(monkeypatch: Any) -> None:
 
 
 def root_tokens(names: Any, spec_info: Any) -> torch.Tensor:
-    return getattr(spec_info, names.root)  # type: ignore[no-any-return]
+    out: torch.Tensor = getattr(spec_info, names.root)
+    return out
 
 
 def make_v1_worker(names: Any, steps: int = 3) -> SimpleNamespace:
@@ -289,7 +295,7 @@ def make_v1_worker(names: Any, steps: int = 3) -> SimpleNamespace:
 
 
 def make_v1_batch(names: Any, prompt_lens: list[int], first_tokens: list[int], alloc: FakeAllocator) -> Any:
-    """A real ``ScheduleBatch`` in decode mode after prefill (``object.__new__``, only the fields verify reads)."""
+    """A real ``ScheduleBatch`` in decode after prefill (``object.__new__``, the fields verify reads)."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
@@ -347,8 +353,10 @@ def make_scheduler(enable_overlap: bool, draft_worker: Any = None) -> Any:
     s.draft_worker = draft_worker
     s.model_worker = draft_worker
     s.waiting_queue = []
-    s.streamed: list[Any] = []
-    s.spec_metrics: list[tuple[int, int]] = []
+    streamed: list[Any] = []
+    spec_metrics: list[tuple[int, int]] = []
+    s.streamed = streamed
+    s.spec_metrics = spec_metrics
     s.stream_output = lambda reqs, return_logprob, skip_req=None: s.streamed.append([r.rid for r in reqs])
     s.update_spec_metrics = lambda bs, n: s.spec_metrics.append((bs, n))
     s.report_decode_stats = lambda *a, **k: None
@@ -373,7 +381,9 @@ class _Grid:
         return self.fn
 
 
-def _fill_bonus_kernel(accept_tokens: torch.Tensor, accept_lens: torch.Tensor, out: torch.Tensor, stride: int) -> None:
+def _fill_bonus_kernel(
+    accept_tokens: torch.Tensor, accept_lens: torch.Tensor, out: torch.Tensor, stride: int
+) -> None:
     out.copy_(fill_bonus_tokens(accept_tokens, accept_lens, stride))
 
 
@@ -386,7 +396,10 @@ def assign_extend_cache_locs(
     draft_token_num: int,
     device: Any,
 ) -> torch.Tensor:
-    out = [req_to_token[int(req_pool_indices[i]), int(start_offset[i]) : int(end_offset[i])] for i in range(batch_size)]
+    out = [
+        req_to_token[int(req_pool_indices[i]), int(start_offset[i]) : int(end_offset[i])]
+        for i in range(batch_size)
+    ]
     return torch.cat(out).to(torch.int64)
 
 
@@ -406,7 +419,7 @@ class FakeForwardBatch:
 
 
 class FakeDraftRunner:
-    """The draft model forward of the catch-up: logits peak at ``draft_token_after(input)``; hidden = (input, row)."""
+    """Draft forward of the catch-up: logits peak at ``draft_token_after(input)``; hidden = (input, row)."""
 
     def __init__(self) -> None:
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -415,19 +428,23 @@ class FakeDraftRunner:
         self.spec_algorithm = SpeculativeAlgorithm.EAGLE
         self.attn_backend = SimpleNamespace(init_forward_metadata=lambda fb: None)
         self.calls: list[torch.Tensor] = []
+        self.cache_locs: list[torch.Tensor] = []
 
     def forward(self, forward_batch: Any, skip_attn_backend_init: bool = False) -> Any:
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         ids = forward_batch.input_ids
         self.calls.append(ids.clone())
+        self.cache_locs.append(forward_batch.out_cache_loc.clone())
         logits = torch.full((ids.shape[0], VOCAB), -10.0)
         hidden = torch.zeros(ids.shape[0], HIDDEN)
         for row, t in enumerate(ids.tolist()):
             logits[row, draft_token_after(t)] = 10.0
             hidden[row, 0] = float(t)
             hidden[row, 1] = float(row)
-        return SimpleNamespace(logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden))
+        return SimpleNamespace(
+            logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
+        )
 
 
 class FakeV2Target(FakeTargetWorker):
@@ -435,7 +452,9 @@ class FakeV2Target(FakeTargetWorker):
 
     def forward_batch_generation(self, model_worker_batch: Any = None, **kwargs: Any) -> Any:
         fb = kwargs.pop("forward_batch", None)
-        return super().forward_batch_generation(fb if model_worker_batch is None else model_worker_batch, **kwargs)
+        return super().forward_batch_generation(
+            fb if model_worker_batch is None else model_worker_batch, **kwargs
+        )
 
 
 def patch_v2(monkeypatch: Any) -> None:
@@ -490,7 +509,14 @@ def make_v2_worker(steps: int = 3) -> SimpleNamespace:
     w._draft_worker = dw
     w._target_worker = target
     target.model_runner.graph_runner = SimpleNamespace(can_run=lambda fb: False, name="launch-graph")
-    target.model_runner.attn_backend = SimpleNamespace(init_forward_metadata=lambda fb: None, name="launch-attn")
+    target.model_runner.attn_backend = SimpleNamespace(
+        init_forward_metadata=lambda fb: None, name="launch-attn"
+    )
     return SimpleNamespace(
-        worker=w, draft_worker=dw, target=target, draft_runner=draft_runner, server_args=sa, pool=req_to_token_pool
+        worker=w,
+        draft_worker=dw,
+        target=target,
+        draft_runner=draft_runner,
+        server_args=sa,
+        pool=req_to_token_pool,
     )

@@ -33,7 +33,11 @@ def test_adaptive_policy_protocol_is_what_the_bridge_implements() -> None:
 
     members = {n for n in vars(AdaptiveSpecPolicy) if not n.startswith("_")}
     assert members == {
-        "candidate_steps", "set_cuda_graph_bs", "get_steps_for_batch", "on_verify_complete", "cuda_graph_bs_for_step"
+        "candidate_steps",
+        "set_cuda_graph_bs",
+        "get_steps_for_batch",
+        "on_verify_complete",
+        "cuda_graph_bs_for_step",
     }
     for name in members - {"candidate_steps"}:
         assert _params(getattr(AdaptiveSpecPolicy, name)) == _params(getattr(SpecPolicyParams, name)), name
@@ -45,7 +49,11 @@ def test_controller_calls_the_policy_where_the_bridge_expects() -> None:
 
     assert _params(AdaptiveController.__init__) == ["self", "worker", "policy"]
     assert _params(AdaptiveController.activate_step_by_batch) == ["self", "batch_size"]
-    assert _params(AdaptiveController.on_verify_complete) == ["self", "num_correct_drafts_per_req", "batch_size"]
+    assert _params(AdaptiveController.on_verify_complete) == [
+        "self",
+        "num_correct_drafts_per_req",
+        "batch_size",
+    ]
     src = inspect.getsource(AdaptiveController)
     assert "self.params.get_steps_for_batch(batch_size)" in src
     assert "self.params = policy" in src or "self.params: AdaptiveSpecPolicy = policy" in src
@@ -54,14 +62,24 @@ def test_controller_calls_the_policy_where_the_bridge_expects() -> None:
 def test_worker_hooks_and_decision_point() -> None:
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
-    assert _params(EAGLEWorkerV2.__init__)[:5] == ["self", "server_args", "gpu_id", "nccl_port", "target_worker"]
+    assert _params(EAGLEWorkerV2.__init__)[:5] == [
+        "self",
+        "server_args",
+        "gpu_id",
+        "nccl_port",
+        "target_worker",
+    ]
     src = inspect.getsource(EAGLEWorkerV2.__init__)
     assert "self.adaptive_controller" in src and "AdaptiveController(" in src
     fwd = inspect.getsource(EAGLEWorkerV2.forward_batch_generation)
     # the decision is applied before drafting, and steps=0 has the trivial verify path
     assert fwd.index("self.activate_step_by_batch(") < fwd.index("self.draft_worker.draft(batch)")
     assert "_build_trivial_verify_input" in fwd
-    assert _params(EAGLEWorkerV2.on_verify_complete_cpu) == ["self", "num_correct_drafts_per_req", "batch_size"]
+    assert _params(EAGLEWorkerV2.on_verify_complete_cpu) == [
+        "self",
+        "num_correct_drafts_per_req",
+        "batch_size",
+    ]
 
 
 def test_scheduler_feeds_acceptance_from_cpu_and_run_batch_takes_the_batch() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 from conftest import requires_version
 
+from specpolicy.adapters.runtime import AdapterInstallError
+from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import launch
 
 HERE = Path(__file__).parent
@@ -20,20 +23,40 @@ EAGLE = ["--model-path", "m", "--speculative-algorithm", "EAGLE3", "--speculativ
 def test_help_lists_our_options_beside_sglangs(capsys: pytest.CaptureFixture[str]) -> None:
     assert launch.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for opt in ("--spec-policy ", "--spec-policy-trace", "--spec-policy-on-install-failure", "--model-path",
-                "--speculative-algorithm", "--tp-size"):
+    for opt in (
+        "--spec-policy ",
+        "--spec-policy-trace",
+        "--spec-policy-on-install-failure",
+        "--model-path",
+        "--speculative-algorithm",
+        "--tp-size",
+    ):
         assert opt in out, opt
 
 
 def test_our_options_are_removed_and_sglangs_pass_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPECPOLICY_POLICY", raising=False)
-    argv = [*EAGLE, "--spec-policy", "static", "--tp-size", "2", "--spec-policy-trace", "/tmp/t.jsonl",
-            "--mem-fraction-static", "0.8", "--no-spec-policy-metrics"]
+    argv = [
+        *EAGLE,
+        "--spec-policy",
+        "static",
+        "--tp-size",
+        "2",
+        "--spec-policy-trace",
+        "/tmp/t.jsonl",
+        "--mem-fraction-static",
+        "0.8",
+        "--no-spec-policy-metrics",
+    ]
     plan = launch.prepare(argv)
     assert plan.settings.trace_path == Path("/tmp/t.jsonl") and plan.settings.metrics is False
     assert not any(a.startswith("--spec-policy") for a in plan.sglang_argv)
     # SGLang's own arguments keep their order and values
-    kept = [a for a in plan.sglang_argv if not a.startswith("--speculative-adaptive") and a != "--speculative-num-steps"]
+    kept = [
+        a
+        for a in plan.sglang_argv
+        if not a.startswith("--speculative-adaptive") and a != "--speculative-num-steps"
+    ]
     assert kept[: len(EAGLE) + 4] == [*EAGLE, "--tp-size", "2", "--mem-fraction-static", "0.8"]
     env = json.loads(plan.env["SPECPOLICY_CONFIG"])
     assert env["policy"] == {"name": "static", "num_steps": 3}
@@ -62,9 +85,16 @@ def test_adaptive_options_are_added_and_sglang_parses_them(tmp_path: Path) -> No
 def test_user_adaptive_config_must_cover_the_policy(tmp_path: Path) -> None:
     cfg = tmp_path / "a.json"
     cfg.write_text(json.dumps({"1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [1]}}))
-    with pytest.raises(launch.AdapterInstallError, match=r"\[0\].*\[1, 3\]"):
-        launch.prepare([*EAGLE, "--speculative-adaptive-config", str(cfg),
-                        "--spec-policy", '{"name":"static","num_steps":0}'])
+    with pytest.raises(AdapterInstallError, match=r"\[0\].*\[1, 3\]"):
+        launch.prepare(
+            [
+                *EAGLE,
+                "--speculative-adaptive-config",
+                str(cfg),
+                "--spec-policy",
+                '{"name":"static","num_steps":0}',
+            ]
+        )
     ok = launch.prepare([*EAGLE, "--speculative-adaptive-config", str(cfg), "--spec-policy", "static"])
     assert launch._opt(ok.sglang_argv, "--speculative-adaptive-config") == str(cfg)
 
@@ -78,7 +108,7 @@ def test_user_adaptive_config_must_cover_the_policy(tmp_path: Path) -> None:
     ],
 )
 def test_setups_sglang_adaptive_cannot_run_are_refused_before_launch(extra: list[str], message: str) -> None:
-    with pytest.raises(launch.AdapterInstallError, match=message):
+    with pytest.raises(AdapterInstallError, match=message):
         launch.prepare([*EAGLE, *extra, "--spec-policy", "static"])
 
 
@@ -96,7 +126,7 @@ def test_main_hands_sglang_its_argv_and_the_environment(monkeypatch: pytest.Monk
 
         called.update(name=name, argv=list(sys.argv), env=os.environ.get("SPECPOLICY_CONFIG"))
 
-    monkeypatch.setattr(launch.runpy, "run_module", fake_run_module)
+    monkeypatch.setattr(runpy, "run_module", fake_run_module)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.delenv("SPECPOLICY_CONFIG", raising=False)
     assert launch.main([*EAGLE, "--spec-policy", "static"]) == 0
@@ -108,7 +138,7 @@ def test_main_hands_sglang_its_argv_and_the_environment(monkeypatch: pytest.Monk
 
 def test_module_entry_point_validates_before_importing_sglang() -> None:
     code = (
-        "import sys, runpy; sys.argv=['x','--spec-policy','{\"name\":\"static\",\"num_steps\":\"deep\"}'];"
+        'import sys, runpy; sys.argv=[\'x\',\'--spec-policy\',\'{"name":"static","num_steps":"deep"}\'];'
         "\ntry:\n  runpy.run_module('specpolicy.adapters.sglang', run_name='__main__')\n"
         "except SystemExit as e:\n  print('EXIT', e.code, 'sglang' in sys.modules)\n"
     )
@@ -119,7 +149,8 @@ def test_module_entry_point_validates_before_importing_sglang() -> None:
 
 @requires_version("0.5.10.post1", "0.5.12.post1")
 def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SGLang's real argument parser and the legacy ``prepare_launch``. Stand-ins: ``http_server`` (the real one
+    """SGLang's real argument parser and the legacy ``prepare_launch``. Stand-ins: ``http_server`` (the real
+    one
     imports the OpenAI serving stack, not installed in the CPU venvs) and ``prepare_server_args`` (its
     ``__post_init__`` needs a GPU and a model directory); the stand-in parses with SGLang's own parser."""
     import argparse
@@ -145,7 +176,9 @@ def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pyte
     def fake_launch_server(server_args: Any, run_scheduler_process_func: Any = None) -> None:
         import os
 
-        called.update(args=server_args, func=run_scheduler_process_func, env=os.environ.get("SPECPOLICY_CONFIG"))
+        called.update(
+            args=server_args, func=run_scheduler_process_func, env=os.environ.get("SPECPOLICY_CONFIG")
+        )
 
     http_server.launch_server = fake_launch_server  # type: ignore[attr-defined]
     monkeypatch.setattr(sgl_utils, "kill_process_tree", lambda *a, **k: None)
@@ -153,6 +186,9 @@ def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pyte
     argv = [*EAGLE, "--speculative-num-steps", "3", "--spec-policy", "static"]
     assert launch.main(argv) == 0
     assert called["args"].speculative_algorithm == "EAGLE3" and called["args"].speculative_num_steps == 3
-    assert called["func"] is legacy.prepare_launch(launch.AdapterSettings.build("static")).run_scheduler_process_func
+    assert (
+        called["func"]
+        is legacy.prepare_launch(AdapterSettings.build("static")).run_scheduler_process_func
+    )
     assert json.loads(called["env"])["policy"]["name"] == "static"
     monkeypatch.delenv("SPECPOLICY_CONFIG")

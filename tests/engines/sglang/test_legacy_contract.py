@@ -1,9 +1,9 @@
 """Contract tests for the legacy adapter against the installed SGLang (0.5.10.post1 / 0.5.12.post1).
 
-Every hook target exists with the parameters the adapter relies on; installing patches exactly those and can be
-undone; the launch plan and the scheduler entry carry the settings into spawned processes; attaching to a
-worker builds the one-token target state under the right server-args override, logs the live path, and
-refuses configurations it cannot run with the reason.
+Every hook target exists with the parameters the adapter relies on; installing patches exactly those and can
+be undone; the launch plan and the scheduler entry carry the settings into spawned processes; attaching to a
+worker builds the one-token target state under the right server-args override, logs the live path, and refuses
+configurations it cannot run with the reason.
 """
 
 from __future__ import annotations
@@ -14,17 +14,21 @@ import pickle
 from types import SimpleNamespace
 from typing import Any
 
+import legacy_support as ls
 import pytest
 import torch
-
-import legacy_support as ls
 from conftest import requires_version
 
 from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import legacy
 from specpolicy.adapters.sglang.legacy import hooks, scheduler_entry
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, build_one_token_target
-from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS, TARGETS, check_targets, release_tuple
+from specpolicy.adapters.sglang.legacy.targets import (
+    SUPPORTED_VERSIONS,
+    TARGETS,
+    check_targets,
+    release_tuple,
+)
 
 LEGACY = requires_version(*SUPPORTED_VERSIONS)
 install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")  # the package shadows it
@@ -33,10 +37,10 @@ install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install
 @pytest.fixture
 def clean() -> Any:
     hooks.unwrap_all()
-    install_mod._STATE.__init__()  # type: ignore[misc]
+    install_mod._STATE.__init__()
     yield
     hooks.unwrap_all()
-    install_mod._STATE.__init__()  # type: ignore[misc]
+    install_mod._STATE.__init__()
 
 
 def _settings(**kw: Any) -> AdapterSettings:
@@ -73,13 +77,24 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
 
     originals = {
         (c, n): c.__dict__.get(n)
-        for c, n in [(EAGLEWorker, "forward_batch_generation"), (EAGLEWorker, "verify"), (EAGLEWorker, "draft"),
-                     (EAGLEWorkerV2, "forward_batch_generation"), (EAGLEWorkerV2, "verify"),
-                     (EagleDraftWorker, "draft"), (Scheduler, "run_batch"), (Scheduler, "maybe_init_draft_worker")]
+        for c, n in [
+            (EAGLEWorker, "forward_batch_generation"),
+            (EAGLEWorker, "verify"),
+            (EAGLEWorker, "draft"),
+            (EAGLEWorkerV2, "forward_batch_generation"),
+            (EAGLEWorkerV2, "verify"),
+            (EagleDraftWorker, "draft"),
+            (Scheduler, "run_batch"),
+            (Scheduler, "maybe_init_draft_worker"),
+        ]
     }
     info = legacy.install(_settings())
     assert info.installed and info.version == sglang_version
-    resolve = "_resolve_spec_overlap_tokens" if sglang_version == "0.5.12.post1" else "_resolve_spec_overlap_token_ids"
+    resolve = (
+        "_resolve_spec_overlap_tokens"
+        if sglang_version == "0.5.12.post1"
+        else "_resolve_spec_overlap_token_ids"
+    )
     assert f"sglang.srt.managers.scheduler.Scheduler.{resolve}" in info.patched
     assert len(info.patched) == len(originals) + 1
     for (cls, name), orig in originals.items():
@@ -87,7 +102,10 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
         assert wrapped is not orig and wrapped.__specpolicy_wrapped__ is orig
     assert hasattr(getattr(Scheduler, resolve), "__specpolicy_wrapped__")
     again = legacy.install(_settings(policy="static"))
-    assert again is info and EAGLEWorker.__dict__["verify"].__specpolicy_wrapped__ is originals[(EAGLEWorker, "verify")]
+    assert (
+        again is info
+        and EAGLEWorker.__dict__["verify"].__specpolicy_wrapped__ is originals[(EAGLEWorker, "verify")]
+    )
     hooks.unwrap_all()
     for (cls, name), orig in originals.items():
         assert cls.__dict__.get(name) is orig
@@ -95,7 +113,9 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
 
 
 @LEGACY
-def test_unsupported_release_is_refused_with_the_supported_list(monkeypatch: pytest.MonkeyPatch, clean: Any) -> None:
+def test_unsupported_release_is_refused_with_the_supported_list(
+    monkeypatch: pytest.MonkeyPatch, clean: Any
+) -> None:
     monkeypatch.setattr(install_mod, "sglang_version", lambda: "0.5.9")
     with pytest.raises(legacy.InstallError, match=r"0\.5\.9 .*supported: 0\.5\.10\.post1, 0\.5\.12\.post1"):
         legacy.install(_settings())
@@ -128,7 +148,9 @@ def test_prepare_launch_carries_the_settings_to_spawned_processes(sglang_version
     assert AdapterSettings.from_env(plan.env) == settings
     assert plan.route == ("plugin+scheduler-func" if sglang_version == "0.5.12.post1" else "scheduler-func")
     # spawn pickles the scheduler target by reference: it must be importable at module level
-    assert pickle.loads(pickle.dumps(plan.run_scheduler_process_func)) is scheduler_entry.run_scheduler_process
+    assert (
+        pickle.loads(pickle.dumps(plan.run_scheduler_process_func)) is scheduler_entry.run_scheduler_process
+    )
     assert plan.warnings == ()
 
 
@@ -189,7 +211,9 @@ class FakeGraphRunner:
 
 
 def _model_runner(sa: Any) -> Any:
-    mr = SimpleNamespace(server_args=sa, attn_backend="launch-attn", graph_runner=None, init_new_workspace=False)
+    mr = SimpleNamespace(
+        server_args=sa, attn_backend="launch-attn", graph_runner=None, init_new_workspace=False
+    )
     built: list[tuple[int, int]] = []
 
     def get_backend(init_new_workspace: bool = False) -> str:
@@ -292,9 +316,16 @@ def test_attach_refuses_configurations_it_cannot_run(change: Any, fragment: str,
 def test_attach_in_warn_mode_leaves_sglang_alone(caplog: pytest.LogCaptureFixture, clean: Any) -> None:
     legacy.install(_settings(on_install_failure="warn"))
     with caplog.at_level(logging.ERROR, logger="specpolicy.sglang.legacy"):
-        assert install_mod.attach(SimpleNamespace(draft_worker=object(), server_args=ls.make_server_args())) is None
-        assert install_mod.attach(SimpleNamespace(draft_worker=None, server_args=ls.make_server_args())) is None
-    assert "NOT ACTIVE" in caplog.text and "not supported" in caplog.text and "nothing to control" in caplog.text
+        assert (
+            install_mod.attach(SimpleNamespace(draft_worker=object(), server_args=ls.make_server_args()))
+            is None
+        )
+        assert (
+            install_mod.attach(SimpleNamespace(draft_worker=None, server_args=ls.make_server_args())) is None
+        )
+    assert (
+        "NOT ACTIVE" in caplog.text and "not supported" in caplog.text and "nothing to control" in caplog.text
+    )
 
 
 @LEGACY
@@ -313,7 +344,7 @@ def test_waiting_queue_reaches_the_runtime() -> None:
     from specpolicy.adapters.sglang.legacy.runtime import make_runtime
     from specpolicy.policies.static import StaticConfig, StaticPolicy
 
-    rt = make_runtime(StaticPolicy(StaticConfig()), launch_depth=3, path="v2")
+    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v2")
     worker = SimpleNamespace(**{hooks.RT: rt})
     run_batch = hooks.scheduler_run_batch(lambda self, batch: "ran")
     sched = SimpleNamespace(draft_worker=worker, waiting_queue=[1, 2, 3, 4])

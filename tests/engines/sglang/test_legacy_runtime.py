@@ -1,4 +1,5 @@
-"""StepRuntime and OnOffAtDepth: the per-step logic between a legacy worker and a policy (no GPU, no model)."""
+"""StepRuntime and OnOffAtDepth: the per-step logic between a legacy worker and a policy (no GPU, no
+model)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
 from specpolicy.stats import StepStats
-from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime, make_runtime
 
 
 class Scripted:
@@ -41,7 +42,7 @@ class Clock:
 
 def _runtime(policy: Scripted, launch: int = 3) -> StepRuntime:
     rt = make_runtime(policy, launch_depth=launch, path="v1")
-    rt._clock = Clock()  # type: ignore[assignment]
+    rt._clock = Clock()
     return rt
 
 
@@ -66,7 +67,9 @@ def test_stats_carry_load_context_and_last_steps_acceptance() -> None:
     rt.begin_decode(3, 30)
     first, second, third = pol.seen
     assert (first.batch_size, first.num_waiting, first.mean_seq_len) == (4, 5, 10.0)
-    assert first.last_num_steps == 0 and first.accepted_draft_tokens is None and first.last_step_time_s is None
+    assert (
+        first.last_num_steps == 0 and first.accepted_draft_tokens is None and first.last_step_time_s is None
+    )
     assert second.last_num_steps == 3 and list(second.accepted_draft_tokens or []) == [1, 0, 3, 2]
     assert second.last_step_time_s == pytest.approx(0.020)
     # an off step is "no acceptance data", never "zero acceptance"
@@ -117,7 +120,9 @@ step = st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(step, min_size=1, max_size=30), st.integers(1, 8))
-def test_skip_iff_the_policy_said_off_and_stats_stay_valid(steps: list[tuple[str, bool, int, list[int]]], launch: int) -> None:
+def test_skip_iff_the_policy_said_off_and_stats_stay_valid(
+    steps: list[tuple[str, bool, int, list[int]]], launch: int
+) -> None:
     modes: list[object] = []
     for kind, forced, _, _ in steps:
         if not forced:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import legacy_support as ls
 import pytest
 import torch
-
-import legacy_support as ls
 
 pytest.importorskip("sglang.srt.speculative.eagle_worker")
 
@@ -54,7 +53,9 @@ def _attach(setup: Any, depth: int) -> StepRuntime:
     return rt
 
 
-def test_off_step_runs_a_one_token_verify_and_grows_each_request_by_one(names: FieldNames, wrapped: Any) -> None:
+def test_off_step_runs_a_one_token_verify_and_grows_each_request_by_one(
+    names: FieldNames, wrapped: Any
+) -> None:
     setup = ls.make_v1_worker(names)
     rt = _attach(setup, depth=0)
     batch = ls.make_v1_batch(names, PROMPTS, FIRST, setup.alloc)

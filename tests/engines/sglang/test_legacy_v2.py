@@ -16,16 +16,15 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
+import legacy_support as ls
 import pytest
 import torch
-
-import legacy_support as ls
 
 pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
 
 from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402
-from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
+from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2  # noqa: E402
@@ -143,7 +142,8 @@ def test_off_step_through_run_batch_and_result_processing(names: FieldNames, wra
     result = Scheduler.run_batch(sched, batch)
 
     expected = [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
-    # The target verified one token per request (the previous bonus token) with the one-token state swapped in.
+    # The target verified one token per request (the previous bonus token) with the one-token state swapped
+    # in.
     (call,) = s.target.calls
     assert call["draft_token_num"] == 1 and call["input_ids"].tolist() == FIRST
     assert (call["attn_backend"].name, call["graph_runner"].name) == ("one-token-attn", "one-token-graph")
@@ -163,6 +163,9 @@ def test_off_step_through_run_batch_and_result_processing(names: FieldNames, wra
     # draft input was taken from each request's first position: the drafter continues from the new token.
     (ids,) = s.draft_runner.calls
     assert ids.tolist() == [t for t in expected for _ in range(D)]
+    # ... writing its KV into the D slots reserved after each sequence (the first one is the verified token's)
+    (locs,) = s.draft_runner.cache_locs
+    assert locs.tolist() == [100 * i + n + j for i, n in enumerate(PROMPTS) for j in range(D)]
     assert nd.topk_index.view(-1).tolist() == [ls.draft_token_after(t) for t in expected]
     assert nd.hidden_states[:, 0].tolist() == [float(t) for t in expected]
     assert nd.hidden_states[:, 1].tolist() == [float(i * D) for i in range(3)]
@@ -216,7 +219,12 @@ def test_return_logprob_batches_always_speculate(names: FieldNames, wrapped: Any
 
 def _next_stats(rt: StepRuntime) -> Any:
     seen: list[Any] = []
-    rt.decide = lambda stats: seen.append(stats) or 0  # type: ignore[assignment]
+
+    def record(stats: Any) -> int:
+        seen.append(stats)
+        return 0
+
+    rt.decide = record
     rt.begin_decode(3, 30)
     return seen[0]
 

@@ -7,20 +7,22 @@ from pathlib import Path
 
 
 def _spawn(tmp_path: Path, mode: str, world: int = 2) -> list[dict[str, object]]:
-    import torch.multiprocessing as mp
-
     import _tp_worker
+    import torch.multiprocessing as mp
 
     init = tmp_path / f"init-{mode}"
     outs = [tmp_path / f"{mode}-{r}.json" for r in range(world)]
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_tp_worker.run, args=(r, world, str(init), mode, str(outs[r]))) for r in range(world)]
+    procs = [
+        ctx.Process(target=_tp_worker.run, args=(r, world, str(init), mode, str(outs[r])))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
         assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
-    return sorted((json.loads(o.read_text()) for o in outs), key=lambda d: d["group_rank"])  # type: ignore[arg-type, return-value]
+    return sorted((json.loads(o.read_text()) for o in outs), key=lambda d: d["group_rank"])
 
 
 def test_broadcast_all_ranks_apply_group_rank0s_timing_decision(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """A specpolicy policy driving SGLang's REAL AdaptiveController (0.5.20+ route).
 
-The only fake is the worker (``FakeWorker``): building real runtime states needs a GPU (attention backends, CUDA
-graphs). It is the smallest object satisfying SGLang's own ``AdaptiveSpecWorker`` Protocol and returns SGLang's
+The only fake is the worker (``FakeWorker``): building real runtime states needs a GPU (attention backends,
+CUDA
+graphs). It is the smallest object satisfying SGLang's own ``AdaptiveSpecWorker`` Protocol and returns
+SGLang's
 own ``SpecRuntimeState`` dataclass, the same pattern as SGLang's CPU test
 ``test/registered/unit/spec/test_adaptive_runtime_state.py``. Where a method of the real ``EAGLEWorkerV2`` is
 involved (``activate_step_by_batch``, ``on_verify_complete_cpu``), the real function is called on the fake.
@@ -36,7 +38,10 @@ class FakeWorker:
         self._hosts_draft = True
 
     def build_adaptive_runtime_state(
-        self, speculative_num_steps: int, speculative_num_draft_tokens: int, cuda_graph_bs: list[int] | None = None
+        self,
+        speculative_num_steps: int,
+        speculative_num_draft_tokens: int,
+        cuda_graph_bs: list[int] | None = None,
     ) -> Any:
         from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
 
@@ -79,7 +84,9 @@ def _worker_with_sglang_controller(cfg: str, initial: int) -> FakeWorker:
 def _start(worker: FakeWorker, cuda_graph_bs: list[int] | None = None) -> None:
     """What EAGLEWorkerV2.init_cuda_graphs does: register the launch state, then build the others."""
     ctl = worker.adaptive_controller
-    ctl.register(worker.build_adaptive_runtime_state(worker.speculative_num_steps, worker.speculative_num_steps + 1))
+    ctl.register(
+        worker.build_adaptive_runtime_state(worker.speculative_num_steps, worker.speculative_num_steps + 1)
+    )
     ctl.init_states(cuda_graph_bs=cuda_graph_bs)
 
 
@@ -153,7 +160,9 @@ def test_policy_drives_real_controller_including_steps_zero(tmp_path: Path, rule
     seen = params.runtime.policy.seen  # type: ignore[attr-defined]
     assert [s.batch_size for s in seen] == [4, 32, 2, 4]
     assert seen[1].last_num_steps == 3 and list(seen[1].accepted_draft_tokens) == [2, 3, 1, 0]
-    assert seen[2].last_num_steps == 0 and seen[2].accepted_draft_tokens is None  # off is not "zero acceptance"
+    assert (
+        seen[2].last_num_steps == 0 and seen[2].accepted_draft_tokens is None
+    )  # off is not "zero acceptance"
     assert seen[3].last_num_steps == 3 and list(seen[3].accepted_draft_tokens) == [0, 0]
     assert params.runtime.controller.switches == 3
 
@@ -261,5 +270,7 @@ def test_trace_is_written_from_a_real_controller_run(tmp_path: Path, rule_policy
     assert all(r.step_time_s is not None and r.step_time_s >= 0 for r in records[:-1])
     assert records[-1].step_time_s is None
     header = json.loads(trace.read_text().splitlines()[0])
-    assert header["kind"] == "header" and header["engine"] == "sglang" and header["engine_version"] == "0.5.23"
+    assert (
+        header["kind"] == "header" and header["engine"] == "sglang" and header["engine_version"] == "0.5.23"
+    )
     assert "adaptive-controller" in header["path"] and header["policy"]["name"] == "rule_for_tests"

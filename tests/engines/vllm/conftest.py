@@ -1,67 +1,25 @@
-"""Real vLLM 0.33.0 on CPU: a tiny local Llama target with an EAGLE-3 draft config, and a step driver.
-
-Everything here is real vLLM code (EngineArgs -> VllmConfig, the scheduler, SchedulerOutput,
-ModelRunnerOutput, Request); only the model runner is replaced by ``FakeRunner``, which returns sampled
-tokens with a chosen number of accepted drafts per request. ``drive`` reproduces the call order of
-``EngineCore.step`` (sync scheduling) and ``EngineCore.step_with_batch_queue`` (async scheduling, two
-batches in flight).
-"""
+"""Fixtures for the vLLM contract tests; the helpers live in ``_vllm_harness``."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
-
+# Before vLLM is imported: CPU platform, a pinned model runner (its default depends on Triton), quiet logs.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+pytest.importorskip("vllm")
 
-from pydantic import Field  # noqa: E402
+from _vllm_harness import ScriptedConfig, ScriptedPolicy, engine_args, write_model_dirs  # noqa: E402
 
 import specpolicy.policy as policy_mod  # noqa: E402
-from specpolicy import PolicyConfig, PolicyEntry, SpecMode, StepStats  # noqa: E402
+from specpolicy import PolicyEntry  # noqa: E402
 from specpolicy.policies import BUILTIN_ENTRIES  # noqa: E402
-
-K_MAX = 3
-BLOCK = 16
-
-
-# ---------------------------------------------------------------- a scripted policy, registered for the tests
-class ScriptedConfig(PolicyConfig):
-    """Returns ``depths`` in order (then repeats the last one); raises at the decisions in ``fail_at``."""
-
-    name: Literal["scripted"] = "scripted"  # type: ignore[assignment]
-    depths: tuple[int, ...] = (K_MAX,)
-    fail_at: tuple[int, ...] = ()
-    candidates: tuple[int, ...] = Field(default=tuple(range(K_MAX + 1)))
-
-    def candidate_steps(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.candidates)))
-
-
-class ScriptedPolicy:
-    def __init__(self, config: ScriptedConfig) -> None:
-        self.config = config
-        self.seen: list[StepStats] = []
-
-    def decide(self, stats: StepStats) -> SpecMode:
-        i = len(self.seen)
-        self.seen.append(stats)
-        if i in self.config.fail_at:
-            raise RuntimeError(f"scripted failure at decision {i}")
-        d = self.config.depths
-        return SpecMode.of(d[min(i, len(d) - 1)])
-
-    def reset(self) -> None:
-        self.seen.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -74,63 +32,9 @@ def scripted_policy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-# ---------------------------------------------------------------- model config dirs and engine configs
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("models")
-    target, draft = root / "target", root / "draft"
-    target.mkdir()
-    draft.mkdir()
-    cfg = dict(
-        architectures=["LlamaForCausalLM"],
-        model_type="llama",
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=256,
-        head_dim=16,
-        max_position_embeddings=2048,
-        rms_norm_eps=1e-5,
-        torch_dtype="float32",
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    (target / "config.json").write_text(json.dumps(cfg))
-    dcfg = dict(cfg, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1, draft_vocab_size=256)
-    (draft / "config.json").write_text(json.dumps(dcfg))
-    return target, draft
-
-
-DEFAULT_SCHEDULE = [[1, 5, 3], [6, 6, 2], [7, 7, 1], [8, 8, 0]]
-
-
-def engine_args(model_dirs: tuple[Path, Path], **kw: Any) -> Any:
-    from vllm.engine.arg_utils import EngineArgs
-
-    target, draft = model_dirs
-    spec: dict[str, Any] = {
-        "method": "eagle3",
-        "model": str(draft),
-        "num_speculative_tokens": K_MAX,
-        "num_speculative_tokens_per_batch_size": DEFAULT_SCHEDULE,
-    }
-    spec.update(kw.pop("spec", {}))
-    spec = {k: v for k, v in spec.items() if v is not None}
-    args: dict[str, Any] = dict(
-        model=str(target),
-        skip_tokenizer_init=True,
-        max_model_len=512,
-        max_num_seqs=8,
-        max_num_batched_tokens=512,
-        speculative_config=spec,
-        scheduler_cls="specpolicy.adapters.vllm.Scheduler",
-        additional_config={"specpolicy": {"policy": {"name": "scripted"}, "metrics": False}},
-    )
-    args.update(kw)
-    return EngineArgs(**args)
+    return write_model_dirs(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture
@@ -142,114 +46,6 @@ def make_config(model_dirs: tuple[Path, Path]) -> Callable[..., Any]:
         return vc
 
     return make
-
-
-def kv_cache_config(num_blocks: int = 256) -> Any:
-    import torch
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=16, dtype=torch.float32)
-    return KVCacheConfig(
-        num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["l"], spec)]
-    )
-
-
-def build_scheduler(vllm_config: Any, cls: Any = None) -> Any:
-    """Construct the scheduler the way EngineCore does: class from the config, keyword arguments."""
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    if cls is None:
-        cls = vllm_config.scheduler_config.get_scheduler_cls()
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config(),
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        include_finished_set=False,
-        log_stats=True,
-        block_size=BLOCK,
-        hash_block_size=BLOCK,
-    )
-
-
-def add_request(sched: Any, req_id: str, prompt_len: int = 20, max_tokens: int = 200) -> Any:
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
-
-    req = Request(
-        request_id=req_id,
-        prompt_token_ids=[10 + (i % 200) for i in range(prompt_len)],
-        sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-        pooling_params=None,
-    )
-    sched.add_request(req)
-    return req
-
-
-# ---------------------------------------------------------------- the fake model runner and the step driver
-Accept = Callable[[int, str, int], int]  # (step index, request id, drafts scheduled) -> accepted drafts
-
-
-class FakeRunner:
-    """Samples one token per finished prefill, 1 + accepted tokens per verified request."""
-
-    def __init__(self, sched: Any, accept: Accept) -> None:
-        self.sched = sched
-        self.accept = accept
-        self.step = 0
-
-    def run(self, so: Any) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
-
-        ids = list(so.num_scheduled_tokens)
-        sampled: list[list[int]] = []
-        for rid in ids:
-            req = self.sched.requests[rid]
-            if req.is_prefill_chunk:  # this chunk does not reach the end of the prompt: nothing sampled
-                sampled.append([])
-                continue
-            drafts = len(so.scheduled_spec_decode_tokens.get(rid, ()))
-            n_acc = max(0, min(drafts, self.accept(self.step, rid, drafts)))
-            sampled.append([7] * (1 + n_acc))
-        self.step += 1
-        return ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
-        )
-
-    def drafts(self, so: Any) -> Any:
-        """Sync scheduling: the drafter's proposals after the step (``take_draft_token_ids``)."""
-        from vllm.v1.outputs import DraftTokenIds
-
-        reqs = self.sched.requests
-        ids = [r for r in so.num_scheduled_tokens if r in reqs and not reqs[r].is_prefill_chunk]
-        k = 0 if so.skip_drafts else so.num_spec_tokens_to_schedule
-        return DraftTokenIds(req_ids=ids, draft_token_ids=[[5] * k for _ in ids])
-
-
-def drive(sched: Any, runner: FakeRunner, steps: int, mode: Literal["sync", "async"]) -> list[Any]:
-    """Run ``steps`` schedule() calls in EngineCore's order; return the SchedulerOutputs in schedule order."""
-    outputs: list[Any] = []
-    if mode == "sync":
-        for _ in range(steps):
-            so = sched.schedule()
-            outputs.append(so)
-            out = runner.run(so)
-            sched.update_from_output(so, out)
-            if so.total_num_scheduled_tokens > 0:
-                sched.update_draft_token_ids(runner.drafts(so))
-        return outputs
-    queue: deque[tuple[Any, Any]] = deque()
-    for _ in range(steps):  # step_with_batch_queue, batch_queue_size=2
-        so = sched.schedule()
-        outputs.append(so)
-        queue.appendleft((so, runner.run(so)))
-        if len(queue) < 2:
-            continue
-        done, out = queue.pop()
-        sched.update_from_output(done, out)
-    while queue:
-        done, out = queue.pop()
-        sched.update_from_output(done, out)
-    return outputs
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import FakeRunner, add_request, build_scheduler, drive
 
 from specpolicy.adapters.vllm.args import build_vllm_args
 

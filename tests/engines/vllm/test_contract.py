@@ -10,7 +10,7 @@ import inspect
 from typing import Any
 
 import pytest
-from conftest import K_MAX, FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import K_MAX, FakeRunner, add_request, build_scheduler, drive
 
 from specpolicy.adapters.vllm import PolicyAsyncScheduler, PolicyScheduler
 

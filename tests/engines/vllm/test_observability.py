@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import FakeRunner, add_request, build_scheduler, drive
 
 from specpolicy.trace import read_trace
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import K_MAX, FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import K_MAX, FakeRunner, add_request, build_scheduler, drive
 
 from specpolicy.adapters.vllm import PolicyAsyncScheduler, PolicyScheduler
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import K_MAX, FakeRunner, add_request, build_scheduler, drive, engine_args
+from _vllm_harness import K_MAX, FakeRunner, add_request, build_scheduler, drive, engine_args
 
 from specpolicy import ConfigError
 from specpolicy.adapters.runtime import AdapterInstallError
@@ -164,3 +164,25 @@ def test_other_schedulers_are_left_alone(model_dirs: tuple[Path, Path]) -> None:
     bad = {"specpolicy": {"policy": {"name": "static", "num_steps": 99}}}
     cfg = engine_args(model_dirs, scheduler_cls=None, additional_config=bad).create_engine_config()
     assert cfg.speculative_config.num_speculative_tokens == K_MAX
+
+
+def test_vllm_serve_flags_reach_the_front_end_check(model_dirs: tuple[Path, Path]) -> None:
+    """The `vllm serve` path: vLLM's parser, AsyncEngineArgs.from_cli_args, create_engine_config."""
+    import json
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from specpolicy.adapters.vllm.args import build_vllm_args
+
+    target, draft = model_dirs
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    flags = build_vllm_args("static", 3, max_num_seqs=8, draft_model=str(draft)).as_cli()
+    base = ["--model", str(target), "--skip-tokenizer-init", "--max-model-len", "512"]
+    good = AsyncEngineArgs.from_cli_args(parser.parse_args([*base, *flags])).create_engine_config()
+    assert good.additional_config == {"specpolicy": {"policy": {"name": "static"}}}
+    i = flags.index("--additional-config")
+    flags[i + 1] = json.dumps({"specpolicy": {"policy": {"name": "static", "num_steps": 7}}})
+    bad = AsyncEngineArgs.from_cli_args(parser.parse_args([*base, *flags]))
+    with pytest.raises(AdapterInstallError, match=r"depth\(s\) \[7\]"):
+        bad.create_engine_config()

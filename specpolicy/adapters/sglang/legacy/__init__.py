@@ -1,9 +1,9 @@
 """specpolicy on SGLang's legacy releases 0.5.10.post1 and 0.5.12.post1, v1 (non-overlap) and v2 (overlap).
 
 These releases have no way to skip speculation for a step, so this package implements the off step itself (see
-``one_token``): a one-token verify rooted at the last verified token, a target attention backend and CUDA graph
-built for it, the draft catch-up at the launch depth, and a result in the shape of a step whose drafts were all
-rejected. A policy runs as on/off at the launch depth (``--speculative-num-steps``).
+``one_token``): a one-token verify rooted at the last verified token, a target attention backend and CUDA
+graph built for it, the draft catch-up at the launch depth, and a result in the shape of a step whose drafts
+were all rejected. A policy runs as on/off at the launch depth (``--speculative-num-steps``).
 
 Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
 

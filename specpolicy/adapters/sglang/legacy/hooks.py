@@ -3,14 +3,15 @@
 Every wrapper is a plain function around the original method (kept in ``ORIGINALS``), so that installing
 twice is a no-op and each wrapper costs one attribute lookup when specpolicy is not attached to the worker.
 
-v1 (``EAGLEWorker``, non-overlap): ``forward_batch_generation`` decides; ``draft`` returns the one-token verify
-input on an off step; ``verify`` runs with the one-token target state swapped in; the accepted-draft counts are
-read from the returned result (verify already synced them to the CPU).
+v1 (``EAGLEWorker``, non-overlap): ``forward_batch_generation`` decides; ``draft`` returns the one-token
+verify input on an off step; ``verify`` runs with the one-token target state swapped in; the accepted-draft
+counts are read from the returned result (verify already synced them to the CPU).
 
 v2 (``EAGLEWorkerV2``, overlap): ``forward_batch_generation`` decides; ``EagleDraftWorker.draft`` returns the
 one-token verify input; ``verify`` runs with the one-token state swapped in and pads its result to the launch
 stride; the accepted-draft counts arrive one step late in the scheduler's ``_resolve_spec_overlap_tokens``
-(``_resolve_spec_overlap_token_ids`` in 0.5.10.post1), after the scheduler's own asynchronous copy: no new sync.
+(``_resolve_spec_overlap_token_ids`` in 0.5.10.post1), after the scheduler's own asynchronous copy: no new
+sync.
 
 Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
 attaches a runtime to the freshly built worker (see ``attach``).
@@ -93,7 +94,9 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             rt.on_non_decode()
             return orig(self, batch, *args, **kwargs)
         seq_cpu = batch.seq_lens_cpu
-        skip = rt.begin_decode(len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch))
+        skip = rt.begin_decode(
+            len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch)
+        )
         try:
             result = orig(self, batch, *args, **kwargs)
         finally:
@@ -117,8 +120,11 @@ def v1_draft(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
 
 
 def v1_one_token_input(worker: Any, batch: Any, names: FieldNames, verify_cls: Any) -> Any:
-    """What ``EAGLEWorker.draft`` returns on an off step: the batch bookkeeping of ``_draft_preprocess_decode``
-    (SWA eviction, decode index, penalty accumulation) without the draft forward or its scratch KV slots."""
+    """What ``EAGLEWorker.draft`` returns on an off step.
+
+    The batch bookkeeping of ``_draft_preprocess_decode`` (SWA eviction, decode index, penalty accumulation),
+    without the draft forward or its scratch KV slots.
+    """
     import torch
 
     if hasattr(batch, "maybe_evict_swa"):
@@ -218,10 +224,32 @@ def v2_verify(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]
             result = orig(self, *args, **kwargs)
         finally:
             ot.swap_out()
+        v2_launch_cache_locs(self, args[0] if args else kwargs["batch"], launch_tokens)
         pad_v2_result(result, launch_tokens, names)
         return result
 
     return verify
+
+
+def v2_launch_cache_locs(worker: Any, batch: Any, num_draft_tokens: int) -> None:
+    """The draft extend after verify runs ``num_draft_tokens`` positions per request and writes the draft KV
+    at the slots a launch-depth verify assigns; a one-token verify assigned one, so assign all of them again
+    (the scheduler's v2 reservation already holds them). Found by the live GPU check: the draft-extend CUDA
+    graph failed with "size of tensor a (128) must match the size of tensor b (32)"."""
+    from sglang.srt.speculative.eagle_info_v2 import assign_extend_cache_locs_func
+
+    if batch.forward_mode.is_idle():
+        return
+    seq_lens = batch.seq_lens
+    batch.out_cache_loc = assign_extend_cache_locs_func(
+        req_pool_indices=batch.req_pool_indices,
+        req_to_token=worker.req_to_token_pool.req_to_token,
+        start_offset=seq_lens,
+        end_offset=seq_lens + num_draft_tokens,
+        batch_size=len(seq_lens),
+        draft_token_num=num_draft_tokens,
+        device=seq_lens.device,
+    )
 
 
 def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:

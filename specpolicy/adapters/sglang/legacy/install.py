@@ -1,10 +1,10 @@
-"""Installing the legacy hooks in a scheduler process and attaching a policy to the worker SGLang builds there.
+"""Installing the legacy hooks in a scheduler process; attaching a policy to the worker SGLang builds there.
 
 ``install`` patches classes (idempotent; nothing happens per step until a worker is attached). The scheduler's
 ``maybe_init_draft_worker`` then calls ``attach``, which checks that the live worker is one we support, builds
 the one-token target state, the policy, the controller and the rank agreement, and logs the live path. A
-problem found there either stops the scheduler with the reason (``on_install_failure="refuse"``, default) or is
-logged as an error and the worker runs SGLang's own speculation untouched (``"warn"``).
+problem found there either stops the scheduler with the reason (``on_install_failure="refuse"``, default) or
+is logged as an error and the worker runs SGLang's own speculation untouched (``"warn"``).
 """
 
 from __future__ import annotations
@@ -81,16 +81,19 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
         return _STATE.info
     table = version
     if version not in SUPPORTED_VERSIONS:
-        reason = (
-            f"sglang {version} is not supported by the legacy adapter; supported: {', '.join(SUPPORTED_VERSIONS)}"
-        )
+        supported = ", ".join(SUPPORTED_VERSIONS)
+        reason = f"sglang {version} is not supported by the legacy adapter; supported: {supported}"
         if not settings.allow_untested:
             return InstallInfo(version, False, _fail(settings, reason + " (allow_untested overrides)"))
         table = "0.5.12.post1" if release_tuple(version) >= (0, 5, 11) else "0.5.10.post1"
-        log.warning("specpolicy: UNTESTED: %s; using the %s hook table because allow_untested is set", reason, table)
+        log.warning(
+            "specpolicy: UNTESTED: %s; using the %s hook table because allow_untested is set", reason, table
+        )
     problems = check_targets(table)
     if problems:
-        return InstallInfo(version, False, _fail(settings, "hook targets do not match:\n  " + "\n  ".join(problems)))
+        return InstallInfo(
+            version, False, _fail(settings, "hook targets do not match:\n  " + "\n  ".join(problems))
+        )
     names = FieldNames.detect()
     patched = _patch(table, names)
     _STATE.settings, _STATE.names = settings, names
@@ -144,8 +147,8 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
         return "speculative decoding is off in this server (no --speculative-algorithm): nothing to control"
     if path is None or algo.upper() not in SUPPORTED_ALGORITHMS:
         return (
-            f"speculative worker {type(worker).__name__} (algorithm {algo}) is not supported; the legacy adapter "
-            f"drives EAGLEWorker / EAGLEWorkerV2 with {', '.join(SUPPORTED_ALGORITHMS)}"
+            f"speculative worker {type(worker).__name__} (algorithm {algo}) is not supported; the legacy "
+            f"adapter drives EAGLEWorker / EAGLEWorkerV2 with {', '.join(SUPPORTED_ALGORITHMS)}"
         )
     methods = ("forward_batch_generation", "verify") + (("draft",) if path == "v1" else ())
     for name in methods:
@@ -158,7 +161,9 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
     if getattr(sa, "pp_size", 1) > 1:
         return "pipeline parallelism (--pp-size > 1) is not supported by the legacy adapter"
     if getattr(sa, "speculative_adaptive", False):
-        return "--speculative-adaptive is on: SGLang's own adaptive controller and specpolicy would both switch"
+        return (
+            "--speculative-adaptive is on: SGLang's own adaptive controller and specpolicy would both switch"
+        )
     if getattr(sa, "speculative_num_steps", 0) < 1:
         return "speculative_num_steps must be >= 1"
     return None
@@ -171,7 +176,7 @@ def _tp_sync() -> BroadcastSync:
 
 
 def attach(scheduler: Any) -> StepRuntime | None:
-    """Give the scheduler's freshly built speculative worker a policy runtime (called by the scheduler hook)."""
+    """Give the freshly built speculative worker a policy runtime (called by the scheduler hook)."""
     settings = _STATE.settings
     names = _STATE.names
     if settings is None or names is None:
@@ -216,7 +221,7 @@ def attach(scheduler: Any) -> StepRuntime | None:
     rt = StepRuntime(art.decide, controller, launch_depth=launch, path=path)  # type: ignore[arg-type]
     setattr(worker, hooks.OT, one_token)
     setattr(worker, hooks.RT, rt)
-    setattr(worker, "_specpolicy_runtime", art)
+    worker._specpolicy_runtime = art
     if path == "v2":
         setattr(worker.draft_worker, hooks.RT, rt)
     mapped = sorted({0 if k == 0 else launch for k in cfg.candidate_steps()})

@@ -5,8 +5,8 @@ Two routes reach the spawned scheduler processes, where the worker lives:
 * 0.5.12.post1: SGLang's plugin entry point (``sglang.srt.plugins``) loads specpolicy's plugin in every
   scheduler process, and the plugin calls ``install``. Works however SGLang is launched.
 * 0.5.10.post1 (no plugin framework): a custom ``run_scheduler_process_func`` (``Engine`` class attribute and
-  ``launch_server`` keyword since 0.5.7). Chosen over a ``.pth`` file because it touches only the processes the
-  launcher starts: a ``.pth`` runs in every Python process of the environment and must be written into
+  ``launch_server`` keyword since 0.5.7). Chosen over a ``.pth`` file because it touches only the processes
+  the launcher starts: a ``.pth`` runs in every Python process of the environment and must be written into
   site-packages outside pip's control. The scheduler function is also handed out on 0.5.12.post1 (``install``
   is idempotent), so the launcher can treat both releases alike.
 
@@ -47,7 +47,9 @@ def server_args_problems(server_args: Any) -> list[str]:
     if algo is None:
         out.append("no --speculative-algorithm: speculative decoding is off, there is nothing to control")
     elif str(algo).upper() not in SUPPORTED_ALGORITHMS:
-        out.append(f"--speculative-algorithm {algo} is not supported; use one of {', '.join(SUPPORTED_ALGORITHMS)}")
+        out.append(
+            f"--speculative-algorithm {algo} is not supported; use one of {', '.join(SUPPORTED_ALGORITHMS)}"
+        )
     if getattr(server_args, "enable_dp_attention", False):
         out.append("--enable-dp-attention is not supported by the legacy adapter")
     if getattr(server_args, "pp_size", 1) > 1:
@@ -58,7 +60,7 @@ def server_args_problems(server_args: Any) -> list[str]:
 
 
 def prepare_launch(settings: AdapterSettings, server_args: Any = None) -> LaunchPlan:
-    """Validate in the launching process and say what to do; InstallError (with the reason) when it cannot run.
+    """Validate in the launching process and say what to do; InstallError with the reason if it cannot run.
 
     With ``settings.on_install_failure == "warn"`` problems are returned in ``warnings`` instead of raised.
     """
@@ -66,7 +68,8 @@ def prepare_launch(settings: AdapterSettings, server_args: Any = None) -> Launch
     problems: list[str] = []
     if version not in SUPPORTED_VERSIONS and not settings.allow_untested:
         problems.append(
-            f"sglang {version} is not supported by the legacy adapter; supported: {', '.join(SUPPORTED_VERSIONS)}"
+            f"sglang {version} is not supported by the legacy adapter; "
+            f"supported: {', '.join(SUPPORTED_VERSIONS)}"
         )
     if server_args is not None:
         problems.extend(server_args_problems(server_args))

@@ -3,15 +3,15 @@
 A step without drafting must still look like a speculative step to the rest of the engine, so it keeps the
 verify path (``ForwardMode.TARGET_VERIFY``) with a one-node draft tree: the draft token is the previous bonus
 token, which the target always "accepts", and the target samples one new token after it. The result is then in
-the exact shape of a launch-depth step whose drafts were all rejected (accept length 1 per request), which every
-downstream consumer already handles: the draft catch-up (draft extend, which keeps the drafter's KV cache and the
-EAGLE-3 hidden states in step), the scheduler's result processing, the v2 FutureMap.
+the exact shape of a launch-depth step whose drafts were all rejected (accept length 1 per request), which
+every downstream consumer already handles: the draft catch-up (draft extend, which keeps the drafter's KV
+cache and the EAGLE-3 hidden states in step), the scheduler's result processing, the v2 FutureMap.
 
-The target forward of a one-token verify needs its own attention backend and CUDA graph: the launch-depth graph
-runner only checks the batch size in ``can_run`` and would replay a graph captured for ``num_draft_tokens``
-tokens per request on a one-token input. ``OneTokenTarget`` builds both once at start-up (eager when graphs are
-off or capture fails) and ``swap_in``/``swap_out`` exchange them around the verify call: plain attribute
-assignments, nothing allocated per step.
+The target forward of a one-token verify needs its own attention backend and CUDA graph: the launch-depth
+graph runner only checks the batch size in ``can_run`` and would replay a graph captured for
+``num_draft_tokens`` tokens per request on a one-token input. ``OneTokenTarget`` builds both once at start-up
+(eager when graphs are off or capture fails) and ``swap_in``/``swap_out`` exchange them around the verify
+call: plain attribute assignments, nothing allocated per step.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def build_verify_input(
     """A one-node EagleVerifyInput per request: draft token = the last verified token, at position seq_len.
 
     ``spec_steps=0`` makes the verify kernels' accept-index rows one wide, ``draft_token_num=1`` sizes the KV
-    slots verify allocates (v1) or assigns (v2) to one per request; the all-ones mask is correct for a one-node
-    tree under any mask layout (per request: seq_len context columns + 1 tree column).
+    slots verify allocates (v1) or assigns (v2) to one per request; the all-ones mask is correct for a
+    one-node tree under any mask layout (per request: seq_len context columns + 1 tree column).
     """
     import torch
 
@@ -77,7 +77,7 @@ def build_verify_input(
     mask_len = (seq_lens_sum if seq_lens_sum is not None else int(seq_lens.sum())) + bs
     r = names.retrieve
     kwargs = {
-        "draft_token": root_tokens,
+        "draft_token": root_tokens.to(torch.int64),  # verify kernels take int64 candidates (live GPU check)
         "custom_mask": torch.ones(mask_len, dtype=torch.bool, device=device),
         "positions": seq_lens.to(torch.int64),
         f"{r}index": torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1),
@@ -98,10 +98,10 @@ def pad_v2_result(result: Any, num_draft_tokens: int, names: FieldNames) -> None
     """Give a one-token v2 verify result the launch stride: token i at i*D, accept length 1 (in place).
 
     The scheduler reads ``next_token_ids[i*stride : i*stride + accept_len]`` (stride = the result's
-    ``speculative_num_draft_tokens`` on 0.5.12.post1, the worker's launch value on 0.5.10.post1), and the draft
-    extend runs D positions per request and keeps position ``accept_len - 1``. Repeating each token and hidden
-    state D times fills the unused positions with valid values, exactly like the rejected positions of a normal
-    step.
+    ``speculative_num_draft_tokens`` on 0.5.12.post1, the worker's launch value on 0.5.10.post1), and the
+    draft extend runs D positions per request and keeps position ``accept_len - 1``. Repeating each token and
+    hidden state D times fills the unused positions with valid values, exactly like the rejected positions of
+    a normal step.
     """
     d = num_draft_tokens
     result.next_token_ids = result.next_token_ids.repeat_interleave(d)
@@ -155,7 +155,7 @@ class OneTokenTarget:
         worker, mr, steps, tokens, attn, graph, args = saved
         worker.speculative_num_steps = steps
         worker.speculative_num_draft_tokens = tokens
-        for a, (s, t) in zip(self.server_args, args):
+        for a, (s, t) in zip(self.server_args, args, strict=True):
             a.speculative_num_steps = s
             a.speculative_num_draft_tokens = t
         mr.attn_backend = attn
@@ -167,8 +167,8 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
 
     Backends and graph runners read the speculative sizes from ``server_args`` when constructed, so both are
     built with ``speculative_num_steps=0, speculative_num_draft_tokens=1`` temporarily in place (the same
-    override SGLang's own adaptive mode uses to pre-build its states). Graph capture failures fall back to eager
-    with a warning; a backend that cannot be built at all raises (the off step cannot run without one).
+    override SGLang's own adaptive mode uses to pre-build its states). Graph capture failures fall back to
+    eager with a warning; a backend that cannot be built at all raises (the off step cannot run without one).
     """
     mr = model_runner
     arg_objs = _distinct(server_args, getattr(mr, "server_args", None))
@@ -203,7 +203,7 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
                 graph_runner = None
         return OneTokenTarget(attn, graph_runner, arg_objs)
     finally:
-        for a, (steps, tokens) in zip(arg_objs, saved_args):
+        for a, (steps, tokens) in zip(arg_objs, saved_args, strict=True):
             a.speculative_num_steps, a.speculative_num_draft_tokens = steps, tokens
         mr.attn_backend, mr.graph_runner = saved[0], saved[1]
         if hasattr(mr, "init_new_workspace"):

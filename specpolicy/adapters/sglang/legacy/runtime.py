@@ -1,12 +1,13 @@
 """StepRuntime: the per-worker state between SGLang's legacy workers and a specpolicy policy.
 
-Pure Python (no torch, no sglang) so that its logic is tested in the core suite. The engine hooks call three
+Pure Python (no torch, no sglang), so its logic is tested without a GPU or model. The engine hooks call three
 methods: ``begin_decode`` once per decode step before drafting (returns whether to skip speculation),
 ``on_result`` when the accepted-draft counts of a finished step reach the CPU, and ``on_non_decode`` for
 prefill/idle forwards (which break the step-time chain).
 
 Legacy releases build one set of CUDA graphs and buffers for the launch depth, so the runtime runs a policy as
-on/off at that depth: any ``SpecMode.on(k)`` runs the launch depth, ``SpecMode.off()`` runs the one-token verify.
+on/off at that depth: any ``SpecMode.on(k)`` runs the launch depth, ``SpecMode.off()`` runs the one-token
+verify.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A ``run_scheduler_process`` that installs specpolicy first: the way in on 0.5.10.post1 (no plugin framework).
+"""A ``run_scheduler_process`` that installs specpolicy first: the way in on 0.5.10.post1 (no plugins).
 
 SGLang spawns each scheduler with ``target=run_scheduler_process_func``; spawn pickles the function by name,
 so the child imports this module and runs ``install()`` (settings from ``SPECPOLICY_CONFIG``, which the

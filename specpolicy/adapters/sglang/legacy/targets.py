@@ -46,13 +46,17 @@ def _common() -> list[Target]:
         Target(f"{_DW2}._draft_extend_for_decode", ("self", "batch", "batch_result"), why="draft catch-up"),
         Target(f"{_SCHED}.run_batch", ("self", "batch"), why="waiting-queue length"),
         Target(f"{_SCHED}.maybe_init_draft_worker", ("self",), why="attach to the built worker"),
-        Target(f"{_MIXIN}.process_batch_result_decode", ("self", "batch", "result"), why="consumes the result"),
+        Target(
+            f"{_MIXIN}.process_batch_result_decode", ("self", "batch", "result"), why="consumes the result"
+        ),
         Target(
             "sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend",
             ("self", "init_new_workspace"),
             why="one-token target attention backend",
         ),
-        Target("sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner.can_run", ("self", "forward_batch")),
+        Target(
+            "sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner.can_run", ("self", "forward_batch")
+        ),
         Target("sglang.srt.managers.scheduler.run_scheduler_process", ("server_args", "port_args")),
         Target("sglang.srt.entrypoints.engine.Engine.run_scheduler_process_func"),
     ]
@@ -65,12 +69,26 @@ TARGETS: dict[str, tuple[Target, ...]] = {
         Target(f"{_MIXIN}._resolve_spec_overlap_token_ids", ("self", "result", "batch"), why="v2 feedback"),
         Target(
             f"{_INFO}.EagleVerifyInput",
-            fields=("draft_token", "custom_mask", "positions", "retrive_index", "retrive_next_token",
-                    "retrive_next_sibling", "retrive_cum_len", "spec_steps", "topk", "draft_token_num",
-                    "capture_hidden_mode", "seq_lens_sum", "seq_lens_cpu"),
+            fields=(
+                "draft_token",
+                "custom_mask",
+                "positions",
+                "retrive_index",
+                "retrive_next_token",
+                "retrive_next_sibling",
+                "retrive_cum_len",
+                "spec_steps",
+                "topk",
+                "draft_token_num",
+                "capture_hidden_mode",
+                "seq_lens_sum",
+                "seq_lens_cpu",
+            ),
         ),
         Target(f"{_INFO}.EagleDraftInput", fields=("verified_id", "hidden_states", "topk_p", "topk_index")),
-        Target(_RESULT, fields=("next_token_ids", "accept_length_per_req_cpu", "accept_lens", "next_draft_input")),
+        Target(
+            _RESULT, fields=("next_token_ids", "accept_length_per_req_cpu", "accept_lens", "next_draft_input")
+        ),
     ),
     "0.5.12.post1": (
         *_common(),
@@ -78,15 +96,32 @@ TARGETS: dict[str, tuple[Target, ...]] = {
         Target(f"{_MIXIN}._resolve_spec_overlap_tokens", ("self", "result", "batch"), why="v2 feedback"),
         Target(
             f"{_INFO}.EagleVerifyInput",
-            fields=("draft_token", "custom_mask", "positions", "retrieve_index", "retrieve_next_token",
-                    "retrieve_next_sibling", "retrieve_cum_len", "spec_steps", "topk", "draft_token_num",
-                    "capture_hidden_mode", "seq_lens_sum", "seq_lens_cpu"),
+            fields=(
+                "draft_token",
+                "custom_mask",
+                "positions",
+                "retrieve_index",
+                "retrieve_next_token",
+                "retrieve_next_sibling",
+                "retrieve_cum_len",
+                "spec_steps",
+                "topk",
+                "draft_token_num",
+                "capture_hidden_mode",
+                "seq_lens_sum",
+                "seq_lens_cpu",
+            ),
         ),
         Target(f"{_INFO}.EagleDraftInput", fields=("bonus_tokens", "hidden_states", "topk_p", "topk_index")),
         Target(
             _RESULT,
-            fields=("next_token_ids", "num_correct_drafts_per_req_cpu", "accept_lens", "next_draft_input",
-                    "speculative_num_draft_tokens"),
+            fields=(
+                "next_token_ids",
+                "num_correct_drafts_per_req_cpu",
+                "accept_lens",
+                "next_draft_input",
+                "speculative_num_draft_tokens",
+            ),
         ),
         Target(
             "sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner.__init__",
