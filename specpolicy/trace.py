@@ -43,6 +43,7 @@ class TraceRecord:
     accepted_draft_tokens: Sequence[int] | None = None
     drafted_tokens: Sequence[int] | None = None
     last_step_time_s: float | None = None
+    mean_accepted: float | None = None
     rank: int = 0
     ts: float | None = None
     decide_us: float | None = None
@@ -66,6 +67,7 @@ class TraceRecord:
             ),
             drafted_tokens=None if stats.drafted_tokens is None else list(stats.drafted_tokens),
             last_step_time_s=stats.last_step_time_s,
+            mean_accepted=stats.mean_accepted,
             **kw,
         )
 
@@ -79,6 +81,7 @@ class TraceRecord:
             self.accepted_draft_tokens,
             self.drafted_tokens,
             self.last_step_time_s,
+            self.mean_accepted,
         )
 
     def to_json(self) -> str:
@@ -93,7 +96,7 @@ class TraceRecord:
         missing = [k for k in ("step", "batch_size", "num_steps") if k not in known]
         if missing:
             raise ValueError(f"trace record lacks required field(s) {', '.join(missing)}")
-        for key in ("step_time_s", "mean_seq_len", "last_step_time_s"):
+        for key in ("step_time_s", "mean_seq_len", "last_step_time_s", "mean_accepted"):
             v = known.get(key)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"trace record field {key} must be a finite number >= 0 or null, got {v!r}")

@@ -52,6 +52,7 @@ class Engine:
     spread: float = 0.0  # per-request acceptance uniform in acceptance +- spread
     noise: float = 0.01  # multiplicative step-time jitter
     mean_only: bool = False  # report StepStats.mean_accepted instead of the per-request list
+    cap: int = 64  # deepest depth the engine can run; deeper decisions run at the cap
     seed: int = 0
     tokens: float = 0.0
     elapsed: float = 0.0
@@ -72,7 +73,9 @@ class Engine:
         return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, accepted_draft_tokens=acc,
                          last_step_time_s=t)
 
-    def run_step(self, k: int) -> None:
+    def run_step(self, decided: int) -> None:
+        self.depths.append(decided)
+        k = min(decided, self.cap)
         rng = self.rng
         acc: list[int] | None = None
         produced = self.batch
@@ -88,7 +91,6 @@ class Engine:
         t = self.step_time(self.batch, k) * math.exp(self.noise * rng.gauss(0.0, 1.0))
         self.tokens += produced
         self.elapsed += t
-        self.depths.append(k)
         self._done.append((k, acc, t))
         del self._done[:-3]
 
@@ -172,6 +174,15 @@ def test_learns_from_mean_acceptance_alone() -> None:
     assert abs(est["accept_rate_1"] - 0.9) < 0.05
     engine.acceptance = 0.15
     assert mode_of(engine.run(policy, 1500)[-500:]) <= 2
+
+
+def test_stops_asking_for_depths_the_engine_cannot_run() -> None:
+    """The engine caps drafts at 3 (no graph for deeper ones): learnt from the depths it reports back."""
+    engine = Engine(memory_bound, acceptance=0.9, batch=4, cap=3)
+    policy = make_policy("cost_model")
+    tail = engine.run(policy, 1500)[-1000:]
+    assert set(tail) <= {0, 1, 2, 3}
+    assert mode_of(tail) == 3
 
 
 # -- adapting ----------------------------------------------------------------------------------------------
@@ -271,6 +282,7 @@ odd_floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)
             counts,
             odd_floats,
             odd_floats,
+            odd_floats,
         ),
         min_size=1,
         max_size=60,
@@ -279,12 +291,12 @@ odd_floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)
     st.booleans(),
 )
 def test_adversarial_stats_never_raise_and_stay_allowed(
-    rows: list[tuple[object, object, object, object, object, object]], steps: tuple[int, ...], allow_off: bool
+    rows: list[tuple[object, ...]], steps: tuple[int, ...], allow_off: bool
 ) -> None:
     policy = make_policy({"name": "cost_model", "steps": list(steps), "allow_off": allow_off})
     allowed = set(policy.config.candidate_steps())  # type: ignore[attr-defined]
-    for batch, k, acc, drafted, t, seq in rows:
-        stats = StepStats.fast(batch, 0, seq, k, acc, drafted, t)  # type: ignore[arg-type]
+    for batch, k, acc, drafted, t, seq, mean in rows:
+        stats = StepStats.fast(batch, 0, seq, k, acc, drafted, t, mean)  # type: ignore[arg-type]
         mode = policy.decide(stats)
         assert mode.num_steps in allowed
     policy.estimates()  # type: ignore[attr-defined]

@@ -64,6 +64,8 @@ _MIN_PROBE_INTERVAL = 128
 #: A depth never measured in a bucket is first tried after loss**2 / (budget share * _EXPLORE_SCALE) visits:
 #: near-ties (where the measurement could change the decision) at once, clear losers like any other probe.
 _EXPLORE_SCALE = 0.1
+#: Times the engine must run a shallower depth than decided before that depth is given up.
+_CLAMP_VOTES = 4
 #: A switch this much better (predicted) does not wait for the dwell time.
 _BIG_GAIN = 1.1
 _NEVER = -(10**9)
@@ -187,6 +189,10 @@ class CostModelPolicy:
         self._agg_n = 0
         self._agg_step = 0
         self._exploring = [True] * n_b
+        #: per depth index: the engine ran something shallower when this depth was decided (votes), and
+        #: depths given up on for that reason.
+        self._clamp_votes = [0] * n_a
+        self._disabled = [False] * n_a
         self._blind = [False] * n_b
         self._refresh_at = [0] * n_b
         self._probe_at = [_FAR] * n_b
@@ -249,6 +255,8 @@ class CostModelPolicy:
                             elif k_obs == h2[1] and self._lag_vote > -8:
                                 self._lag_vote -= 1
                         h = h2 if self._lag_vote < 0 else h1
+                        if h[1] != k_obs:
+                            self._ran_other(h[1], k_obs)
                         if acc is not None:
                             nb = len(acc)  # the measured step's exact batch size
                         else:
@@ -307,6 +315,20 @@ class CostModelPolicy:
             self._acc.add(depth, bytes(sample))
             return
         self._take_trimmed(sample, drafted, depth, stride, off, n)
+
+    def _ran_other(self, decided: int, ran: Any) -> None:
+        """The engine ran a shallower depth than decided: after a few times, stop offering that depth and
+        deeper ones (the engine cannot run them: no graph for them, or a cap of its own)."""
+        if decided < 0 or ran.__class__ is not int or not 0 <= ran < decided:
+            return
+        i = self._idx[decided]
+        if i < 0 or self._disabled[i]:
+            return
+        self._clamp_votes[i] += 1
+        if self._clamp_votes[i] >= _CLAMP_VOTES:
+            for j in range(max(i, 1), len(self._arms)):  # the shallowest depth always stays
+                self._disabled[j] = True
+            self._refresh_at = [0] * len(self._refresh_at)
 
     def _take_mean(self, mean: Any, depth: int) -> None:
         """Only the mean accepted count is known (no per-request list): a weak, geometric pseudo-sample."""
@@ -390,6 +412,7 @@ class CostModelPolicy:
             base = self._base(batch, k, seq_len, b)
             if base > 0.0:
                 cells.add(b, i, t / base, step, count)
+                self._clamp_votes[i] = 0  # it does run
                 seen = self._seen[b]
                 if seen[i] < self._visits[b]:
                     seen[i] = self._visits[b]
@@ -457,11 +480,14 @@ class CostModelPolicy:
             times = [r[i] * self._base(rep, self._arms[i], seq_len, b) for i in range(n)]
         else:
             times = r
-        E = self._E
-        v = [E[i] / times[i] if times[i] > 0.0 else 0.0 for i in range(n)]
+        E, off = self._E, self._disabled
+        v = [E[i] / times[i] if times[i] > 0.0 and not off[i] else 0.0 for i in range(n)]
+        # Among depths within half the switch margin of the fastest, the deepest: per-step costs the step time
+        # does not show (prefill steps between decode steps, scheduling) are shared by more tokens per step.
+        tie = max(v) / (1.0 + 0.5 * self.config.switch_margin)
         best = 0
-        for i in range(1, n):
-            if v[i] > v[best]:
+        for i in range(n):
+            if v[i] >= tie:
                 best = i
         self._best[b] = best
         self._v[b] = v
@@ -476,7 +502,7 @@ class CostModelPolicy:
         self._exploring[b] = any(x < 0 for x in seen)  # some depth never measured nor probed here
         due_best, due_i, due_loss = _FAR, -1, 2.0
         for i in range(n):
-            if i == cur:
+            if i == cur or off[i]:
                 continue
             loss = 1.0 - v[i] / vcur
             if loss < 0.0:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..policy import Policy, available_policies, make_policy, parse_config
 from ..stats import StepStats
 from .acceptance import expected_tokens
@@ -142,7 +143,15 @@ def default_comparators(
     )
     seen: dict[str, int] = {}
     for spec in specs:
-        label, cfg = _resolve(spec, profile_ref)
+        try:
+            label, cfg = _resolve(spec, profile_ref)
+        except ConfigError as exc:
+            if policies is not None:
+                raise
+            # A registered policy that cannot run on its defaults (it needs configuration): say so, go on.
+            first = str(exc).splitlines()[0]
+            notes.append(f"{spec} skipped: no valid default config ({first}); give one with --policy")
+            continue
         seen[label] = seen.get(label, 0) + 1
         if seen[label] > 1:
             label = f"{label}#{seen[label]}"

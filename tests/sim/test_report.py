@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,10 @@ def test_every_comparator_is_reported_per_level(sweep: Simulation) -> None:
     labels = {r["policy"] for r in to_json(sweep)["runs"]}
     k = sweep.profile.max_steps
     expected = {"never", "oracle", "schedule-vllm", *(f"static-{i}" for i in range(k + 1))}
-    expected |= {n for n in available_policies() if n != "static"}
+    # Every registered policy, except one that cannot run on its defaults (it is named in a note instead).
+    names = available_policies()
+    skipped = {n for n in names if any(note.startswith(f"{n} skipped") for note in sweep.notes)}
+    expected |= {n for n in available_policies() if n != "static"} - skipped
     assert expected <= labels
     for c in (2, 96):
         assert len([r for r in to_json(sweep)["runs"] if r["concurrency"] == c]) == len(labels)
@@ -143,3 +147,16 @@ def test_nan_metrics_become_null(tmp_path: Path) -> None:
     doc = json.loads(json.dumps(to_json(sim), allow_nan=False))
     assert any(r["tpot_ms_p50"] is None for r in doc["runs"])
     assert all(math.isfinite(r["output_tok_s"]) for r in doc["runs"])
+
+
+def test_a_registered_policy_without_valid_defaults_is_skipped_with_a_note(monkeypatch: Any) -> None:
+    from specpolicy.errors import ConfigError
+    from specpolicy.sim import comparators
+
+    monkeypatch.setattr(comparators, "available_policies", lambda: ["threshold", "needs_config"])
+    comps, notes = comparators.default_comparators(3)
+    assert "threshold" in [c.label for c in comps]
+    assert "needs_config" not in [c.label for c in comps]
+    assert any(n.startswith("needs_config skipped") and "--policy" in n for n in notes)
+    with pytest.raises(ConfigError, match="needs_config"):
+        comparators.default_comparators(3, ["needs_config"])  # asked for explicitly: an error

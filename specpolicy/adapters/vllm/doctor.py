@@ -1,8 +1,8 @@
 """The vLLM part of ``specpolicy doctor``: is the adapter usable with the installed vLLM, and (on a GPU) does
 it keep outputs identical while switching depths, at what speed.
 
-``report()`` works on any machine: installed version and whether it is supported, the plugin entry point,
-every vLLM-internal name the adapter relies on (``contract.TARGETS``), the scheduler classes, the GPU.
+``report()`` works with or without a GPU: installed version and whether it is supported, the plugin entry
+point, every vLLM-internal name the adapter relies on (``contract.TARGETS``), the scheduler classes, the GPU.
 ``report(smoke=True, model=..., draft_model=...)`` also runs the smoke test, one fresh process per engine so
 GPU memory is returned between runs: greedy generation of the same prompts by a speculation-free engine
 (the reference), then by the specpolicy scheduler at a static depth, with speculation off (depth 0), and with

@@ -30,20 +30,17 @@ __all__ = ["StepLedger", "CycleRelay"]
 
 
 class _Record:
-    __slots__ = ("key", "num_steps", "decision", "t_sched", "verifies_steps", "verifies_decision")
+    """One scheduled step: when, and which earlier decision (depth, number) its verification belongs to.
+
+    ``verifies_steps`` is -1 for a step in which no request samples: it verifies and times nothing.
+    """
+
+    __slots__ = ("key", "t_sched", "verifies_steps", "verifies_decision")
 
     def __init__(
-        self,
-        key: object,
-        num_steps: int,
-        decision: int | None,
-        t_sched: float,
-        verifies_steps: int,
-        verifies_decision: int | None,
+        self, key: object, t_sched: float, verifies_steps: int, verifies_decision: int | None
     ) -> None:
         self.key = key
-        self.num_steps = num_steps
-        self.decision = decision
         self.t_sched = t_sched
         self.verifies_steps = verifies_steps
         self.verifies_decision = verifies_decision
@@ -108,22 +105,17 @@ class StepLedger:
         now: float,
     ) -> int:
         """The depth for the step just scheduled (``key`` identifies its SchedulerOutput)."""
-        if samples:
-            known = self._known
-            k = self._decide(StepStats.fast(batch_size, num_waiting, mean_seq_len, *known))
-            decision: int | None = self._number()
-        else:
-            k, decision = self._last_k, None
         pending = self._pending
         if samples:
-            pending.append(_Record(key, k, decision, now, self._last_k, self._last_decision))
-        else:  # verifies nothing, times nothing
-            pending.append(_Record(key, k, None, now, -1, None))
+            k = self._decide(StepStats.fast(batch_size, num_waiting, mean_seq_len, *self._known))
+            pending.append(_Record(key, now, self._last_k, self._last_decision))
+            self._last_k = k
+            self._last_decision = self._number()
+        else:  # nothing is drafted for a later verify: keep the depth, verify and time nothing
+            k = self._last_k
+            pending.append(_Record(key, now, -1, None))
         if len(pending) > self.max_pending:  # outputs that never came back (an aborted engine step)
             pending.popleft()
-        if samples:
-            self._last_k = k
-            self._last_decision = decision
         return k
 
     def on_draft(self, drafted: int, accepted: int) -> None:

@@ -169,6 +169,7 @@ class FakeTargetWorker:
                 "attn_backend": self.model_runner.attn_backend,
                 "graph_runner": self.model_runner.graph_runner,
                 "draft_token_num": spec.draft_token_num,
+                "topk": spec.topk,
                 "num_tokens_per_req": spec.num_tokens_per_req,
                 "input_ids": model_worker_batch.input_ids.clone(),
                 "kwargs": kwargs,

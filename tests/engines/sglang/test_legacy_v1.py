@@ -15,7 +15,12 @@ from typing import Any
 import legacy_support as ls
 import pytest
 import torch
+from conftest import SGLANG_VERSION
 
+from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
+
+if SGLANG_VERSION not in SUPPORTED_VERSIONS:
+    pytest.skip(f"legacy paths need sglang {' or '.join(SUPPORTED_VERSIONS)}", allow_module_level=True)
 pytest.importorskip("sglang.srt.speculative.eagle_worker")
 
 from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
@@ -174,3 +179,16 @@ def test_one_token_input_is_rooted_at_the_last_verified_token(names: FieldNames,
     assert vi.custom_mask.numel() == sum(PROMPTS) + 3 and bool(vi.custom_mask.all())
     assert batch.seq_lens_sum == sum(PROMPTS)
     assert [r.decode_batch_idx for r in batch.reqs] == [1, 1, 1]
+
+
+def test_off_step_on_a_tree_worker_verifies_a_one_node_chain(names: FieldNames, wrapped: Any) -> None:
+    setup = ls.make_v1_worker(names)
+    setup.worker.topk = 4  # a topk > 1 tree (v1 only): the off step is still one token per request
+    setup.worker.speculative_num_draft_tokens = 8
+    _attach(setup, depth=0)
+    batch = ls.make_v1_batch(names, PROMPTS, FIRST, setup.alloc)
+    setup.worker.forward_batch_generation(batch)
+    (call,) = setup.target.calls
+    assert (call["topk"], call["draft_token_num"]) == (1, 1)
+    assert [r.output_ids[-1] for r in batch.reqs] == [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert (setup.worker.topk, setup.worker.speculative_num_draft_tokens) == (4, 8)

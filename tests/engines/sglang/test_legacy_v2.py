@@ -19,7 +19,12 @@ from typing import Any
 import legacy_support as ls
 import pytest
 import torch
+from conftest import SGLANG_VERSION
 
+from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
+
+if SGLANG_VERSION not in SUPPORTED_VERSIONS:
+    pytest.skip(f"legacy paths need sglang {' or '.join(SUPPORTED_VERSIONS)}", allow_module_level=True)
 pytest.importorskip("sglang.srt.speculative.eagle_worker_v2")
 
 from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402

@@ -43,12 +43,17 @@ def test_scheduler_cls_picks_the_base_vllm_would_have_chosen(make_config: Any) -
     assert type(asyn) is PolicyAsyncScheduler and isinstance(asyn, AsyncScheduler)
 
 
+@pytest.mark.parametrize("runner", ["MRV1", "MRV2"])
 @pytest.mark.parametrize("mode", MODES)
-def test_policy_depths_become_the_next_steps_scheduled_draft_tokens(make_config: Any, mode: str) -> None:
+def test_policy_depths_become_the_next_steps_scheduled_draft_tokens(
+    make_config: Any, monkeypatch: pytest.MonkeyPatch, mode: str, runner: str
+) -> None:
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "MRV2" else "0")
     depths = [3, 0, 2, 0, 1, 3, 1, 2]
     sched = scripted(make_config, mode, depths=depths)
     for i in range(2):
         add_request(sched, f"r{i}")
+    assert sched.use_v2_model_runner == (runner == "MRV2")
     outs = drive(sched, FakeRunner(sched, lambda s, r, d: d), steps=len(depths) + 1, mode=mode)
     # step 0 is the prefill of both requests; every later step decodes both
     applied = [so.num_spec_tokens_to_schedule for so in outs[:-1]]

@@ -144,7 +144,7 @@ def v1_one_token_input(worker: Any, batch: Any, names: FieldNames, verify_cls: A
         names,
         root,
         batch.seq_lens,
-        topk=worker.topk,
+        topk=1,  # a one-node tree is a topk-1 chain, whatever the launch topk
         capture_hidden_mode=_capture_mode(worker),
         seq_lens_sum=batch.seq_lens_sum,
         seq_lens_cpu=seq_lens_cpu,
@@ -203,7 +203,7 @@ def v2_draft(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
             names,
             getattr(mwb.spec_info, names.root),
             mwb.seq_lens,
-            topk=self.topk,
+            topk=1,
             capture_hidden_mode=None,  # as the v2 draft: prepare_for_v2_verify sets it
             seq_lens_sum=mwb.seq_lens_sum,
             seq_lens_cpu=None,
