@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specpolicy",
         description=(
-            "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, simulate "
+            "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, "
+            "simulate "
             "and tune them against measured step costs, and check an engine installation."
         ),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 
@@ -22,6 +23,14 @@ def register(sub: Any) -> None:
     d.add_argument("--draft", metavar="PATH", help="draft model for the smoke test (EAGLE/EAGLE-3 head)")
     d.add_argument("--algorithm", help="speculative algorithm for the smoke test (default: EAGLE3 / eagle3)")
     d.add_argument("--num-steps", type=int, default=3, help="launch depth for the smoke test (default 3)")
+    d.add_argument(
+        "--engine-args",
+        metavar="JSON",
+        type=json.loads,
+        default=None,
+        help="extra sglang.Engine arguments for the SGLang smoke runs, as a JSON object, "
+        'e.g. {"attention_backend": "triton"}',
+    )
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.set_defaults(func=cmd_doctor)
 
@@ -38,5 +47,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         draft=args.draft,
         algorithm=args.algorithm,
         num_steps=args.num_steps,
+        engine_kw=args.engine_args,
         as_json=args.json,
     )

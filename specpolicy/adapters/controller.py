@@ -122,7 +122,7 @@ class StepController:
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
-        """Record a step whose depth the engine imposed (e.g. another rank's decision, or a prefill-only step)."""
+        """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""
         return self._commit(stats, num_steps, 0.0, False)
 
     def step_time(self, step_time_s: float | None) -> None:

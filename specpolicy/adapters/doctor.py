@@ -73,6 +73,7 @@ def sglang_report(
     algorithm: str = "EAGLE3",
     num_steps: int = 3,
     max_new_tokens: int = 128,
+    engine_kw: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The SGLang section (a dict; ``problems`` lists what stands in the way)."""
     from .sglang.versions import SUPPORTED, UnsupportedVersion, check_version, installed_version, route_for
@@ -127,7 +128,12 @@ def sglang_report(
 
             try:
                 res["smoke"] = smoke_test(
-                    model, draft, algorithm=algorithm, num_steps=num_steps, max_new_tokens=max_new_tokens
+                    model,
+                    draft,
+                    algorithm=algorithm,
+                    num_steps=num_steps,
+                    max_new_tokens=max_new_tokens,
+                    engine_kw=engine_kw,
                 )
                 if not res["smoke"]["ok"]:
                     problems.append("smoke test: " + res["smoke"]["verdict"])
@@ -170,6 +176,7 @@ def report(
     draft: str | None = None,
     algorithm: str | None = None,
     num_steps: int = 3,
+    engine_kw: dict[str, Any] | None = None,
     as_json: bool = False,
     out: TextIO | None = None,
 ) -> int:
@@ -180,7 +187,12 @@ def report(
     installed_any = False
     if engine in ("all", "sglang"):
         res = sglang_report(
-            smoke=smoke, model=model, draft=draft, algorithm=algorithm or "EAGLE3", num_steps=num_steps
+            smoke=smoke,
+            model=model,
+            draft=draft,
+            algorithm=algorithm or "EAGLE3",
+            num_steps=num_steps,
+            engine_kw=engine_kw,
         )
         sections["sglang"] = res
         installed_any |= res.get("version") is not None

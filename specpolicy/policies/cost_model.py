@@ -499,7 +499,8 @@ class CostModelPolicy:
         share = self.config.probe_budget / max(n - 1, 1)
         max_int = self.config.max_probe_interval
         seen, vis = self._seen[b], self._visits[b]
-        self._exploring[b] = any(x < 0 for x in seen)  # some depth never measured nor probed here
+        # Some depth (still offered) never measured nor probed here:
+        self._exploring[b] = any(seen[i] < 0 and not off[i] for i in range(n))
         due_best, due_i, due_loss = _FAR, -1, 2.0
         for i in range(n):
             if i == cur or off[i]:

@@ -15,7 +15,9 @@ class StaticConfig(PolicyConfig):
     """Always speculate num_steps deep (0 = always off): the control group."""
 
     name: Literal["static"] = "static"
-    num_steps: int = Field(3, ge=0, le=MAX_NUM_STEPS, description="draft depth every step; 0 = never speculate")
+    num_steps: int = Field(
+        3, ge=0, le=MAX_NUM_STEPS, description="draft depth every step; 0 = never speculate"
+    )
 
     def candidate_steps(self) -> tuple[int, ...]:
         return (self.num_steps,)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         concurrency=spec["concurrency"],
         decide_cost_us=spec["decide_cost_us"],
         param_ranges=parse_param_ranges(args.param),
-        jobs=spec["jobs"] or 1,
+        jobs=spec["jobs"] or os.cpu_count() or 1,
         on_trial=on_trial,
     )
     gain = res.best.metric / res.default.metric if res.default.metric else float("nan")

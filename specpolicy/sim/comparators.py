@@ -192,7 +192,8 @@ def measure_decide_cost_s(comp: Comparator, *, calls: int = 400, batch_size: int
     """Median wall time of one decide() call on a fresh instance, fed a realistic closed-loop sequence.
 
     The sequence: batch ``batch_size`` with small variations, each step reporting the previous decision's
-    depth, per-request accepted drafts (a fixed pseudo-random pattern) and a step time growing with depth.
+    depth, per-request accepted drafts (a fixed pseudo-random pattern) with their mean, as the simulated
+    engine passes them, and a step time growing with depth.
     """
     if comp.kind in ("never", "oracle"):
         return 0.0
@@ -207,7 +208,8 @@ def measure_decide_cost_s(comp: Comparator, *, calls: int = 400, batch_size: int
         acc = None
         if last_k > 0:
             acc = [min(a, last_k) for a in pattern[i % 16][:b]]
-        stats = StepStats.fast(b, i % 3, 700.0 + i, last_k, acc, None, 0.008 + 0.001 * last_k)
+        mean = None if acc is None else sum(acc) / len(acc)
+        stats = StepStats.fast(b, i % 3, 700.0 + i, last_k, acc, None, 0.008 + 0.001 * last_k, mean)
         t0 = perf()
         mode = policy.decide(stats)
         dt = perf() - t0

@@ -272,7 +272,7 @@ def simulate(
     acc_n = 0
     prev_k = -1
     first_error: str | None = None
-    history: deque[tuple[int, list[int] | None, float]] = deque(maxlen=2)
+    history: deque[tuple[int, list[int] | None, float, float | None]] = deque(maxlen=2)
     decide_cost = config.decide_cost_s if config.speculative else 0.0
     jitter = config.jitter
     bin_s = config.timeline_bin_s
@@ -357,7 +357,8 @@ def simulate(
                 prompt_tokens += nxt_req[2]
             n_adm = len(adm)
             t += profile.prefill_s(prompt_tokens)
-            prefill_steps += 1
+            if t > w0 and (drain or t <= duration):
+                prefill_steps += 1
             new_acc = np.fromiter((a[4] for a in adm), dtype=np.float64, count=n_adm)
             new_lz = logit(new_acc)
             rid = np.concatenate([rid, np.fromiter((a[0] for a in adm), dtype=np.int64, count=n_adm)])
@@ -398,10 +399,11 @@ def simulate(
         if config.speculative:
             assert decider is not None
             if history and (config.feedback_lag == 0 or len(history) == 2):
-                last_k, last_acc, last_dt = history[-1] if config.feedback_lag == 0 else history[0]
+                last_k, last_acc, last_dt, last_mean = history[-1] if config.feedback_lag == 0 else history[0]
             else:
-                last_k, last_acc, last_dt = 0, None, None
-            stats = StepStats.fast(n_run, len(waiting), seq_mean, last_k, last_acc, None, last_dt)
+                last_k, last_acc, last_dt, last_mean = 0, None, None, None
+            # The per-request list and its mean, as an adapter that reduces on the device would pass them.
+            stats = StepStats.fast(n_run, len(waiting), seq_mean, last_k, last_acc, None, last_dt, last_mean)
             try:
                 k = int(decider(stats, p, remaining, seq_mean))
             except Exception as exc:  # a broken policy is reported, not fatal: the step runs without drafts
@@ -437,7 +439,7 @@ def simulate(
         if jitter:
             dt *= math.exp(jitter * float(rng.standard_normal()))
         t += dt + decide_cost
-        history.append((k, acc_list, dt + decide_cost))
+        history.append((k, acc_list, dt + decide_cost, acc_total / n_run if acc_list is not None else None))
         len_steps += 1
         counted = t > w0 and (drain or t <= duration)
         if counted:

@@ -44,6 +44,7 @@ class Row:
     mean_batch: float
     mean_accept_len: float | None
     decode_steps: int
+    prefill_steps: int
     completed: int
     extrapolated: bool
     sim_steps_per_s: float
@@ -75,6 +76,7 @@ def _row(o: RunOutcome, best_static: float | None, oracle: float | None, slo_tpo
         mean_batch=r.mean_batch,
         mean_accept_len=r.mean_accept_len,
         decode_steps=r.decode_steps,
+        prefill_steps=r.prefill_steps,
         completed=r.requests_completed,
         extrapolated=r.extrapolated,
         sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
@@ -120,6 +122,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             "mean_batch": _num(r.mean_batch, 3),
             "mean_accept_len": _num(r.mean_accept_len),
             "decode_steps": r.decode_steps,
+            "prefill_steps": r.prefill_steps,
             "completed_requests": r.completed,
             "extrapolated": r.extrapolated,
         }
@@ -230,7 +233,7 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         lines.append(f"note: {note}")
     steps, run_wall = _speed(sim)
     lines.append(
-        f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall ({steps / run_wall:,.0f} decode steps/s "
-        "per process)"
+        f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall "
+        f"({steps / run_wall:,.0f} decode steps/s per process)"
     )
     return "\n".join(lines)

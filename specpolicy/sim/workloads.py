@@ -209,8 +209,8 @@ def _bursty(
     burst_s: float = 10.0,
     burst_at_s: float = 20.0,
 ) -> Requests:
-    # Little's law on a speculation-free engine at `in_flight` requests: the MEAN arrival rate, bursts included,
-    # is N / latency; the calm rate is that over the mean burst multiplier (2.5 for 10x during 10 s of 60).
+    # Little's law on a speculation-free engine at `in_flight` requests: the MEAN arrival rate, bursts
+    # included, is N / latency; the calm rate is that over the mean burst factor (2.5 for 10x, 10 s of 60).
     latency = profile.prefill_s(shape.prompt_mean) + (shape.output_mean - 1) * profile.never_step_s(in_flight)
     mean_factor = (period_s - burst_s + burst_factor * burst_s) / period_s
     base = in_flight / latency / mean_factor

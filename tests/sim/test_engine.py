@@ -10,6 +10,8 @@ from typing import Literal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
 from specpolicy.sim.comparators import (
@@ -139,6 +141,39 @@ def test_conservation_under_a_policy_that_switches_every_step() -> None:
     assert res.switches > 0
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    pattern=st.lists(st.integers(0, 9), min_size=1, max_size=12),
+    outs=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    acceptance=st.floats(0.0, 1.0),
+    max_running=st.integers(1, 6),
+    lag=st.integers(0, 1),
+    off_cost=st.sampled_from(["catch_up", "lazy"]),
+)
+def test_conservation_holds_for_any_depth_sequence(
+    pattern: list[int],
+    outs: list[int],
+    acceptance: float,
+    max_running: int,
+    lag: int,
+    off_cost: Literal["catch_up", "lazy"],
+) -> None:
+    prof = dataclasses.replace(PROFILE, off_cost=off_cost)
+    rec = Recorder(pattern)
+    res = simulate(
+        _drain(_requests(len(outs), outs, acceptance=acceptance, gap=0.003)),
+        prof,
+        PolicyDecider(rec),
+        EngineConfig(max_running=max_running, feedback_lag=lag),
+        track_requests=True,
+    )
+    assert {r: e for r, (e, _) in res.emitted_per_request.items()} == dict(enumerate(outs))
+    assert res.output_tokens == sum(outs)
+    assert all(1 <= s.batch_size <= max_running for s in rec.seen)
+    # Every decode step emits at least one token per running request, so steps are bounded by the outputs.
+    assert res.decode_steps <= sum(outs)
+
+
 def test_closed_loop_conservation_after_drain() -> None:
     sc = dataclasses.replace(load_workload("transition", profile=PROFILE, duration_s=5.0)[0], drain=True)
     res = simulate(sc, PROFILE, OracleDecider(PROFILE), EngineConfig(), track_requests=True)
@@ -249,19 +284,20 @@ def test_stats_describe_the_step_the_feedback_lag_says(lag: int) -> None:
     simulate(sc, PROFILE, PolicyDecider(rec), EngineConfig(feedback_lag=lag))
     seen = rec.seen
     assert len(seen) > 20
-    for i, st in enumerate(seen):
+    for i, stats in enumerate(seen):
         src = i - 1 - lag
         want = pattern[src % len(pattern)] if src >= 0 else 0
-        assert st.last_num_steps == want, (i, st)
+        assert stats.last_num_steps == want, (i, stats)
         if want == 0:
-            assert st.accepted_draft_tokens is None
+            assert stats.accepted_draft_tokens is None and stats.mean_accepted is None
         else:
-            acc = st.accepted_draft_tokens
+            acc = stats.accepted_draft_tokens
             assert acc is not None and all(0 <= a <= want for a in acc)
-        assert 1 <= st.batch_size <= 12
-        assert st.mean_seq_len is not None and st.mean_seq_len > 100
+            assert stats.mean_accepted == pytest.approx(sum(acc) / len(acc))
+        assert 1 <= stats.batch_size <= 12
+        assert stats.mean_seq_len is not None and stats.mean_seq_len > 100
         if src >= 0:
-            assert st.last_step_time_s is not None and st.last_step_time_s > 0
+            assert stats.last_step_time_s is not None and stats.last_step_time_s > 0
 
 
 def test_batch_never_exceeds_max_running_and_the_rest_wait() -> None:

@@ -145,21 +145,16 @@ def test_bad_requests_file_names_line_and_field(tmp_path: Path, line: dict[str, 
 
 
 def test_step_trace_as_workload(tmp_path: Path) -> None:
+    from specpolicy.stats import StepStats
+    from specpolicy.trace import TRACE_FORMAT, TraceRecord
+
     f = tmp_path / "trace.jsonl"
-    recs: list[dict[str, object]] = [{"kind": "header", "format": "specpolicy-trace/1"}]
+    lines = [json.dumps({"kind": "header", "format": TRACE_FORMAT})]
     for i in range(300):
         bs = 8 if i < 150 else 40
-        recs.append(
-            {
-                "step": i,
-                "batch_size": bs,
-                "num_steps": 3,
-                "step_time_s": 0.1,
-                "last_num_steps": 3,
-                "accepted_draft_tokens": [2] * bs,
-            }
-        )
-    f.write_text("\n".join(json.dumps(r) for r in recs))
+        stats = StepStats(bs, 0, 700.0, 3, [2] * bs, None, 0.1)
+        lines.append(TraceRecord.from_stats(i, stats, 3, 0.1).to_json())
+    f.write_text("\n".join(lines))
     (sc,) = load_workload(str(f), profile=P)
     assert sc.closed_loop is not None
     assert [c for _, c in sc.closed_loop] == [8, 40]

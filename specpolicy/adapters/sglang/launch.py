@@ -226,7 +226,13 @@ def prepare(argv: Sequence[str]) -> LaunchPlan:
             raise
         # warn: SGLang runs exactly as without specpolicy, and says so loudly
         return LaunchPlan(settings, installed_version() or "", "none", list(rest), {}, [f"NOT ACTIVE: {exc}"])
-    return LaunchPlan(settings, version, route, sglang_argv, settings.to_env(), notes)
+    env = settings.to_env()
+    allow = os.environ.get("SGLANG_PLUGINS", "").strip()
+    if allow and "specpolicy" not in {x.strip() for x in allow.split(",")}:
+        # SGLang's plugin allow-list would keep specpolicy out of the scheduler processes
+        env["SGLANG_PLUGINS"] = allow + ",specpolicy"
+        notes.append("added specpolicy to SGLANG_PLUGINS")
+    return LaunchPlan(settings, version, route, sglang_argv, env, notes)
 
 
 def _print_help() -> None:

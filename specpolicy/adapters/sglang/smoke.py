@@ -101,9 +101,13 @@ def smoke_test(
     algorithm: str = "EAGLE3",
     num_steps: int = 3,
     max_new_tokens: int = 128,
+    engine_kw: dict[str, Any] | None = None,
     runner: Runner | None = None,
 ) -> dict[str, Any]:
-    """Run the four engines (each via ``runner``, default: a fresh subprocess) and compare them."""
+    """Run the four engines (each via ``runner``, default: a fresh subprocess) and compare them.
+
+    ``engine_kw`` are extra ``sglang.Engine`` arguments for every run (attention backend, dtype, TP size...).
+    """
     run = runner or _subprocess_runner
     results: dict[str, dict[str, Any]] = {}
     for name, (spec, policy) in RUNS.items():
@@ -119,6 +123,7 @@ def smoke_test(
                 "policy": policy,
                 "prompts": list(PROMPTS),
                 "max_new_tokens": max_new_tokens,
+                "engine_kw": dict(engine_kw or {}),
             }
         )
     out = compare(results)
@@ -146,7 +151,11 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     from ..settings import AdapterSettings
     from .versions import installed_version, route_for
 
-    kwargs: dict[str, Any] = {"model_path": spec["model"], "log_level": "warning"}
+    kwargs: dict[str, Any] = {
+        "model_path": spec["model"],
+        "log_level": "warning",
+        **spec.get("engine_kw", {}),
+    }
     if spec["speculative"]:
         k = int(spec["num_steps"])
         kwargs.update(

@@ -83,7 +83,7 @@ class SpecPolicyParams:
         self.runtime = runtime
         self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
-        self._inflight: deque[int] = deque(maxlen=8)
+        self._inflight: deque[tuple[int, int]] = deque(maxlen=8)  # (depth, batch size) awaiting feedback
         self._last_k = 0
         self._accepted: list[int] | None = None
         self._last_t: float | None = None
@@ -117,33 +117,43 @@ class SpecPolicyParams:
             batch_size, self.num_waiting, self.mean_seq_len, self._last_k, self._accepted, None, t
         )
         k = runtime.decide(stats)
-        self._inflight.append(k)
+        self._inflight.append((k, batch_size))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
-        k = self._inflight.popleft() if self._inflight else self._last_k
-        self._last_k = k
-        self._accepted = num_correct_drafts_per_req if k > 0 and num_correct_drafts_per_req else None
-        return None  # the depth is chosen in get_steps_for_batch, before drafting
+        n = len(num_correct_drafts_per_req)
+        inflight = self._inflight
+        while inflight:
+            k, bs = inflight.popleft()
+            if bs == n:
+                self._last_k = k
+                self._accepted = num_correct_drafts_per_req if k > 0 and n else None
+                return None  # the depth is chosen in get_steps_for_batch, before drafting
+        # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
+        # than attribute it to the wrong depth.
+        self._last_k = 0
+        self._accepted = None
+        return None
 
     # -- fed by the Scheduler.run_batch hook --
     def note_batch(self, scheduler: Any, batch: Any) -> None:
         """Record the waiting queue and (sampled) context lengths of the batch about to run."""
-        mode = getattr(batch, "forward_mode", None)
-        if mode is None or not mode.is_decode():
-            self._gap = True
-            return
         try:
+            mode = batch.forward_mode
+            if not mode.is_decode():
+                self._gap = True
+                return
             self.num_waiting = len(scheduler.waiting_queue)
-        except Exception:
-            self.num_waiting = 0
-        reqs = batch.reqs
-        n = len(reqs)
-        self._seq_age += 1
-        if n != self._seq_bs or self._seq_age >= SEQ_LEN_EVERY:
-            self._seq_bs = n
-            self._seq_age = 0
-            self.mean_seq_len = (sum(r.seqlen for r in reqs) / n) if n else None
+            reqs = batch.reqs
+            n = len(reqs)
+            self._seq_age += 1
+            if n != self._seq_bs or self._seq_age >= SEQ_LEN_EVERY:
+                self._seq_bs = n
+                self._seq_age = 0
+                self.mean_seq_len = (sum(r.seqlen for r in reqs) / n) if n else None
+        except Exception:  # a hook on the scheduler's step must never raise; these inputs are optional
+            self._gap = True
+            self.mean_seq_len = None
 
     def close(self) -> None:
         self.runtime.close()
@@ -184,6 +194,15 @@ def _tp_info() -> tuple[int, int, Any]:
         tp_rank, tp_size = int(group.rank_in_group), int(group.world_size)
         cpu_group = group.cpu_group
     except Exception:
+        # Unknown layout: assume every process of the job is a rank that must agree (local mode then hides
+        # timing; broadcast mode refuses for lack of a group) rather than risk ranks diverging.
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank()), int(dist.get_world_size()), None
+        except Exception:
+            pass
         return 0, 1, None
     try:
         dp_rank = int(get_parallel().dp_rank or 0)

@@ -192,3 +192,11 @@ def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pyte
     )
     assert json.loads(called["env"])["policy"]["name"] == "static"
     monkeypatch.delenv("SPECPOLICY_CONFIG")
+
+
+def test_sglang_plugin_allow_list_is_extended(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_PLUGINS", "other_plugin")
+    plan = launch.prepare([*EAGLE, "--spec-policy", "static"])
+    assert plan.env["SGLANG_PLUGINS"] == "other_plugin,specpolicy"
+    monkeypatch.setenv("SGLANG_PLUGINS", "specpolicy, other_plugin")
+    assert "SGLANG_PLUGINS" not in launch.prepare([*EAGLE, "--spec-policy", "static"]).env

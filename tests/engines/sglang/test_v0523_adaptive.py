@@ -274,3 +274,112 @@ def test_trace_is_written_from_a_real_controller_run(tmp_path: Path, rule_policy
         header["kind"] == "header" and header["engine"] == "sglang" and header["engine_version"] == "0.5.23"
     )
     assert "adaptive-controller" in header["path"] and header["policy"]["name"] == "rule_for_tests"
+
+
+def _req() -> Any:
+    """A request as far as SGLang's result processing touches it (a Req needs a tokenizer and a KV pool)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        is_retracted=False,
+        finished=lambda: False,
+        grammar=None,
+        kv=SimpleNamespace(kv_committed_len=10),
+        spec_verify_ct=0,
+        spec_num_correct_drafts=0,
+        update_spec_correct_drafts_histogram=lambda n: None,
+    )
+
+
+def test_acceptance_reaches_the_policy_through_the_real_scheduler_result_code(
+    tmp_path: Path, rule_policy: None
+) -> None:
+    """SGLang's own ``_resolve_spec_v2_tokens`` turns a verify result into per-request tokens and calls
+    ``model_worker.on_verify_complete_cpu``; the real EAGLEWorkerV2 method forwards to the controller.
+    Checked for a depth-3 round and a steps=0 round (one token per request, stride 1)."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    params = v0_5_23.attach(worker, AdapterSettings.build({"name": "rule_for_tests"}, metrics=False), cfg)
+    assert params is not None
+    _start(worker)
+    model_worker = SimpleNamespace(
+        on_verify_complete_cpu=lambda drafts, batch_size=0: EAGLEWorkerV2.on_verify_complete_cpu(
+            worker, drafts, batch_size=batch_size
+        )
+    )
+    processor = SimpleNamespace(
+        metrics_reporter=SimpleNamespace(snapshot_spec_decode_metrics=lambda *a: None),
+        model_worker=model_worker,
+        advance_grammar_fsm=lambda *a: None,
+    )
+    batch = SimpleNamespace(reqs=[_req(), _req()])
+
+    worker.adaptive_controller.activate_step_by_batch(2)  # round 1: depth 3
+    assert worker.speculative_num_steps == 3
+    deep = GenerationBatchResult(
+        next_token_ids=torch.tensor([11, 12, 13, 0, 21, 0, 0, 0]),  # stride 4: 3 tokens, then 1 token
+        accept_lens=torch.tensor([3, 1]),
+        speculative_num_draft_tokens=4,
+    )
+    tokens = SchedulerBatchResultProcessor._resolve_spec_v2_tokens(processor, deep, batch)
+    assert tokens == [[11, 12, 13], [21]]
+    worker.adaptive_controller.activate_step_by_batch(32)  # round 2: large batch -> off
+    assert worker.speculative_num_steps == 0
+    seen = params.runtime.policy.seen  # type: ignore[attr-defined]
+    assert (seen[1].last_num_steps, list(seen[1].accepted_draft_tokens)) == (3, [2, 0])
+
+    zero = GenerationBatchResult(  # what the steps=0 trivial verify hands the scheduler
+        next_token_ids=torch.tensor([14, 22]),
+        accept_lens=torch.tensor([1, 1]),
+        speculative_num_draft_tokens=1,
+    )
+    tokens = SchedulerBatchResultProcessor._resolve_spec_v2_tokens(processor, zero, batch)
+    assert tokens == [[14], [22]]  # one new token per request
+    assert [r.kv.kv_committed_len for r in batch.reqs] == [10 + 3 + 1, 10 + 1 + 1]
+    worker.adaptive_controller.activate_step_by_batch(2)
+    assert (seen[2].last_num_steps, seen[2].accepted_draft_tokens) == (0, None)  # off is not zero acceptance
+    assert worker.speculative_num_steps == 3
+
+
+def test_worker_init_hook_takes_settings_from_env_or_config_and_otherwise_does_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The function the plugin registers as AFTER hook on EAGLEWorkerV2.__init__, with SGLang's resolved spec
+    config (``get_spec()``, published by SGLang at start-up) replaced by its two fields the hook reads."""
+    from types import SimpleNamespace
+
+    import sglang.srt.runtime_context as rc
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    from specpolicy.adapters.sglang import v0_5_23
+
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    monkeypatch.setattr(
+        rc, "get_spec", lambda: SimpleNamespace(speculative_adaptive_config=cfg, speculative_adaptive=True)
+    )
+    untouched = _worker_with_sglang_controller(cfg, initial=3)
+    v0_5_23._after_worker_init(None, untouched)  # nothing configured: SGLang keeps its own policy
+    assert isinstance(untouched.adaptive_controller.params, AdaptiveSpeculativeParams)
+
+    monkeypatch.setenv(
+        "SPECPOLICY_CONFIG", AdapterSettings.build("static", metrics=False).to_env()["SPECPOLICY_CONFIG"]
+    )
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    v0_5_23._after_worker_init(None, worker)
+    assert isinstance(worker.adaptive_controller.params, v0_5_23.SpecPolicyParams)
+    assert v0_5_23.active_params() is worker.adaptive_controller.params
+
+    monkeypatch.setattr(
+        rc, "get_spec", lambda: SimpleNamespace(speculative_adaptive_config=None, speculative_adaptive=False)
+    )
+    with pytest.raises(AdapterInstallError, match="adaptive speculation is off"):
+        v0_5_23._after_worker_init(None, FakeWorker(3))

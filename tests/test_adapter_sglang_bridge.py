@@ -1,0 +1,107 @@
+"""SpecPolicyParams (the 0.5.23 bridge) without SGLang: feedback is matched to the round that produced it.
+
+With overlap scheduling SGLang decides round N+1 before round N's acceptance reaches the CPU, so decisions and
+feedback interleave arbitrarily (feedback never outruns decisions). Whatever the interleaving, the policy must
+see, as ``last_num_steps``, the depth of the round whose feedback arrived last, and acceptance only when that
+round speculated.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.runtime import AdapterRuntime
+from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams
+
+DEPTHS = (0, 1, 3)
+
+
+class _Recorder:
+    def __init__(self, script: list[int]) -> None:
+        self.script = script
+        self.i = 0
+        self.seen: list[StepStats] = []
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.seen.append(stats)
+        k = self.script[self.i % len(self.script)]
+        self.i += 1
+        return SpecMode.of(k)
+
+    def reset(self) -> None:
+        pass
+
+
+def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
+    rt = AdapterRuntime(
+        AdapterSettings.build({"name": "alternate", "depths": list(DEPTHS)}, metrics=False),
+        engine="sglang",
+        engine_version="test",
+        path="test",
+        allowed_steps=DEPTHS,
+        default_steps=3,
+    )
+    rec = _Recorder(script)
+    rt.controller.policy = rec
+    return SpecPolicyParams(rt, 3), rec
+
+
+@given(
+    st.lists(st.sampled_from(DEPTHS), min_size=1, max_size=8),
+    st.lists(st.booleans(), min_size=1, max_size=60),
+)
+def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list[bool]) -> None:
+    params, rec = _bridge(script)
+    applied: list[int] = []  # depth of each decided round, in order
+    delivered = 0  # rounds whose feedback arrived
+    expected_last: int | None = None  # depth of the newest round with feedback
+    for is_decision in events:
+        if is_decision or delivered == len(applied):
+            k = params.get_steps_for_batch(4)
+            seen = rec.seen[-1]
+            if expected_last is None:
+                assert seen.last_num_steps == 0 and seen.accepted_draft_tokens is None
+            else:
+                assert seen.last_num_steps == expected_last
+                assert (seen.accepted_draft_tokens is None) == (expected_last == 0)
+                if expected_last:
+                    assert list(seen.accepted_draft_tokens or []) == [expected_last - 1] * 4
+            applied.append(k)
+        else:
+            depth = applied[delivered]
+            # SGLang reports accepted drafts per request; a steps=0 round reports zeros
+            params.on_verify_complete([max(depth - 1, 0)] * 4, 4)
+            delivered += 1
+            expected_last = depth
+    assert params.candidate_steps == list(DEPTHS)
+
+
+def test_candidate_steps_include_the_launch_depth() -> None:
+    rt = AdapterRuntime(
+        AdapterSettings.build({"name": "static", "num_steps": 0}, metrics=False),
+        engine="sglang",
+        engine_version="test",
+        path="test",
+        allowed_steps=(0, 3),
+        default_steps=3,
+    )
+    p = SpecPolicyParams(rt, 3)
+    assert p.candidate_steps == [0, 3]  # SGLang activates the launch state at start-up
+    assert p.cuda_graph_bs_for_step(0) is None
+    p.set_cuda_graph_bs([8, 1, 4])
+    assert p.cuda_graph_bs_for_step(0) == [1, 4, 8] and p.cuda_graph_bs_for_step(3) == [1, 4, 8]
+    assert p.on_verify_complete([1, 2], 2) is None  # the depth is never switched from the feedback hook
+
+
+def test_a_lost_feedback_does_not_shift_later_attributions() -> None:
+    params, rec = _bridge([3, 1, 0, 3])
+    assert [params.get_steps_for_batch(bs) for bs in (4, 8, 2)] == [3, 1, 0]
+    params.on_verify_complete([0] * 8, 8)  # round 1 (bs 4) never reported back; this is round 2's
+    params.get_steps_for_batch(2)
+    assert (rec.seen[-1].last_num_steps, list(rec.seen[-1].accepted_draft_tokens or [])) == (1, [0] * 8)
+    params.on_verify_complete([0] * 5, 5)  # matches no recorded round: no information, not a wrong depth
+    params.get_steps_for_batch(2)
+    assert (rec.seen[-1].last_num_steps, rec.seen[-1].accepted_draft_tokens) == (0, None)
