@@ -103,3 +103,22 @@ def test_ranks_agree_whatever_their_timings(times: list[tuple[float, float]]) ->
 def test_single_rank_local_mode_keeps_timing() -> None:
     d = AgreedDecider(StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1), "local", LocalSync())
     assert d.decide(StepStats(4, last_step_time_s=0.001)) == 3
+
+
+def test_hiding_time_keeps_every_other_field() -> None:
+    class Keep:
+        def __init__(self) -> None:
+            self.seen: list[StepStats] = []
+
+        def decide(self, stats: StepStats) -> SpecMode:
+            self.seen.append(stats)
+            return SpecMode.on(1)
+
+        def reset(self) -> None:
+            pass
+
+    pol = Keep()
+    d = AgreedDecider(StepController(pol, allowed_steps=[1], default_steps=1), "local", None, world_size=4)
+    full = StepStats(8, 3, 512.0, 3, [1, 2, 3, 0, 1, 2, 3, 0], None, 0.02, 1.5)
+    d.decide(full)
+    assert pol.seen[0] == StepStats(8, 3, 512.0, 3, [1, 2, 3, 0, 1, 2, 3, 0], None, None, 1.5)

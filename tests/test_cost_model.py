@@ -33,7 +33,7 @@ def memory_bound(batch: int, k: int) -> float:
 
 def compute_bound(batch: int, k: int) -> float:
     """Saturated regime: verify cost grows with the tokens verified (plus drafts); off pays a catch-up."""
-    return 0.040 * (1.0 + 0.9 * k) + (0.004 if k == 0 else 0.0)
+    return 0.040 * (1.0 + 1.0 * k) + (0.002 if k == 0 else 0.0)
 
 
 def expected_tokens(p: float, k: int) -> float:

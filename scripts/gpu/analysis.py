@@ -213,7 +213,11 @@ def analyze_engine(folder: Path, meta: dict[str, Any], depth: int) -> dict[str, 
                 item["oracle_tokens_per_verify"] = (
                     round(sum(n - 1 for n in ph["max_new_tokens"]) / sum(want), 3) if want else None
                 )
-            item["trace"] = trace_summary(phase_trace(trace, ph["t_start"], ph["t_end"]))
+            window = phase_trace(trace, ph["t_start"], ph["t_end"])
+            item["trace"] = trace_summary(window)
+            # Requests the engine did not run together with the others (admitted late): the phase's tail.
+            item["trace"]["max_batch"] = max((r["batch_size"] for r in window), default=None)
+            item["trace"]["tail_steps"] = sum(1 for r in window if r["batch_size"] * 2 < ph["concurrency"])
         out_phases.append(item)
     return {
         "path": path,

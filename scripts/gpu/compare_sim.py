@@ -33,6 +33,8 @@ def sim_label(live_label: str, spec: dict[str, Any] | None) -> str:
     """The simulator's name for a live policy label (comparators for never/static-k, configs otherwise)."""
     if live_label == "never":
         return "never"
+    if live_label == "sglang-static":  # SGLang's own static speculation at the launch depth
+        return f"static-{planmod.LAUNCH_DEPTH}"
     if spec is not None and spec.get("name") == "static":
         return f"static-{spec['num_steps']}"
     return live_label

@@ -10,9 +10,11 @@ Learning from the engine's own clock needs measurements of depths it is not runn
 one step at another depth, per batch-size bucket, at a rate that keeps the expected cost of probing under
 ``probe_budget`` of throughput (a depth predicted to be 50% slower is re-measured rarely, a near-tie often;
 each depth is re-measured once its estimate is older than that interval, so a change in costs or acceptance
-is noticed). Depths never measured in a bucket are explored first, most promising first. While off no
+is noticed). In a new bucket it measures off next to the running depth, prices the other depths on the line
+through the two, and tries near-ties first; clear losers wait for their budgeted turn. While off no
 acceptance arrives: the estimates keep their last values and drift slowly back toward the prior, and
-probes at k > 0 bring fresh acceptance.
+probes at k > 0 bring fresh acceptance. A depth the engine keeps running shallower than decided (no graph
+for it) is not offered for a while.
 
 The one-step lag: the stats describe the most recent step whose result is known, which is the previous
 decision (non-overlap engines) or the one before (overlap scheduling, vLLM async). The batch size of that
@@ -21,12 +23,13 @@ which of them the feedback describes from the depths reported back, and uses the
 ``len(accepted_draft_tokens)`` whenever the step speculated.
 
 A mode switch needs the new depth to beat the running one by ``switch_margin`` and at least
-``min_dwell_steps`` since the previous switch; the running depth is kept across bucket boundaries, so a
-batch size hovering at a boundary does not flip the depth every step (vLLM #49548).
+``min_dwell_steps`` since the previous switch (unless it gains over 10%); the running depth is kept across
+bucket boundaries, so a batch size hovering at a boundary does not flip the depth every step (vLLM #49548).
 
-decide() cost: per step it unpacks the stats, queues a strided sample (at most ``_SAMPLE_CAP`` requests) of
-accepted counts as bytes and one timing tuple; every ``update_interval`` steps per bucket it folds them in
-(counting in C) and recomputes that bucket's table. No RNG: the same inputs give the same outputs.
+decide() cost: per step it reads the stats, appends a strided sample (at most ``_SAMPLE_CAP`` requests) of
+accepted counts as bytes and adds the step time to a running sum; every ``update_interval`` steps per bucket
+it folds them in (counting in C) and recomputes that bucket's table. No RNG: the same inputs give the same
+outputs. docs/cost-model.md has the whole design.
 """
 
 from __future__ import annotations
@@ -188,11 +191,11 @@ class CostModelPolicy:
         self._agg_t = 0.0
         self._agg_n = 0
         self._agg_step = 0
-        self._exploring = [True] * n_b
         #: per depth index: the engine ran something shallower when this depth was decided (votes), and
         #: depths given up on for that reason.
         self._clamp_votes = [0] * n_a
         self._disabled = [False] * n_a
+        self._disabled_at = _NEVER
         self._blind = [False] * n_b
         self._refresh_at = [0] * n_b
         self._probe_at = [_FAR] * n_b
@@ -299,8 +302,8 @@ class CostModelPolicy:
                 self._seen[b][cur] = vis
                 self._last_probe = step
                 self._probe_at[b] = _FAR
-                if self._exploring[b] and step + 2 < self._refresh_at[b]:
-                    self._refresh_at[b] = step + 2  # its measurement is back by then (lag <= 2)
+                if step + 2 < self._refresh_at[b]:
+                    self._refresh_at[b] = step + 2  # use its measurement (back by then, lag <= 2) at once
             self._h2 = self._h1
             self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
             return self._modes[cur]
@@ -328,6 +331,7 @@ class CostModelPolicy:
         if self._clamp_votes[i] >= _CLAMP_VOTES:
             for j in range(max(i, 1), len(self._arms)):  # the shallowest depth always stays
                 self._disabled[j] = True
+            self._disabled_at = self._step
             self._refresh_at = [0] * len(self._refresh_at)
 
     def _take_mean(self, mean: Any, depth: int) -> None:
@@ -384,9 +388,13 @@ class CostModelPolicy:
         self._flush_time()
         if self._pending:
             self._fold_times()
+        if self._disabled_at > _NEVER and step - self._disabled_at > 4 * self.config.max_probe_interval:
+            # Not forever (an engine may gain the depth back, or the evidence was a misattribution).
+            self._disabled = [False] * len(self._arms)
+            self._clamp_votes = [0] * len(self._arms)
+            self._disabled_at = _NEVER
         self._table(b, seq_len if isinstance(seq_len, (int, float)) and seq_len > 0 else None)
-        explore = self._exploring[b] and self._timed
-        self._refresh_at[b] = step + (_PROBE_GAP if explore else self.config.update_interval)
+        self._refresh_at[b] = step + self.config.update_interval
 
     def _refresh_expected(self) -> None:
         acc = self._acc
@@ -499,8 +507,6 @@ class CostModelPolicy:
         share = self.config.probe_budget / max(n - 1, 1)
         max_int = self.config.max_probe_interval
         seen, vis = self._seen[b], self._visits[b]
-        # Some depth (still offered) never measured nor probed here:
-        self._exploring[b] = any(seen[i] < 0 and not off[i] for i in range(n))
         due_best, due_i, due_loss = _FAR, -1, 2.0
         for i in range(n):
             if i == cur or off[i]:

@@ -15,16 +15,16 @@ from .workloads import WORKLOADS, parse_concurrency
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
 
 
-def _common(p: argparse.ArgumentParser, *, defaults: bool) -> None:
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--profile",
-        default=DEFAULT_PROFILE if defaults else None,
+        default=DEFAULT_PROFILE,
         metavar="NAME|FILE",
         help=f"step-cost profile: a shipped name or a profile JSON file (default {DEFAULT_PROFILE})",
     )
     p.add_argument(
         "--workload",
-        default=DEFAULT_WORKLOAD if defaults else None,
+        default=DEFAULT_WORKLOAD,
         metavar="NAME|FILE",
         help=f"{', '.join(WORKLOADS)}, a requests JSONL file or a step trace (default {DEFAULT_WORKLOAD})",
     )
@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
         "registered policy with never, static-0..K, schedule-vllm, sglang-adaptive and the oracle. With no "
         "arguments: the ramp workload (load from 1 to 256 requests and back) on the H200 Llama-8B profile.",
     )
-    _common(s, defaults=True)
+    _common(s)
     s.add_argument(
         "--policy",
         action="extend",
@@ -105,7 +105,7 @@ def register(sub: Any) -> None:
         metavar="NAME|CONFIG",
         help="policy name, or a config whose unsearched fields are kept",
     )
-    _common(t, defaults=True)
+    _common(t)
     t.add_argument(
         "--objective",
         choices=("throughput", "tpot_p99", "goodput"),

@@ -47,8 +47,15 @@ def plot(sim: Simulation, path: str | Path) -> Path:
         for i, (label, pts) in enumerate(by_policy.items()):
             pts.sort()
             style = "--" if label.startswith("static-") or label == "never" else "-"
-            ax.plot([c for c, _ in pts], [v for _, v in pts], style, marker="o", ms=3, label=label,
-                    color=colors[i % len(colors)])
+            ax.plot(
+                [c for c, _ in pts],
+                [v for _, v in pts],
+                style,
+                marker="o",
+                ms=3,
+                label=label,
+                color=colors[i % len(colors)],
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel("output tokens/s")

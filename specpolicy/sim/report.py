@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .run import RunOutcome, Simulation
 
 __all__ = ["Row", "rows", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
@@ -51,8 +53,6 @@ class Row:
 
 
 def _pct(values: Any, q: float) -> float:
-    import numpy as np
-
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 

@@ -52,6 +52,10 @@ def _stub(name: str) -> types.ModuleType:
     return mod
 
 
+#: SGLang 0.5.23's decode CUDA-graph batch sizes with speculative decoding, up to 256
+#: (``generate_decode_cuda_graph_batch_sizes`` in ``arg_groups/cuda_graph_hook.py``).
+CUDA_GRAPH_BS = (*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8))
+
 #: A directory holding SGLang's ``sglang`` package, for SGLang installed in another environment (a venv).
 ENV_DIR = "SPECPOLICY_SGLANG_DIR"
 
@@ -123,7 +127,8 @@ class SGLangAdaptivePolicy:
     step's per-request accepted drafts (all zeros when that step did not speculate), then
     ``get_steps_for_batch(batch_size)``. Depths above ``max_steps`` are clamped by the caller's engine.
     ``initial_steps`` 3 is what SGLang picks without ``--speculative-num-steps``: the median of the default
-    config's candidate steps (0, 1, 3, 5, 7).
+    config's candidate steps (0, 1, 3, 5, 7). Batch sizes are padded to SGLang's CUDA-graph sizes before
+    routing, as in a server running with CUDA graphs.
     """
 
     def __init__(self, initial_steps: int = 3) -> None:
@@ -132,8 +137,15 @@ class SGLangAdaptivePolicy:
             raise RuntimeError(note)
         self._cls = cls
         self._initial = initial_steps
-        self._params: Any = cls(initial_steps=initial_steps)
+        self._params: Any = self._new()
         self._last_bs = 0
+
+    def _new(self) -> Any:
+        params = self._cls(initial_steps=self._initial)
+        if hasattr(params, "set_cuda_graph_bs"):
+            # A server with CUDA graphs pads the batch size to a captured size before routing it to a slot.
+            params.set_cuda_graph_bs(list(CUDA_GRAPH_BS))
+        return params
 
     def decide(self, stats: StepStats) -> SpecMode:
         params = self._params
@@ -147,5 +159,5 @@ class SGLangAdaptivePolicy:
         return SpecMode.of(int(params.get_steps_for_batch(max(1, stats.batch_size))))
 
     def reset(self) -> None:
-        self._params = self._cls(initial_steps=self._initial)
+        self._params = self._new()
         self._last_bs = 0

@@ -12,6 +12,7 @@ import pytest
 
 def test_labels_map_live_policies_to_simulator_comparators() -> None:
     assert C.sim_label("never", None) == "never"
+    assert C.sim_label("sglang-static", None) == "static-3"
     assert C.sim_label("static", {"name": "static", "num_steps": 3}) == "static-3"
     assert C.sim_label("static-0", {"name": "static", "num_steps": 0}) == "static-0"
     assert C.sim_label("cost_model", {"name": "cost_model", "steps": [3]}) == "cost_model"

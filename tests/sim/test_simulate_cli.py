@@ -311,9 +311,32 @@ def test_real_sglang_default_rule_when_installed(monkeypatch: Any) -> None:
     # DEFAULT_ADAPTIVE_CONFIG: batch 64+ routes to the slot whose only candidate is 0; batch 1 starts at 3.
     assert pol.decide(StepStats(1)).num_steps == 3
     assert pol.decide(StepStats(64)).num_steps == 0
+    # Batch 62 pads to the CUDA-graph size 64, whose slot only allows 0 (unpadded it would route to slot 32).
+    assert pol.decide(StepStats(62)).num_steps == 0
+    assert pol.decide(StepStats(40)).num_steps == 1  # slot 32: candidates [0, 1], starts at the median, 1
+    pol.reset()
     # Long runs of full acceptance at batch 1 climb to 7, the slot's deepest candidate.
     k = 3
     for _ in range(200):
         k = pol.decide(StepStats(1, last_num_steps=k, accepted_draft_tokens=[k])).num_steps
     assert k == 7
     sglang_adaptive.load_sglang_adaptive.cache_clear()
+
+
+def test_off_cost_and_feedback_lag_options_reach_the_engine(tmp_path: Path) -> None:
+    docs = {}
+    for name, extra in (("base", []), ("lazy", ["--off-cost", "lazy"]), ("lag", ["--feedback-lag", "1"])):
+        out = tmp_path / f"{name}.json"
+        argv = ["simulate", "--workload", "sweep", "--concurrency", "16", "--policy", "acceptance"]
+        assert main([*argv, "--json", str(out), *extra, *FAST]) == 0
+        docs[name] = json.loads(out.read_text())
+    assert (docs["lazy"]["off_cost"], docs["lag"]["feedback_lag"]) == ("lazy", 1)
+
+    def tok(name: str, policy: str) -> float:
+        return next(r["output_tok_s"] for r in docs[name]["runs"] if r["policy"] == policy)
+
+    # Lazy off steps skip the draft catch-up: speculation off inside the engine gets faster, `never` does not.
+    assert tok("lazy", "static-0") > tok("base", "static-0")
+    assert tok("lazy", "never") == tok("base", "never")
+    # Feedback one step later changes what an acceptance-driven policy sees, not what a static one does.
+    assert tok("lag", "static-3") == tok("base", "static-3")

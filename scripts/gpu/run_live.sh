@@ -1,0 +1,36 @@
+#!/bin/bash
+# Run the live check on a GPU host: install SGLang 0.5.12.post1 from an offline bundle (first time only),
+# install the specpolicy and test-policy wheels, then run scripts/gpu_check.py device.
+# Environment:
+#   GC_BUNDLE  folder holding the bundle written by scripts/gpu/make_bundle.sh (sglang-bundle.tar, or its
+#              split parts part.*); not needed once GC_SITE holds sglang
+#   GC_WHEELS  folder holding specpolicy-*.whl and specpolicy_gpucheck-*.whl (pip wheel --no-deps)
+#   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
+#   GC_OUT     where the results tarball goes (default ./gpu-check-out)
+# Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
+#   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (see scripts/gpu/plan.py)
+set -o pipefail
+ENGINES=${1:?engines}; BUDGET=${2:?budget seconds}; shift 2
+SITE=${GC_SITE:-/tmp/site}; WORK=${GC_WORK:-/tmp/gc}; OUTDIR=${GC_OUT:-$(pwd)/gpu-check-out}
+T0=$(date +%s)
+if [ ! -d "$SITE/sglang" ]; then
+  B=${GC_BUNDLE:?GC_BUNDLE: folder with the offline SGLang bundle}
+  mkdir -p /tmp/gc-bundle
+  if [ -f "$B/sglang-bundle.tar" ]; then tar xf "$B/sglang-bundle.tar" -C /tmp/gc-bundle || exit 3
+  else cat "$B"/part.* | tar xf - -C /tmp/gc-bundle || exit 3; fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" /tmp/gc-bundle/wheels/*.whl || exit 4
+  tar xzf /tmp/gc-bundle/kslim.tar.gz -C "$SITE" || exit 5
+  rm -rf /tmp/gc-bundle
+fi
+if [ ! -d "$SITE/specpolicy" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${GC_WHEELS:?GC_WHEELS}"/*.whl || exit 6
+fi
+echo "install done in $(( $(date +%s) - T0 ))s"
+export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_DISABLE_REQUEST_LOGGING=1
+(cd /tmp && python3 -c "import specpolicy, sglang; from specpolicy import available_policies as a; print('specpolicy', specpolicy.__file__, 'sglang', sglang.__version__, a())") || exit 7
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+LEFT=$(( BUDGET - ($(date +%s) - T0) ))
+python3 scripts/gpu_check.py device --work "$WORK" --out "$OUTDIR" --paths "$ENGINES" --budget-s $LEFT "$@"
+rc=$?
+echo "run_live.sh rc=$rc total $(( $(date +%s) - T0 ))s"
+exit $rc
