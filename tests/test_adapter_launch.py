@@ -82,3 +82,14 @@ def test_version_rules() -> None:
     assert worker_path("0.5.12.post1", overlap=False).startswith("v1 (EAGLEWorker")
     assert worker_path("0.5.12.post1", overlap=True).startswith("v2 (EAGLEWorkerV2")
     assert worker_path("0.5.23", overlap=False) == "adaptive-controller (EAGLEWorkerV2, non-overlap)"
+
+
+def test_equals_syntax_and_order_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "installed_version", lambda: "0.5.12.post1")  # legacy: argv passes unchanged
+    argv = ["--model-path=m", "--speculative-algorithm=EAGLE3", "--tp-size", "2", "--mem-fraction-static=0.8"]
+    plan = launch.prepare(
+        [argv[0], "--spec-policy=static", *argv[1:3], "--spec-policy-trace=/tmp/t", argv[3], argv[4]]
+    )
+    assert plan.sglang_argv == argv
+    assert str(plan.settings.trace_path) == "/tmp/t" and plan.settings.policy.name == "static"
+    assert launch._opt(argv, "--speculative-algorithm") == "EAGLE3" and launch._opt(argv, "--tp-size") == "2"
