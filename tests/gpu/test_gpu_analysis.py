@@ -155,6 +155,8 @@ def test_a_correct_engine_passes_every_check(tmp_path: Path, meta: dict[str, Any
     assert v["oracle_verify_counts"] and v["live_path_logged"]
     assert set(rep["perf"]["v2"]) == set(P.PERF_POLICIES) | {"never"}
     assert sorted(rep["perf"]["v2"]["never"]) == [1, 4]
+    perf4 = next(p for p in rep["engines"]["v2"]["phases"] if p["name"] == "perf:static:4")
+    assert perf4["trace"]["max_batch"] == 4 and perf4["trace"]["tail_steps"] == 0
     md = A.render_markdown(rep)
     assert "overall: PASS" in md and "| cost_model |" in md
 
