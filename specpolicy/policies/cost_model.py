@@ -302,8 +302,8 @@ class CostModelPolicy:
                 self._seen[b][cur] = vis
                 self._last_probe = step
                 self._probe_at[b] = _FAR
-                if step + 2 < self._refresh_at[b]:
-                    self._refresh_at[b] = step + 2  # use its measurement (back by then, lag <= 2) at once
+                if self._cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
+                    self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it now
             self._h2 = self._h1
             self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
             return self._modes[cur]

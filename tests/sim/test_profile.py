@@ -16,7 +16,10 @@ from specpolicy.costs import StepCostModel
 from specpolicy.sim import CostProfile, ProfileError, available_profiles, load_profile, with_off_cost
 from specpolicy.sim.profile import PROFILE_FORMAT, profile_from_dict
 
-SHIPPED = ["h200-llama70b", "h200-llama8b", "moe-verify-heavy", "seed-k25-tp8-pcie"]
+SHIPPED = ["h200-live-sglang", "h200-llama70b", "h200-llama8b", "moe-verify-heavy", "seed-k25-tp8-pcie"]
+# Fitted from a live engine trace (docs/gpu-results.md), not built from the measured grids; it covers the
+# launch depth of that run only.
+TRACE_FITTED = {"h200-live-sglang"}
 MS = 1e-3
 
 # Values read off ../shared/data/h200-step-costs.md (the measured tables), not from the profile code.
@@ -79,7 +82,7 @@ def test_shipped_profile_loads_and_is_a_step_cost_model(name: str) -> None:
     assert p.name == name
     assert p.description
     assert isinstance(p, StepCostModel)
-    assert p.max_steps >= 5
+    assert p.max_steps >= (3 if name in TRACE_FITTED else 5)
     assert p.off_cost == "catch_up"
     assert load_profile(name) is p  # shipped profiles are immutable and shared
 

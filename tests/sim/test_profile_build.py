@@ -22,7 +22,8 @@ def test_shipped_profiles_are_reproducible_from_the_data() -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     built = mod.build(DATA)
-    assert sorted(built) == available_profiles()
+    # Every shipped profile except those fitted from a live engine trace is rebuilt from the measured data.
+    assert sorted(built) == [n for n in available_profiles() if n != "h200-live-sglang"]
     for name, doc in built.items():
         shipped = json.loads((ROOT / "specpolicy" / "sim" / "profiles" / f"{name}.json").read_text())
         assert shipped == doc, f"{name}.json is stale: run scripts/build_profiles.py"
