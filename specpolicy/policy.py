@@ -73,6 +73,9 @@ class PolicyConfig(BaseModel):
 
     #: One-line description shown by ``specpolicy policies``; defaults to the first docstring line.
     description: ClassVar[str] = ""
+    #: True for policies that exist to exercise engines (switching stress tests), not to serve: the simulator
+    #: leaves them out of its default comparison.
+    diagnostic: ClassVar[bool] = False
 
     name: str
 

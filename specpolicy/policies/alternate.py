@@ -1,13 +1,12 @@
 """alternate: cycle through a fixed list of depths, ``period`` steps each. For checks, not for serving.
 
 ``specpolicy doctor --smoke`` uses it to switch modes as often as possible: a switching run must produce the
-same
-greedy tokens as the static runs (speculation is lossless), and it measures what switching itself costs.
+same greedy tokens as the static runs (speculation is lossless), and it measures what switching itself costs.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -20,6 +19,8 @@ __all__ = ["AlternateConfig", "AlternatePolicy", "ENTRY"]
 
 class AlternateConfig(PolicyConfig):
     """Cycle through depths (0 = off), period steps each: a switching stress test."""
+
+    diagnostic: ClassVar[bool] = True
 
     name: Literal["alternate"] = "alternate"
     depths: tuple[int, ...] = Field(

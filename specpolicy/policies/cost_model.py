@@ -109,7 +109,7 @@ class CostModelConfig(PolicyConfig):
     )
     min_dwell_steps: int = Field(16, ge=0, le=1_000_000, description="steps between two depth switches")
     update_interval: int = Field(
-        32, ge=1, le=100_000, description="steps between recomputations of a bucket's predictions"
+        64, ge=1, le=100_000, description="steps between recomputations of a bucket's predictions"
     )
     buckets_per_octave: int = Field(4, ge=1, le=16, description="batch-size buckets per doubling above 4")
 

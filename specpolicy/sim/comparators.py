@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ConfigError
-from ..policy import Policy, available_policies, make_policy, parse_config
+from ..policy import Policy, available_policies, get_entry, make_policy, parse_config
 from ..stats import StepStats
 from .acceptance import expected_tokens
 from .engine import Decider, FloatArray, IntArray, SimProfile
@@ -139,7 +139,9 @@ def default_comparators(
             for k in range(max_steps + 1)
         )
     specs: list[Any] = (
-        [n for n in available_policies() if n != "static"] if policies is None else list(policies)
+        [n for n in available_policies() if n != "static" and not get_entry(n).config.diagnostic]
+        if policies is None
+        else list(policies)
     )
     seen: dict[str, int] = {}
     for spec in specs:

@@ -333,7 +333,7 @@ def test_off_cost_and_feedback_lag_options_reach_the_engine(tmp_path: Path) -> N
     assert (docs["lazy"]["off_cost"], docs["lag"]["feedback_lag"]) == ("lazy", 1)
 
     def tok(name: str, policy: str) -> float:
-        return next(r["output_tok_s"] for r in docs[name]["runs"] if r["policy"] == policy)
+        return float(next(r["output_tok_s"] for r in docs[name]["runs"] if r["policy"] == policy))
 
     # Lazy off steps skip the draft catch-up: speculation off inside the engine gets faster, `never` does not.
     assert tok("lazy", "static-0") > tok("base", "static-0")
