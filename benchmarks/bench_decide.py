@@ -39,7 +39,7 @@ from specpolicy import StepStats, available_policies, make_policy
 
 BATCH_SIZES = (1, 64, 256)
 DEPTH = 3
-#: SGLang's policy cost when it cannot be measured here (the figure issue 2 quotes for this machine class).
+#: SGLang's policy cost when it cannot be measured here (its measured cost on a 2-core CPU).
 SGLANG_FALLBACK_S = 1e-6
 
 
