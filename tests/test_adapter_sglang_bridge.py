@@ -8,12 +8,14 @@ round speculated.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
 from specpolicy.adapters.runtime import AdapterRuntime
 from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.adapters.sglang import v0_5_23
 from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams
 
 DEPTHS = (0, 1, 3)
@@ -54,28 +56,41 @@ def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
     st.lists(st.booleans(), min_size=1, max_size=60),
 )
 def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list[bool]) -> None:
+    """Depth, acceptance and step time all describe the round whose feedback arrived last; its time is the
+    interval between its feedback and the previous round's (simulated clock, a distinct tick per event)."""
     params, rec = _bridge(script)
     applied: list[int] = []  # depth of each decided round, in order
-    delivered = 0  # rounds whose feedback arrived
+    fed_at: list[float] = []  # when each round's feedback arrived
     expected_last: int | None = None  # depth of the newest round with feedback
-    for is_decision in events:
-        if is_decision or delivered == len(applied):
-            k = params.get_steps_for_batch(4)
-            seen = rec.seen[-1]
-            if expected_last is None:
-                assert seen.last_num_steps == 0 and seen.accepted_draft_tokens is None
+    clock = [10.0]
+    saved = v0_5_23._clock
+    v0_5_23._clock = lambda: clock[0]
+    try:
+        for i, is_decision in enumerate(events):
+            clock[0] += 0.001 * (1 + i % 7) + 0.0001 * i
+            if is_decision or len(fed_at) == len(applied):
+                k = params.get_steps_for_batch(4)
+                seen = rec.seen[-1]
+                if expected_last is None:
+                    assert seen.last_num_steps == 0 and seen.accepted_draft_tokens is None
+                else:
+                    assert seen.last_num_steps == expected_last
+                    assert (seen.accepted_draft_tokens is None) == (expected_last == 0)
+                    if expected_last:
+                        assert list(seen.accepted_draft_tokens or []) == [expected_last - 1] * 4
+                if len(fed_at) < 2:  # the first round's interval has no start
+                    assert seen.last_step_time_s is None
+                else:
+                    assert seen.last_step_time_s == pytest.approx(fed_at[-1] - fed_at[-2], abs=1e-12)
+                applied.append(k)
             else:
-                assert seen.last_num_steps == expected_last
-                assert (seen.accepted_draft_tokens is None) == (expected_last == 0)
-                if expected_last:
-                    assert list(seen.accepted_draft_tokens or []) == [expected_last - 1] * 4
-            applied.append(k)
-        else:
-            depth = applied[delivered]
-            # SGLang reports accepted drafts per request; a steps=0 round reports zeros
-            params.on_verify_complete([max(depth - 1, 0)] * 4, 4)
-            delivered += 1
-            expected_last = depth
+                depth = applied[len(fed_at)]
+                # SGLang reports accepted drafts per request; a steps=0 round reports zeros
+                params.on_verify_complete([max(depth - 1, 0)] * 4, 4)
+                fed_at.append(clock[0])
+                expected_last = depth
+    finally:
+        v0_5_23._clock = saved
     assert params.candidate_steps == list(DEPTHS)
 
 
@@ -102,6 +117,14 @@ def test_a_lost_feedback_does_not_shift_later_attributions() -> None:
     params.on_verify_complete([0] * 8, 8)  # round 1 (bs 4) never reported back; this is round 2's
     params.get_steps_for_batch(2)
     assert (rec.seen[-1].last_num_steps, list(rec.seen[-1].accepted_draft_tokens or [])) == (1, [0] * 8)
+    assert rec.seen[-1].last_step_time_s is None  # nothing timed before it
+    params.on_verify_complete([0, 0], 2)  # round 3, right after round 2
+    params.get_steps_for_batch(4)
+    assert rec.seen[-1].last_num_steps == 0 and rec.seen[-1].last_step_time_s is not None
+    params.on_verify_complete([0, 0, 0, 0], 4)  # round 5 (bs 4): round 4 (bs 2) never came back
+    params.get_steps_for_batch(2)
+    # the interval since round 3's feedback spans two rounds: no time rather than a wrong one
+    assert (rec.seen[-1].last_num_steps, rec.seen[-1].last_step_time_s) == (3, None)
     params.on_verify_complete([0] * 5, 5)  # matches no recorded round: no information, not a wrong depth
     params.get_steps_for_batch(2)
     assert (rec.seen[-1].last_num_steps, rec.seen[-1].accepted_draft_tokens) == (0, None)

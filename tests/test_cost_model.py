@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
 from specpolicy.errors import ConfigError
+from specpolicy.policies._cost_table import CostCells
 from specpolicy.policies.cost_model import CostModelConfig, make_cost_model
 from specpolicy.policy import Policy, ReportsEstimates, parse_config
 
@@ -213,6 +214,85 @@ def test_turns_back_on_after_an_off_phase() -> None:
     assert share(engine.run(policy, 2000)[-500:], {0}) > 0.9
     engine.acceptance = 0.85
     assert mode_of(engine.run(policy, 3000)[-500:]) >= 4
+
+
+def _with_outliers(cost: StepTime, slow: float, rule: str) -> StepTime:
+    """``cost`` with some steps ``slow`` times slower: the first, the first at each depth, or every 37th."""
+    calls = [0]
+    depths_seen: set[int] = set()
+
+    def timed(batch: int, k: int) -> float:
+        calls[0] += 1
+        first_at_depth = k not in depths_seen
+        depths_seen.add(k)
+        hits = {"first": calls[0] == 1, "first-per-depth": first_at_depth, "every-37th": calls[0] % 37 == 5}
+        hit = hits[rule]
+        return cost(batch, k) * (slow if hit else 1.0)
+
+    return timed
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("rule", ["first", "first-per-depth", "every-37th"])
+@pytest.mark.parametrize("slow", [6.0, 10.0])
+def test_slow_outlier_steps_do_not_lock_out_the_faster_mode(lag: int, rule: str, slow: float) -> None:
+    """A live engine's first decode step after prefill took 128 ms against 20 ms: one such sample must not
+    make on look slower than off for the rest of the phase (on: 20 ms for 2.5 tokens, off: 16.6 ms for 1)."""
+
+    def cost(batch: int, k: int) -> float:
+        return 0.020 if k else 0.0166
+
+    assert best_depth(cost, 0.69, 128, [0, 3]) == 3
+    engine = Engine(_with_outliers(cost, slow, rule), acceptance=0.69, batch=128, lag=lag)
+    depths = engine.run(make_cost_model(steps=(3,)), 250)
+    last_off = max((i for i, d in enumerate(depths) if d == 0), default=-1)
+    assert share(depths[40:], {3}) > 0.97, depths[:60]
+    if rule != "every-37th":
+        assert last_off < 40, depths[:60]
+
+
+@pytest.mark.parametrize("rule", ["first", "first-per-depth", "every-37th"])
+def test_slow_outlier_steps_do_not_mislead_the_depth_choice(rule: str) -> None:
+    """All depths offered; 8x-slow outlier steps must not keep the policy away from the best depth."""
+    best = best_depth(memory_bound, 0.8, 16, range(8))
+    engine = Engine(_with_outliers(memory_bound, 8.0, rule), acceptance=0.8, batch=16)
+    depths = engine.run(make_policy("cost_model"), 1500)
+    assert share(depths[-500:], {best - 1, best, best + 1}) > 0.9, Counter(depths[-500:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base=st.floats(0.001, 1.0),
+    jitter=st.lists(st.floats(0.95, 1.05), min_size=12, max_size=60),
+    outliers=st.sets(st.integers(0, 59)),
+    slow=st.floats(3.0, 20.0),
+)
+def test_isolated_slow_samples_leave_a_cell_within_the_normal_range(
+    base: float, jitter: list[float], outliers: set[int], slow: float
+) -> None:
+    """Invariant of the cost cell: slow samples at least two normal ones apart (the first sample included)
+    never pull the estimate outside the range of the normal samples."""
+    isolated = {i for i in outliers if i + 1 < len(jitter) and not {i - 2, i - 1, i + 1, i + 2} & outliers}
+    cells = CostCells(1, 1, halflife=256.0)
+    for step, j in enumerate(jitter):
+        cells.add(0, 0, base * j * (slow if step in isolated else 1.0), step)
+        if step not in isolated:
+            normal = [base * x for i, x in enumerate(jitter[: step + 1]) if i not in isolated]
+            assert min(normal) * 0.999 <= cells.r[0][0] <= max(normal) * 1.001
+
+
+def test_a_cell_follows_a_real_change_one_sample_late() -> None:
+    """The median filter must not hide a lasting change: two samples at the new level move the estimate."""
+    cells = CostCells(1, 1, halflife=4.0)
+    for step in range(20):
+        cells.add(0, 0, 1.0, step)
+    cells.add(0, 0, 1.5, 20)
+    assert cells.r[0][0] == pytest.approx(1.0)
+    cells.add(0, 0, 1.5, 21)
+    assert cells.r[0][0] > 1.05
+    for step in range(22, 42):
+        cells.add(0, 0, 1.5, step)
+    assert cells.r[0][0] > 1.45
 
 
 def test_adapts_when_costs_change() -> None:

@@ -9,9 +9,13 @@ given (so the cell learns a correction factor, ~1, and the profile carries the s
 batch-size shape that removes most of the spread inside a bucket. Only ratios between depths within a
 bucket drive decisions, so the base never biases a choice.
 
-Robustness: a sample more than ``clip`` times away from the cell's current estimate is clipped (a prefill
-that joined a step, a GC pause), and forgetting is by steps elapsed, so a rarely probed depth's cell follows
-its latest probes while the running depth's cell averages many steps.
+Robustness: step times have one-sided outliers (the first decode step after a prefill or a warm-up, a prefill
+that joined a step, a GC pause: 5-10x slower, never faster). A cell's first samples set its estimate
+directly (the first, then the smaller of two, then the median of three), so one slow sample cannot become
+the reference that later, normal samples are clipped against; after that, each sample enters the mean as the
+median of itself and the cell's two previous samples (an isolated outlier is dropped; a real change shows
+one sample later) and is clipped to ``clip`` times the current estimate. Forgetting is by steps elapsed, so
+a rarely probed depth's cell follows its latest probes while the running depth's cell averages many steps.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class BucketGrid:
 class CostCells:
     """Per bucket and depth index: normalised time ``r``, its decayed weight ``w`` and last sample step."""
 
-    __slots__ = ("n_arms", "r", "w", "last", "has", "_decay", "clip")
+    __slots__ = ("n_arms", "r", "w", "last", "has", "n", "s1", "s2", "_decay", "clip")
 
     def __init__(self, n_buckets: int, n_arms: int, halflife: float, clip: float = 2.0) -> None:
         self.n_arms = n_arms
@@ -68,18 +72,36 @@ class CostCells:
         self.last: list[list[int]] = [[-(10**9)] * n_arms for _ in range(n_buckets)]
         #: per bucket: any depth measured.
         self.has = [False] * n_buckets
+        #: per cell: samples taken (not decayed), and the previous two samples (the median filter's window).
+        self.n: list[list[int]] = [[0] * n_arms for _ in range(n_buckets)]
+        self.s1: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
+        self.s2: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
         self._decay = math.log(2.0) / halflife
         self.clip = clip
 
     def add(self, b: int, i: int, x: float, step: int, count: int = 1) -> None:
         """``count`` steps of bucket b, depth index i, whose mean measurement divided by its base is ``x``."""
         self.has[b] = True
-        w_row, r_row, last_row = self.w[b], self.r[b], self.last[b]
+        w_row, r_row, last_row, n_row = self.w[b], self.r[b], self.last[b], self.n[b]
+        n = n_row[i]
+        p1, p2 = self.s1[b][i], self.s2[b][i]
+        self.s2[b][i] = p1
+        self.s1[b][i] = x
+        if n < 3:
+            n_row[i] = n + 1
         w = w_row[i]
         if w > 0.0:
             age = step - last_row[i]
             if age > 0:
                 w *= math.exp(-self._decay * age)
+        if n == 0 or w <= 0.0:
+            r_row[i] = x
+        elif n == 1:  # the smaller of two: outliers are slow ones, and optimism gets re-measured
+            r_row[i] = min(p1, x)
+        elif n == 2:
+            r_row[i] = _median3(p1, p2, x)
+        else:
+            x = _median3(p1, p2, x)
             r = r_row[i]
             if w >= 0.5:
                 c = self.clip
@@ -87,14 +109,14 @@ class CostCells:
                     x = r * c
                 elif x * c < r:
                     x = r / c
-            w += count
-            r_row[i] = r + (x - r) * count / w
-        else:
-            w = float(count)
-            r_row[i] = x
-        w_row[i] = w
+            r_row[i] = r + (x - r) * count / (w + count)
+        w_row[i] = w + count
         if step > last_row[i]:
             last_row[i] = step
+
+    def samples(self, b: int, i: int) -> int:
+        """Samples taken in the cell, counted up to 3 (the estimate rests on a median from then on)."""
+        return self.n[b][i]
 
     def measured(self, b: int, i: int) -> bool:
         return self.w[b][i] > 0.0
@@ -120,3 +142,9 @@ class CostCells:
             if b + d < n and has[b + d]:
                 return b + d
         return -1
+
+
+def _median3(a: float, b: float, c: float) -> float:
+    if a > b:
+        a, b = b, a
+    return a if c < a else (b if c > b else c)

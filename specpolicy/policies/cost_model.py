@@ -13,8 +13,10 @@ each depth is re-measured once its estimate is older than that interval, so a ch
 is noticed). In a new bucket it measures off next to the running depth, prices the other depths on the line
 through the two, and tries near-ties first; clear losers wait for their budgeted turn. While off no
 acceptance arrives: the estimates keep their last values and drift slowly back toward the prior, and
-probes at k > 0 bring fresh acceptance. A depth the engine keeps running shallower than decided (no graph
-for it) is not offered for a while.
+probes at k > 0 bring fresh acceptance. Slow outlier steps (the first decode step after a prefill: 5-10x)
+cannot lock a depth out: stray slow steps are left out of a run's mean, a cell's first samples combine by
+min/median (``_cost_table``), and a depth that loses on a single sample is measured again soon. A depth
+the engine keeps running shallower than decided (no graph for it) is not offered for a while.
 
 The one-step lag: the stats describe the most recent step whose result is known, which is the previous
 decision (non-overlap engines) or the one before (overlap scheduling, vLLM async). The batch size of that
@@ -64,6 +66,14 @@ _PROBE_GAP = 4
 #: A measured depth is re-measured at most once per this many visits of its bucket; an unanswered
 #: exploration probe is retried after as many.
 _MIN_PROBE_INTERVAL = 128
+#: Within a run of steps at the same batch size and depth, a step this many times slower than the run's mean
+#: is left out of the mean (slow outliers are one-sided and depth-independent: ratios stay right).
+_AGG_OUTLIER = 3.0
+#: A depth that looks more than _CONFIRM_LOSS worse than the running one on a single sample is measured again
+#: after _CONFIRM_INTERVAL visits of its bucket: one slow step (the first after a prefill, 5-10x) must not
+#: lock it out for a whole re-probe interval; a mild loser waits for its budgeted turn as before.
+_CONFIRM_INTERVAL = 16
+_CONFIRM_LOSS = 0.1
 #: A depth never measured in a bucket is first tried after loss**2 / (budget share * _EXPLORE_SCALE) visits:
 #: near-ties (where the measurement could change the decision) at once, clear losers like any other probe.
 _EXPLORE_SCALE = 0.1
@@ -269,8 +279,14 @@ class CostModelPolicy:
                                 self._timed = True
                                 self._refresh_at = [0] * len(self._refresh_at)
                             if nb == self._agg_batch and k_obs == self._agg_k:
-                                self._agg_t += t
-                                self._agg_n += 1
+                                n_agg = self._agg_n
+                                if t * n_agg > _AGG_OUTLIER * self._agg_t:
+                                    pass  # a stray slow step (a prefill joined it, a pause): not its cost
+                                elif n_agg == 1 and t * _AGG_OUTLIER < self._agg_t:
+                                    self._agg_t = t  # the run's first step was the stray one: drop it
+                                else:
+                                    self._agg_t += t
+                                    self._agg_n = n_agg + 1
                             else:
                                 self._flush_time()
                                 self._agg_batch = nb
@@ -506,7 +522,7 @@ class CostModelPolicy:
         vcur = v[cur] if v[cur] > 0.0 else 1e-300
         share = self.config.probe_budget / max(n - 1, 1)
         max_int = self.config.max_probe_interval
-        seen, vis = self._seen[b], self._visits[b]
+        seen, vis, nsam = self._seen[b], self._visits[b], cells.n[b]
         due_best, due_i, due_loss = _FAR, -1, 2.0
         for i in range(n):
             if i == cur or off[i]:
@@ -515,7 +531,10 @@ class CostModelPolicy:
             if loss < 0.0:
                 loss = 0.0
             if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
-                due = seen[i] + int(min(max(loss / share, _MIN_PROBE_INTERVAL), max_int))
+                if loss > _CONFIRM_LOSS and nsam[i] == 1:
+                    due = seen[i] + _CONFIRM_INTERVAL  # a loser on one sample: it may have been an outlier
+                else:
+                    due = seen[i] + int(min(max(loss / share, _MIN_PROBE_INTERVAL), max_int))
             else:
                 due = int(min(loss * loss / (share * _EXPLORE_SCALE), max_int))
             if due < due_best or (due == due_best and loss < due_loss):

@@ -18,11 +18,18 @@ Where each StepStats field comes from (all CPU data the engine already has; noth
 * waiting queue and context lengths: a BEFORE hook on ``Scheduler.run_batch`` (same thread, just before the
   worker runs the batch) reads ``len(waiting_queue)`` and, every ``SEQ_LEN_EVERY`` rounds or when the batch
   size changes, the mean of ``req.seqlen`` (an O(batch) Python sum, so it is sampled, not done every round).
-* step time: the interval between consecutive decode rounds' decisions (``time.perf_counter``). Rounds
-separated
-  by a prefill or an idle gap report None. In overlap mode the CPU runs one round ahead, so this is the
-  engine's
-  steady-state cycle time rather than one GPU step; no CUDA event or sync is added to measure it.
+* step time (``last_step_time_s``): the interval between the feedback of the previous decode round and the
+  feedback of the round it is reported with (``time.perf_counter`` in ``on_verify_complete``). SGLang calls
+  that right after its own wait for the round's results, so the interval runs from the end of the round
+  before to the end of this round: with overlap and a busy GPU, the round's own GPU time; without overlap,
+  its cycle time (GPU plus the scheduler's CPU work). Measured where the feedback is, time, depth and
+  accepted drafts always describe the same round. The interval between decisions would not: with overlap
+  the decision for round N+1 waits on round N's verify when an attention backend needs CPU sequence lengths
+  (the scheduler's ``resolve_seq_lens_cpu``; e.g. FlashInfer) and only on round N-1's results otherwise
+  (e.g. FA3, Triton), so the round it times depends on the backend. None for the first round after a
+  prefill (its interval holds the prefill) and when the previous round's feedback never came. No CUDA event
+  or sync is added. The trace's ``step_time_s`` (``runtime.step_time``) stays the interval from a decision
+  to the next one.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("specpolicy.sglang")
+_clock = time.perf_counter  # module-level so tests can drive a simulated clock
 
 #: Key under which specpolicy settings may ride in the ``--speculative-adaptive-config`` JSON (SGLang ignores
 #: non-integer top-level keys for routing).
@@ -83,10 +91,14 @@ class SpecPolicyParams:
         self.runtime = runtime
         self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
-        self._inflight: deque[tuple[int, int]] = deque(maxlen=8)  # (depth, batch size) awaiting feedback
+        # (depth, batch size, a non-decode batch ran just before it) of each round awaiting feedback
+        self._inflight: deque[tuple[int, int, bool]] = deque(maxlen=8)
+        # feedback of the most recent round with results: depth, accepted drafts, its time
         self._last_k = 0
         self._accepted: list[int] | None = None
-        self._last_t: float | None = None
+        self._round_s: float | None = None
+        self._fed_t: float | None = None  # when that feedback arrived (None: the next interval is unknown)
+        self._last_t: float | None = None  # when the last decision was made (the trace's step time)
         self._gap = True
         self.num_waiting = 0
         self.mean_seq_len: float | None = None
@@ -106,33 +118,40 @@ class SpecPolicyParams:
         return None if self._cuda_graph_bs is None else list(self._cuda_graph_bs)
 
     def get_steps_for_batch(self, batch_size: int) -> int:
-        now = time.perf_counter()
+        now = _clock()
         prev = self._last_t
-        t = None if (prev is None or self._gap) else now - prev
+        gap = self._gap
         self._last_t = now
         self._gap = False
         runtime = self.runtime
-        runtime.step_time(t)
+        runtime.step_time(None if (prev is None or gap) else now - prev)
         stats = StepStats.fast(
-            batch_size, self.num_waiting, self.mean_seq_len, self._last_k, self._accepted, None, t
+            batch_size, self.num_waiting, self.mean_seq_len, self._last_k, self._accepted, None, self._round_s
         )
         k = runtime.decide(stats)
-        self._inflight.append((k, batch_size))
+        self._inflight.append((k, batch_size, gap))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
+        now = _clock()
         n = len(num_correct_drafts_per_req)
         inflight = self._inflight
+        prev = self._fed_t
         while inflight:
-            k, bs = inflight.popleft()
+            k, bs, gap = inflight.popleft()
             if bs == n:
                 self._last_k = k
                 self._accepted = num_correct_drafts_per_req if k > 0 and n else None
+                self._round_s = None if (prev is None or gap) else now - prev
+                self._fed_t = now
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
+            prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
         # than attribute it to the wrong depth.
         self._last_k = 0
         self._accepted = None
+        self._round_s = None
+        self._fed_t = None
         return None
 
     # -- fed by the Scheduler.run_batch hook --

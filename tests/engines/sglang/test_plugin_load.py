@@ -101,17 +101,22 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
     try:
         v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.DECODE, reqs=reqs))
         assert params.num_waiting == 5 and params.mean_seq_len == pytest.approx(30.0)
-        params.get_steps_for_batch(3)
-        params.get_steps_for_batch(3)
+        for _ in range(2):  # two consecutive decode rounds with their results
+            params.get_steps_for_batch(3)
+            params.on_verify_complete([1, 1, 1], 3)
         assert rt.policy is not None
-        # a prefill between two decode rounds: the interval is not a decode step time
+        # a prefill between two decode rounds: the next round's interval holds it, so it has no step time
         v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.EXTEND, reqs=reqs))
         seen: list[StepStats] = []
         rt.controller.observers = (
             SimpleNamespace(on_decision=lambda *a: seen.append(a[1]), on_step_time=lambda *a: None),
         )
-        params.get_steps_for_batch(3)
-        assert seen[-1].last_step_time_s is None and seen[-1].num_waiting == 5
+        params.get_steps_for_batch(3)  # reports the second round, which followed the first directly
+        assert seen[-1].last_step_time_s is not None and seen[-1].num_waiting == 5
+        params.on_verify_complete([1, 1, 1], 3)
+        params.get_steps_for_batch(3)  # reports the round after the prefill
+        assert seen[-1].last_step_time_s is None and seen[-1].last_num_steps == 3
+        params.on_verify_complete([1, 1, 1], 3)
         params.get_steps_for_batch(3)
         assert seen[-1].last_step_time_s is not None
     finally:

@@ -383,3 +383,126 @@ def test_worker_init_hook_takes_settings_from_env_or_config_and_otherwise_does_n
     )
     with pytest.raises(AdapterInstallError, match="adaptive speculation is off"):
         v0_5_23._after_worker_init(None, FakeWorker(3))
+
+
+# --- step time paired with the round it describes --------------------------------------------------------
+# A discrete-event model of SGLang 0.5.23's scheduler loop on a simulated clock. The order of events is
+# SGLang's: ``event_loop_overlap`` launches round N (``run_batch`` -> ``forward_batch_generation`` ->
+# ``activate_step_by_batch``, the decision) and THEN processes round N-1's result
+# (``copy_done.synchronize``, then ``_resolve_spec_v2_tokens`` -> ``on_verify_complete_cpu``); before
+# deciding, ``run_batch`` waits for the previous round's verify (``FutureMap.resolve_seq_lens_cpu``,
+# published between verify and draft-extend) only when an attention backend needs CPU sequence lengths
+# (``needs_cpu_seq_lens``: True by default, e.g. FlashInfer; False for FA3, Triton, TRT-LLM MHA).
+# ``event_loop_normal`` runs and processes each round before the next. The GPU runs rounds back to back; a
+# round's GPU time depends on its depth and batch size.
+# The adapter (real SpecPolicyParams behind SGLang's real AdaptiveController) must report each round's time
+# with that round's depth and accepted drafts, whichever loop runs.
+
+_CPU_S = 0.0004  # scheduler work per iteration (small: the GPU is the bottleneck, as in steady serving)
+
+
+def _gpu_parts(depth: int, bs: int) -> tuple[float, float]:
+    """(draft + verify, draft-extend) seconds of one round; distinct for every (depth, batch size) used."""
+    return 0.004 + 0.003 * depth + 0.0001 * bs, 0.002 + 0.0015 * depth + 0.00003 * bs
+
+
+def _run_loop(
+    params: Any,
+    ctl: Any,
+    worker: FakeWorker,
+    clock: list[float],
+    plan: list[Any],
+    *,
+    overlap: bool,
+    sync: bool,
+) -> list[tuple[int | None, float | None]]:
+    """Run ``plan`` (decode batch sizes; "prefill" for a prefill batch) through the modelled loop. Returns,
+    per decision, what the model says the latest round with results was: (its depth, its time) where the
+    time is the span from the end of the GPU work before it to its own end (None after a prefill or for the
+    first round)."""
+    from types import SimpleNamespace
+
+    scheduler = SimpleNamespace(waiting_queue=[])
+    gpu_free = 0.0  # when the GPU finishes everything launched so far
+    prev_kind: str | None = None
+    pending: list[dict[str, Any]] = []  # launched, result not processed yet (overlap keeps one)
+    known: tuple[int | None, float | None] = (None, None)  # latest processed round: depth, time
+    expected: list[tuple[int | None, float | None]] = []
+
+    def process(item: dict[str, Any]) -> None:
+        nonlocal known
+        clock[0] = max(clock[0], item["end"]) + _CPU_S  # copy_done.synchronize(), then result processing
+        if item["kind"] == "decode":
+            bs = item["bs"]
+            # odd batch sizes accept nothing (the rule policy then picks depth 1), even ones accept some
+            accepted = [0 if bs % 2 else min(item["depth"], 1 + i % 3) for i in range(bs)]
+            ctl.on_verify_complete(accepted, bs)
+            known = (item["depth"], item["time"])
+
+    for entry in plan:
+        clock[0] += _CPU_S  # ingest requests, get_next_batch_to_run
+        kind = "prefill" if entry == "prefill" else "decode"
+        bs = 0 if kind == "prefill" else int(entry)
+        mode = SimpleNamespace(is_decode=lambda kind=kind: kind == "decode")
+        reqs = [SimpleNamespace(seqlen=100 + i) for i in range(bs)]
+        params.note_batch(scheduler, SimpleNamespace(forward_mode=mode, reqs=reqs))  # the run_batch hook
+        item: dict[str, Any] = {"kind": kind, "bs": bs}
+        if kind == "decode":
+            if overlap and sync and pending and pending[-1]["kind"] == "decode":
+                clock[0] = max(clock[0], pending[-1]["published"])  # resolve_seq_lens_cpu
+            expected.append(known)
+            ctl.activate_step_by_batch(bs)  # the decision, on the real controller
+            item["depth"] = worker.speculative_num_steps
+            main, extend = _gpu_parts(item["depth"], bs)
+        else:
+            main, extend = 0.03, 0.0
+        start = max(clock[0], gpu_free)
+        item["published"] = start + main
+        item["end"] = start + main + extend
+        item["time"] = item["end"] - gpu_free if prev_kind == "decode" and gpu_free > 0 else None
+        if overlap and item["time"] is not None:  # the GPU never idles: the span is the round's own GPU time
+            assert item["time"] == pytest.approx(main + extend, abs=1e-12)
+        gpu_free = item["end"]
+        prev_kind = kind
+        clock[0] += _CPU_S  # launching is asynchronous
+        if overlap:
+            if pending:
+                process(pending.pop())
+            pending.append(item)
+        else:
+            process(item)
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("overlap", "sync"),
+    [(True, True), (True, False), (False, False)],
+    ids=["overlap-waits-on-verify", "overlap-no-wait", "no-overlap"],
+)
+def test_step_time_describes_the_same_round_as_depth_and_acceptance(
+    tmp_path: Path, rule_policy: None, monkeypatch: pytest.MonkeyPatch, overlap: bool, sync: bool
+) -> None:
+    from specpolicy.adapters.sglang import v0_5_23
+
+    clock = [100.0]
+    monkeypatch.setattr(v0_5_23, "_clock", lambda: clock[0])
+    cfg = _adaptive_config(tmp_path, [0, 1, 3])
+    worker = _worker_with_sglang_controller(cfg, initial=3)
+    params = v0_5_23.attach(worker, AdapterSettings.build({"name": "rule_for_tests"}, metrics=False), cfg)
+    assert params is not None
+    _start(worker)
+    # the rule policy runs 0 for a batch >= 16, else 3, or 1 after a known round that accepted nothing
+    plan: list[Any] = [4, 20, 4, 1, 6, 24, 2, "prefill", 8, 32, 3, 1, 5, 16, 4, 2]
+    expected = _run_loop(params, worker.adaptive_controller, worker, clock, plan, overlap=overlap, sync=sync)
+    seen = params.runtime.policy.seen  # type: ignore[attr-defined]
+    assert len(seen) == len(expected) == len(plan) - 1
+    assert len({k for k, _ in expected if k is not None}) == 3  # all three depths ran and were reported
+    timed = 0
+    for stats, (depth, time_s) in zip(seen, expected, strict=True):
+        assert stats.last_num_steps == (depth or 0)
+        if time_s is None:
+            assert stats.last_step_time_s is None
+        else:
+            timed += 1
+            assert stats.last_step_time_s == pytest.approx(time_s, abs=1e-9), (depth, time_s)
+    assert timed >= 10
