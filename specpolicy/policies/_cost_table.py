@@ -12,10 +12,12 @@ bucket drive decisions, so the base never biases a choice.
 Robustness: step times have one-sided outliers (the first decode step after a prefill or a warm-up, a prefill
 that joined a step, a GC pause: 5-10x slower, never faster). A cell's first samples set its estimate
 directly (the first, then the smaller of two, then the median of three), so one slow sample cannot become
-the reference that later, normal samples are clipped against; after that, each sample enters the mean as the
-median of itself and the cell's two previous samples (an isolated outlier is dropped; a real change shows
-one sample later) and is clipped to ``clip`` times the current estimate. Forgetting is by steps elapsed, so
-a rarely probed depth's cell follows its latest probes while the running depth's cell averages many steps.
+the reference that later, normal samples are clipped against; after that, a single-step sample (a probe)
+enters the mean as the median of itself and the cell's two previous samples (an isolated outlier is dropped;
+a real change shows one probe later; a mean over several steps is already robust, the policy leaves stray
+slow steps out of it) and every sample is clipped to ``clip`` times the current estimate. Forgetting is by
+steps elapsed, so a rarely probed depth's cell follows its latest probes while the running depth's cell
+averages many steps.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class CostCells:
         elif n == 2:
             r_row[i] = _median3(p1, p2, x)
         else:
-            x = _median3(p1, p2, x)
+            if count == 1:  # a single step (a probe): the median with the two before drops a stray one
+                x = _median3(p1, p2, x)
             r = r_row[i]
             if w >= 0.5:
                 c = self.clip
