@@ -118,6 +118,14 @@ def _resolve(spec: Any, profile_ref: str | None) -> tuple[str, dict[str, Any]]:
     return label, parse_config(data).model_dump(mode="json")
 
 
+def _diagnostic(name: str) -> bool:
+    """Switching stress tests (e.g. ``alternate``) are not candidates for serving: left out by default."""
+    try:
+        return get_entry(name).config.diagnostic
+    except ConfigError:
+        return False  # reported as skipped by the loop below
+
+
 def default_comparators(
     max_steps: int,
     policies: Sequence[Any] | None = None,
@@ -139,7 +147,7 @@ def default_comparators(
             for k in range(max_steps + 1)
         )
     specs: list[Any] = (
-        [n for n in available_policies() if n != "static" and not get_entry(n).config.diagnostic]
+        [n for n in available_policies() if n != "static" and not _diagnostic(n)]
         if policies is None
         else list(policies)
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from specpolicy.policy import available_policies
+from specpolicy.policy import available_policies, get_entry
 from specpolicy.sim.report import REQUIRED_RUN_KEYS, format_table, rows, to_json
 from specpolicy.sim.run import Simulation, SimulationSpec, run_simulation
 
@@ -80,8 +80,12 @@ def test_every_comparator_is_reported_per_level(sweep: Simulation) -> None:
     # Every registered policy, except one that cannot run on its defaults (it is named in a note instead).
     names = available_policies()
     skipped = {n for n in names if any(note.startswith(f"{n} skipped") for note in sweep.notes)}
-    expected |= {n for n in available_policies() if n != "static"} - skipped
+    # Diagnostic policies (switching stress tests such as `alternate`) are left out of the default set.
+    diagnostic = {n for n in names if get_entry(n).config.diagnostic}
+    assert "alternate" in diagnostic
+    expected |= {n for n in available_policies() if n != "static"} - skipped - diagnostic
     assert expected <= labels
+    assert not diagnostic & labels
     for c in (2, 96):
         assert len([r for r in to_json(sweep)["runs"] if r["concurrency"] == c]) == len(labels)
 
