@@ -25,6 +25,7 @@ from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..stats import StepStats, mean_accepted_drafts
+from ._validate import check_depths
 
 __all__ = ["AcceptanceConfig", "AcceptancePolicy", "ENTRY"]
 
@@ -61,11 +62,7 @@ class AcceptanceConfig(PolicyConfig):
     @model_validator(mode="after")
     def _consistent(self) -> AcceptanceConfig:
         steps = self.steps
-        for i, k in enumerate(steps):
-            if not 1 <= k <= MAX_NUM_STEPS:
-                raise FieldError(f"steps.{i}", f"must be in [1, {MAX_NUM_STEPS}], got {k}")
-            if i and k <= steps[i - 1]:
-                raise FieldError("steps", f"must be strictly ascending, got {list(steps)}")
+        check_depths(steps)
         if self.initial_steps is not None and self.initial_steps not in steps:
             raise FieldError("initial_steps", f"must be one of steps {list(steps)}, got {self.initial_steps}")
         if self.min_accept_length >= 1 + steps[0]:

@@ -50,6 +50,7 @@ from ..policy import PolicyConfig, PolicyEntry
 from ..stats import StepStats
 from ._cost_acceptance import AcceptanceEstimator
 from ._cost_table import BucketGrid, CostCells
+from ._validate import check_depths
 
 __all__ = ["CostModelConfig", "CostModelPolicy", "ENTRY"]
 
@@ -126,11 +127,7 @@ class CostModelConfig(PolicyConfig):
     @model_validator(mode="after")
     def _consistent(self) -> CostModelConfig:
         steps = self.steps
-        for i, k in enumerate(steps):
-            if not 1 <= k <= MAX_NUM_STEPS:
-                raise FieldError(f"steps.{i}", f"must be in [1, {MAX_NUM_STEPS}], got {k}")
-            if i and k <= steps[i - 1]:
-                raise FieldError("steps", f"must be strictly ascending, got {list(steps)}")
+        check_depths(steps)
         if self.profile is not None:
             ref = self.profile.strip()
             if not ref:
