@@ -118,3 +118,22 @@ def test_invalid_sizes_are_rejected(tmp_path: Path) -> None:
         TraceWriter(tmp_path / "t", max_bytes=10)
     with pytest.raises(ValueError, match="backups must be >= 0"):
         TraceWriter(tmp_path / "t", backups=-1)
+
+
+def test_a_step_time_reported_decisions_later_is_paired_with_its_own_step(tmp_path: Path) -> None:
+    # Overlap / async engines learn a round's time one or two decisions after deciding it.
+    path = tmp_path / "lag.jsonl"
+    w = TraceWriter(path)
+    w.on_decision(1, StepStats(4), 3, 1e-6, False)
+    w.on_decision(2, StepStats(4), 0, 1e-6, False)
+    w.on_step_time(1, 0.031)  # step 1's time arrives after step 2 was decided
+    w.on_decision(3, StepStats(4), 3, 1e-6, False)
+    w.on_step_time(3, 0.017)  # step 2's never comes: it is written without one, in order
+    w.on_decision(4, StepStats(4), 3, 1e-6, False)
+    w.close()
+    assert [(r.step, r.num_steps, r.step_time_s) for r in read_trace(path)] == [
+        (1, 3, 0.031),
+        (2, 0, None),
+        (3, 3, 0.017),
+        (4, 3, None),
+    ]

@@ -125,11 +125,13 @@ class StepController:
         """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""
         return self._commit(stats, num_steps, 0.0, False)
 
-    def step_time(self, step_time_s: float | None) -> None:
-        """Report the measured wall time of the most recent step to the observers."""
+    def step_time(self, step_time_s: float | None, step: int | None = None) -> None:
+        """Report a step's measured wall time to the observers: the most recent step unless ``step`` names
+        an earlier one (engines whose timing arrives with the feedback of a round decided earlier)."""
+        which = self.step if step is None else step
         for obs in self.observers:
             try:
-                obs.on_step_time(self.step, step_time_s)
+                obs.on_step_time(which, step_time_s)
             except Exception as exc:
                 self._on_error(exc, where="observer")
 

@@ -16,6 +16,7 @@ Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): `
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,9 @@ __all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
 
 DECIDE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2)
 
-_FAMILIES: dict[int, dict[str, Any]] = {}
+# Keyed by the registry object itself (weakly): keying by id() would hand a new registry the families of a
+# collected one that happened to share its address.
+_FAMILIES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def metric_families(registry: Any = None) -> dict[str, Any]:
@@ -35,7 +38,7 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
     import prometheus_client as prom
 
     reg = prom.REGISTRY if registry is None else registry
-    fams = _FAMILIES.get(id(reg))
+    fams = _FAMILIES.get(reg)
     if fams is not None:
         return fams
     labels = ("engine", "rank")
@@ -75,7 +78,7 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             **gauge_kw,
         ),
     }
-    _FAMILIES[id(reg)] = fams
+    _FAMILIES[reg] = fams
     return fams
 
 

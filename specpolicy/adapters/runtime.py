@@ -123,8 +123,8 @@ class AdapterRuntime:
         """The depth to run this step (guarded, agreed across ranks)."""
         return self.decider.decide(stats)
 
-    def step_time(self, step_time_s: float | None) -> None:
-        self.controller.step_time(step_time_s)
+    def step_time(self, step_time_s: float | None, step: int | None = None) -> None:
+        self.controller.step_time(step_time_s, step)
 
     def startup_line(self) -> str:
         """The one log line that says what is live: engine, path, policy and its configuration, depths."""

@@ -43,6 +43,10 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
     return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
+#: How many decisions a step time may lag behind and still be paired with its step.
+MAX_TIME_LAG = 4
+
+
 class TraceWriter:
     """Buffered, rotating JSONL trace writer; one per engine process (rank).
 
@@ -76,7 +80,9 @@ class TraceWriter:
         self.rotations = 0
         self._queue: deque[tuple[_Pending, float | None]] = deque()
         self._max_pending = max_pending
-        self._open: _Pending | None = None
+        # Decisions still waiting for their step time, oldest first. Engines report a step's time up to a
+        # couple of decisions late (overlap, async scheduling); older than MAX_TIME_LAG: written without one.
+        self._open: deque[_Pending] = deque()
         self._fh: TextIO | None = None
         self._size = 0
         self._wake = threading.Event()
@@ -91,15 +97,17 @@ class TraceWriter:
     def on_decision(
         self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
     ) -> None:
-        if self._open is not None:
-            self._push(self._open, None)
-        self._open = (step, stats, num_steps, decide_s, fallback, time.time())
+        open_ = self._open
+        if len(open_) >= MAX_TIME_LAG:
+            self._push(open_.popleft(), None)
+        open_.append((step, stats, num_steps, decide_s, fallback, time.time()))
 
     def on_step_time(self, step: int, step_time_s: float | None) -> None:
-        pending = self._open
-        if pending is not None and pending[0] == step:
-            self._open = None
-            self._push(pending, step_time_s)
+        open_ = self._open
+        while open_ and open_[0][0] < step:  # earlier steps whose time never came: keep the trace in order
+            self._push(open_.popleft(), None)
+        if open_ and open_[0][0] == step:
+            self._push(open_.popleft(), step_time_s)
 
     def _push(self, pending: _Pending, step_time_s: float | None) -> None:
         if len(self._queue) >= self._max_pending:
@@ -189,9 +197,8 @@ class TraceWriter:
         """Flush what is queued (including a step still waiting for its time) and stop the thread."""
         if self._stop:
             return
-        if self._open is not None:
-            self._push(self._open, None)
-            self._open = None
+        while self._open:
+            self._push(self._open.popleft(), None)
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=5)

@@ -12,9 +12,9 @@ Where each StepStats field comes from (all CPU data the engine already has; noth
 * batch size: ``get_steps_for_batch(batch_size)``, called by ``activate_step_by_batch`` on every decode
   round before drafting; the decision is applied there.
 * accepted drafts: ``on_verify_complete(num_correct_drafts_per_req, batch_size)``, fed by the scheduler after
-  its asynchronous copy of ``accept_lens``. With overlap scheduling it arrives one round late, so the depth
-  each
-  round ran with is kept in a FIFO and matched to its feedback (``last_num_steps`` is that round's depth).
+  its asynchronous copy of ``accept_lens``. With overlap scheduling it arrives one round late, so the
+  depth each round ran with is kept in a FIFO and matched to its feedback (``last_num_steps`` is that round's
+  depth).
 * waiting queue and context lengths: a BEFORE hook on ``Scheduler.run_batch`` (same thread, just before the
   worker runs the batch) reads ``len(waiting_queue)`` and, every ``SEQ_LEN_EVERY`` rounds or when the batch
   size changes, the mean of ``req.seqlen`` (an O(batch) Python sum, so it is sampled, not done every round).
@@ -28,8 +28,9 @@ Where each StepStats field comes from (all CPU data the engine already has; noth
   (the scheduler's ``resolve_seq_lens_cpu``; e.g. FlashInfer) and only on round N-1's results otherwise
   (e.g. FA3, Triton), so the round it times depends on the backend. None for the first round after a
   prefill (its interval holds the prefill) and when the previous round's feedback never came. No CUDA event
-  or sync is added. The trace's ``step_time_s`` (``runtime.step_time``) stays the interval from a decision
-  to the next one.
+  or sync is added. The same interval is the trace's ``step_time_s`` for that round (reported with the
+  round's controller step, so the trace pairs it with the round's own record even when it arrives a
+  decision late).
 """
 
 from __future__ import annotations
@@ -92,13 +93,13 @@ class SpecPolicyParams:
         self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
         # (depth, batch size, a non-decode batch ran just before it) of each round awaiting feedback
-        self._inflight: deque[tuple[int, int, bool]] = deque(maxlen=8)
+        # rounds decided and not yet reported: (depth, batch size, prefill just before it, controller step)
+        self._inflight: deque[tuple[int, int, bool, int]] = deque(maxlen=8)
         # feedback of the most recent round with results: depth, accepted drafts, its time
         self._last_k = 0
         self._accepted: list[int] | None = None
         self._round_s: float | None = None
         self._fed_t: float | None = None  # when that feedback arrived (None: the next interval is unknown)
-        self._last_t: float | None = None  # when the last decision was made (the trace's step time)
         self._gap = True
         self.num_waiting = 0
         self.mean_seq_len: float | None = None
@@ -118,18 +119,14 @@ class SpecPolicyParams:
         return None if self._cuda_graph_bs is None else list(self._cuda_graph_bs)
 
     def get_steps_for_batch(self, batch_size: int) -> int:
-        now = _clock()
-        prev = self._last_t
         gap = self._gap
-        self._last_t = now
         self._gap = False
         runtime = self.runtime
-        runtime.step_time(None if (prev is None or gap) else now - prev)
         stats = StepStats.fast(
             batch_size, self.num_waiting, self.mean_seq_len, self._last_k, self._accepted, None, self._round_s
         )
         k = runtime.decide(stats)
-        self._inflight.append((k, batch_size, gap))
+        self._inflight.append((k, batch_size, gap, runtime.controller.step))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -138,12 +135,13 @@ class SpecPolicyParams:
         inflight = self._inflight
         prev = self._fed_t
         while inflight:
-            k, bs, gap = inflight.popleft()
+            k, bs, gap, step = inflight.popleft()
             if bs == n:
                 self._last_k = k
                 self._accepted = num_correct_drafts_per_req if k > 0 and n else None
                 self._round_s = None if (prev is None or gap) else now - prev
                 self._fed_t = now
+                self.runtime.step_time(self._round_s, step)  # the trace pairs it with its own round
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather

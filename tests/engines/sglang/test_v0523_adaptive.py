@@ -266,9 +266,10 @@ def test_trace_is_written_from_a_real_controller_run(tmp_path: Path, rule_policy
     params.close()
     records = list(read_trace(trace))
     assert [(r.batch_size, r.num_steps) for r in records] == [(4, 3), (4, 3), (32, 0), (4, 3)]
-    # a round's time is the interval to the next decision; the last round's is unknown at shutdown
-    assert all(r.step_time_s is not None and r.step_time_s >= 0 for r in records[:-1])
-    assert records[-1].step_time_s is None
+    # a round's time is the interval from the previous round's feedback to its own, written with the round it
+    # describes; the first round has no earlier feedback to measure from
+    assert records[0].step_time_s is None
+    assert all(r.step_time_s is not None and r.step_time_s >= 0 for r in records[1:])
     header = json.loads(trace.read_text().splitlines()[0])
     assert (
         header["kind"] == "header" and header["engine"] == "sglang" and header["engine_version"] == "0.5.23"
