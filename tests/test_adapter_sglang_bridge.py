@@ -68,7 +68,9 @@ def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list
     try:
         for i, is_decision in enumerate(events):
             clock[0] += 0.001 * (1 + i % 7) + 0.0001 * i
-            if is_decision or len(fed_at) == len(applied):
+            # SGLang has at most a couple of rounds in flight; the bridge remembers 8 (older ones are dropped)
+            outstanding = len(applied) - len(fed_at)
+            if (is_decision and outstanding < 4) or outstanding == 0:
                 k = params.get_steps_for_batch(4)
                 seen = rec.seen[-1]
                 if expected_last is None:
