@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from specpolicy import MAX_NUM_STEPS, Policy, PolicyConfig, PolicyEntry, SpecMode, StepStats, make_policy
 from specpolicy.errors import ConfigError, format_validation_error
+from specpolicy.policies.alternate import AlternateConfig, AlternatePolicy
 from specpolicy.policy import parse_config
 
 __all__ = [
@@ -52,41 +53,19 @@ def write_control(path: str | os.PathLike[str], generation: int, label: str) -> 
         fh.flush()
 
 
-class CycleConfig(PolicyConfig):
-    """Cycle through ``depths``, holding each for ``period`` steps (test only)."""
+class CycleConfig(AlternateConfig):
+    """Cycle through ``depths``, holding each for ``period`` steps (test only): ``alternate`` under its own
+    name and defaults, so the dispatcher can name it per phase."""
 
-    name: Literal["gpucheck_cycle"] = "gpucheck_cycle"
-    depths: tuple[int, ...] = Field((3, 0), min_length=1, description="depths visited in order; 0 = off")
+    name: Literal["gpucheck_cycle"] = "gpucheck_cycle"  # type: ignore[assignment]
+    depths: tuple[int, ...] = Field(
+        (3, 0), min_length=1, max_length=16, description="depths visited in order"
+    )
     period: int = Field(4, ge=1, le=1_000_000, description="steps each depth is held")
 
-    @field_validator("depths")
-    @classmethod
-    def _depths_in_range(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        for k in v:
-            if not 0 <= k <= MAX_NUM_STEPS:
-                raise ValueError(f"each depth must be in [0, {MAX_NUM_STEPS}], got {k}")
-        return v
 
-    def candidate_steps(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.depths)))
-
-
-class CyclePolicy:
-    """Depth ``depths[(n // period) % len(depths)]`` on the n-th decide() call (n from 0)."""
-
-    def __init__(self, config: CycleConfig) -> None:
-        self.config = config
-        self._modes = tuple(SpecMode.of(k) for k in config.depths)
-        self._period = config.period
-        self._n = 0
-
-    def decide(self, stats: StepStats) -> SpecMode:
-        n = self._n
-        self._n = n + 1
-        return self._modes[(n // self._period) % len(self._modes)]
-
-    def reset(self) -> None:
-        self._n = 0
+#: Depth ``depths[(n // period) % len(depths)]`` on the n-th decide() call: the built-in ``alternate``.
+CyclePolicy = AlternatePolicy
 
 
 class RaiseConfig(PolicyConfig):
