@@ -36,10 +36,14 @@ ENV_VARS: dict[str, str] = {
     "on_install_failure": "SPECPOLICY_ON_INSTALL_FAILURE",
     "allow_untested": "SPECPOLICY_ALLOW_UNTESTED",
     "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
+    "off_step": "SPECPOLICY_OFF_STEP",
+    "draft_catch_up": "SPECPOLICY_DRAFT_CATCH_UP",
 }
 
 OnInstallFailure = Literal["refuse", "warn"]
 TpAgreement = Literal["auto", "local", "broadcast"]
+OffStep = Literal["decode", "verify"]
+DraftCatchUp = Literal["auto", "lazy", "per_step"]
 
 
 class AdapterSettings(BaseModel):
@@ -49,6 +53,12 @@ class AdapterSettings(BaseModel):
     cannot install its hooks (unsupported version, engine feature that disables the path); ``warn`` logs the
     reason loudly and lets the engine serve without specpolicy.
     ``tp_agreement``: how tensor/data-parallel ranks agree on each step's depth (see ``adapters.tp``).
+    ``off_step`` (legacy SGLang): ``decode`` (default) runs an off step as the target's plain decode with its
+    own CUDA graphs; ``verify`` keeps the older one-token verify (also the fallback when decode cannot be
+    built). ``draft_catch_up`` (legacy SGLang): ``lazy`` skips the drafter while off and brings its state up
+    to date in one batched extend when speculation resumes (draft models); ``per_step`` runs a one-token
+    draft extend in every off step (needed by EAGLE drafters, which read the target's hidden states);
+    ``auto`` picks ``lazy`` for STANDALONE and ``per_step`` otherwise.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,6 +73,8 @@ class AdapterSettings(BaseModel):
     on_install_failure: OnInstallFailure = "refuse"
     allow_untested: bool = Field(False, description="run on an engine version specpolicy was not tested with")
     tp_agreement: TpAgreement = "auto"
+    off_step: OffStep = "decode"
+    draft_catch_up: DraftCatchUp = "auto"
 
     @field_validator("policy", mode="before")
     @classmethod

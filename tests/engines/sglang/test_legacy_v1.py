@@ -27,6 +27,7 @@ from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
 from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime, make_runtime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
@@ -53,7 +54,9 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _attach(setup: Any, depth: int) -> StepRuntime:
     rt = make_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=3, path="v1")
     w = setup.worker
-    setattr(w, hooks.OT, OneTokenTarget("one-token-attn", "one-token-graph", [setup.server_args]))
+    one = OneTokenTarget("one-token-attn", "one-token-graph", [setup.server_args])
+    # The one-token verify off step (the fallback when no decode target could be built).
+    setattr(w, hooks.OT, OffPath(names=FieldNames.detect(), sizes=one, decode=None, lag=None))
     setattr(w, hooks.RT, rt)
     return rt
 

@@ -37,6 +37,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.install import _patch  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime, make_runtime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
@@ -69,7 +70,8 @@ def _setup(names: FieldNames, depth: int) -> tuple[Any, Any, Any, StepRuntime]:
         SimpleNamespace(can_run=lambda fb: False, name="one-token-graph"),
         [s.server_args],
     )
-    setattr(s.worker, hooks.OT, one)
+    # The one-token verify off step (the fallback when no decode target could be built).
+    setattr(s.worker, hooks.OT, OffPath(names=names, sizes=one, decode=None, lag=None))
     setattr(s.worker, hooks.RT, rt)
     setattr(s.draft_worker, hooks.RT, rt)
     # KV slots the scheduler's prepare_for_decode reserved: row i, column j -> slot 100*i + j

@@ -15,6 +15,11 @@ sync.
 
 Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
 attaches a runtime to the freshly built worker (see ``attach``).
+
+With the decode off step (``off_step.OffPath.decode``, the default) v1's verify runs its target forward as a
+plain decode, and v2's off step bypasses draft and verify entirely (``off_step.v2_off_step``); with a lazy
+draft (``OffPath.lag``) the draft extend is skipped while off and caught up before the next speculative
+step. The one-token verify described above is the fallback.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .one_token import FieldNames, OneTokenTarget, build_verify_input, pad_v2_result
+from .off_step import OffPath, catch_up_if_behind, v1_decode_verify, v1_lazy_draft_input, v2_off_step
+from .one_token import FieldNames, build_verify_input, pad_v2_result
 from .runtime import StepRuntime
 
 log = logging.getLogger("specpolicy.sglang.legacy")
 
 RT = "_specpolicy_rt"  # attribute holding the StepRuntime on a worker (and the v2 draft worker)
-OT = "_specpolicy_one_token"  # attribute holding the OneTokenTarget on a worker
+OT = "_specpolicy_off_path"  # attribute holding the OffPath (off-step machinery) on a worker
 DEPTH = "_specpolicy_depth"  # attribute marking the executed depth on a v2 result
 
 #: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
@@ -67,8 +73,12 @@ def _is_decode(batch: Any) -> bool:
 
 
 def _forced_on(batch: Any) -> bool:
-    """Batches whose off-step output shape is not proven: logprobs and hidden states always speculate."""
-    return bool(getattr(batch, "return_logprob", False) or getattr(batch, "return_hidden_states", False))
+    """Batches the off step does not serve: logprobs, hidden states and grammars always speculate."""
+    return bool(
+        getattr(batch, "return_logprob", False)
+        or getattr(batch, "return_hidden_states", False)
+        or getattr(batch, "has_grammar", False)
+    )
 
 
 def _capture_mode(worker: Any) -> Any:
@@ -90,14 +100,35 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
         rt: StepRuntime | None = getattr(self, RT, None)
         if rt is None:
             return orig(self, batch, *args, **kwargs)
+        off: OffPath = getattr(self, OT)
         if not _is_decode(batch):
             rt.on_non_decode()
+            if off.lag is not None and not batch.forward_mode.is_idle():
+                off.lag.on_extend(batch.reqs)
             return orig(self, batch, *args, **kwargs)
         seq_cpu = batch.seq_lens_cpu
         skip = rt.begin_decode(
             len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch)
         )
         try:
+            if off.lag is not None:
+                if skip:
+                    off.lag.on_off_step(len(batch.reqs))
+                    topk_p = getattr(batch.spec_info, "topk_p", None)
+                    if topk_p is not None:
+                        off.prev_draft_dtype = topk_p.dtype
+                else:
+                    runner = self.draft_model_runner
+                    catch_up_if_behind(
+                        off=off,
+                        reqs=batch.reqs,
+                        seq_lens_cpu=seq_cpu,
+                        base_mwb=batch.get_model_worker_batch(),
+                        spec_info=batch.spec_info,
+                        draft_runner=runner,
+                        req_to_token=self.req_to_token_pool.req_to_token,
+                        tp_context=self.draft_tp_context(runner.tp_group),
+                    )
             result = orig(self, batch, *args, **kwargs)
         finally:
             rt.end_decode()
@@ -156,14 +187,31 @@ def v1_verify(orig: Callable[..., Any]) -> Callable[..., Any]:
         rt: StepRuntime | None = getattr(self, RT, None)
         if rt is None or not rt.skip:
             return orig(self, *args, **kwargs)
-        ot: OneTokenTarget = getattr(self, OT)
-        ot.swap_in(self, self.target_worker.model_runner)
+        off: OffPath = getattr(self, OT)
+        if off.decode is not None:
+            return v1_decode_verify(orig, self, off, args, kwargs)
+        off.sizes.swap_in(self, self.target_worker.model_runner)
         try:
             return orig(self, *args, **kwargs)
         finally:
-            ot.swap_out()
+            off.sizes.swap_out()
 
     return verify
+
+
+def v1_draft_extend(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """On a lazy off step the draft extend after verify does not run (``draft_lag`` catches up later)."""
+
+    def forward_draft_extend_after_decode(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        rt: StepRuntime | None = getattr(self, RT, None)
+        if rt is None or not rt.skip:
+            return orig(self, batch, *args, **kwargs)
+        off: OffPath = getattr(self, OT)
+        if off.lag is None:
+            return orig(self, batch, *args, **kwargs)
+        return v1_lazy_draft_input(self, batch, off)
+
+    return forward_draft_extend_after_decode
 
 
 # ---------------------------------------------------------------------------------------------------- v2
@@ -174,14 +222,33 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
         rt: StepRuntime | None = getattr(self, RT, None)
         if rt is None:
             return orig(self, model_worker_batch, *args, **kwargs)
-        if not _is_decode(model_worker_batch):
+        off: OffPath = getattr(self, OT)
+        mwb = model_worker_batch
+        if not _is_decode(mwb):
             rt.on_non_decode()
-            return orig(self, model_worker_batch, *args, **kwargs)
-        skip = rt.begin_decode(
-            len(model_worker_batch.seq_lens), model_worker_batch.seq_lens_sum, _forced_on(model_worker_batch)
-        )
+            if off.lag is not None and not mwb.forward_mode.is_idle() and mwb.reqs:
+                off.lag.on_extend(mwb.reqs)
+            return orig(self, mwb, *args, **kwargs)
+        skip = rt.begin_decode(len(mwb.seq_lens), mwb.seq_lens_sum, _forced_on(mwb))
         try:
-            result = orig(self, model_worker_batch, *args, **kwargs)
+            if skip and off.decode is not None:
+                if off.lag is not None:
+                    off.lag.on_off_step(len(mwb.seq_lens))
+                result = v2_off_step(self, mwb, off)
+            else:
+                if off.lag is not None and mwb.reqs:
+                    dw = self.draft_worker
+                    catch_up_if_behind(
+                        off=off,
+                        reqs=mwb.reqs,
+                        seq_lens_cpu=mwb.seq_lens_cpu,
+                        base_mwb=mwb,
+                        spec_info=mwb.spec_info,
+                        draft_runner=dw.draft_runner,
+                        req_to_token=self.req_to_token_pool.req_to_token,
+                        tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
+                    )
+                result = orig(self, mwb, *args, **kwargs)
         finally:
             rt.end_decode()
         setattr(result, DEPTH, 0 if skip else rt.launch_depth)
@@ -217,13 +284,13 @@ def v2_verify(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]
         rt: StepRuntime | None = getattr(self, RT, None)
         if rt is None or not rt.skip:
             return orig(self, *args, **kwargs)
-        ot: OneTokenTarget = getattr(self, OT)
+        off: OffPath = getattr(self, OT)
         launch_tokens = self.speculative_num_draft_tokens
-        ot.swap_in(self, self.target_worker.model_runner)
+        off.sizes.swap_in(self, self.target_worker.model_runner)
         try:
             result = orig(self, *args, **kwargs)
         finally:
-            ot.swap_out()
+            off.sizes.swap_out()
         v2_launch_cache_locs(self, args[0] if args else kwargs["batch"], launch_tokens)
         pad_v2_result(result, launch_tokens, names)
         return result

@@ -20,7 +20,10 @@ from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
 from . import hooks
-from .one_token import FieldNames, build_one_token_target
+from .decode_target import build_decode_target
+from .draft_lag import DraftLag
+from .off_step import OffPath
+from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, OnOffAtDepth, StepRuntime
 from .targets import SUPPORTED_VERSIONS, check_targets, release_tuple
 
@@ -113,6 +116,7 @@ def _patch(version: str, names: FieldNames) -> list[str]:
         (EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names)),
         (EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names)),
         (EAGLEWorker, "verify", hooks.v1_verify),
+        (EAGLEWorker, "forward_draft_extend_after_decode", hooks.v1_draft_extend),
         (EAGLEWorkerV2, "forward_batch_generation", hooks.v2_forward),
         (EAGLEWorkerV2, "verify", lambda o: hooks.v2_verify(o, names)),
         (EagleDraftWorker, "draft", lambda o: hooks.v2_draft(o, names)),
@@ -169,6 +173,57 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
     return None
 
 
+def _lazy_draft(settings: AdapterSettings, sa: Any) -> tuple[bool, str]:
+    """Whether off steps may skip the drafter (see ``draft_lag``), and why not when they may not."""
+    algo = str(getattr(sa, "speculative_algorithm", "")).upper()
+    mode = settings.draft_catch_up
+    if mode == "per_step":
+        return False, "configured"
+    if algo != "STANDALONE":
+        why = f"{algo} drafters read the target's hidden states of every position"
+        if mode == "lazy":
+            log.warning("specpolicy: draft_catch_up=lazy needs a draft model (STANDALONE); %s", why)
+        return False, why
+    if getattr(sa, "enable_mixed_chunk", False):
+        return False, "mixed chunked prefill runs decode requests inside extend batches"
+    if getattr(sa, "page_size", 1) not in (None, 1):
+        return False, "paged KV (page_size > 1) is not covered by the catch-up"
+    return True, ""
+
+
+def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: FieldNames) -> OffPath:
+    """The off step's machinery: a decode target (falling back to the one-token verify) and the draft
+    catch-up mode. Called once per worker at start-up."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    mr = worker.target_worker.model_runner
+    graphs = not getattr(sa, "disable_cuda_graph", False)
+    algo = str(getattr(sa, "speculative_algorithm", "")).upper()
+    capture = CaptureHiddenMode.NULL if algo == "STANDALONE" else CaptureHiddenMode.FULL
+    decode = None
+    if settings.off_step == "decode":
+        try:
+            decode = build_decode_target(mr, sa, graphs=graphs, capture_hidden_mode=capture)
+        except Exception as exc:
+            log.warning(
+                "specpolicy: cannot build the decode off step (%s: %s); off steps run the one-token verify",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+    sizes = sizes_only_target(mr, sa) if decode is not None else build_one_token_target(mr, sa, graphs=graphs)
+    lazy, why = _lazy_draft(settings, sa) if decode is not None else (False, "one-token verify off step")
+    if not lazy and why:
+        log.info("specpolicy: off steps run a one-token draft extend: %s", why)
+    return OffPath(
+        names=names,
+        sizes=sizes,
+        decode=decode,
+        lag=DraftLag() if lazy else None,
+        topk=int(getattr(worker, "topk", 1) or 1),
+    )
+
+
 def _tp_sync() -> BroadcastSync:
     from sglang.srt.distributed import get_tp_group
 
@@ -192,11 +247,10 @@ def attach(scheduler: Any) -> StepRuntime | None:
     rank = int(getattr(scheduler, "tp_rank", 0))
     world = int(getattr(sa, "tp_size", 1))
     launch = int(worker.speculative_num_steps)
-    graphs = not getattr(sa, "disable_cuda_graph", False)
     try:
-        one_token = build_one_token_target(worker.target_worker.model_runner, sa, graphs=graphs)
+        off = build_off_path(worker, sa, settings, names)
     except Exception as exc:
-        _fail(settings, f"cannot build the one-token verify state for off steps: {type(exc).__name__}: {exc}")
+        _fail(settings, f"cannot build the off-step state: {type(exc).__name__}: {exc}")
         return None
     cfg = settings.policy
     # The shared runtime checks the policy's depths against what the engine can run: every depth maps to
@@ -212,27 +266,26 @@ def attach(scheduler: Any) -> StepRuntime | None:
         rank=rank,
         world_size=world,
         sync_factory=_tp_sync,
-        header={"launch_depth": launch, "legacy_on_off": True, "off_step_verify": one_token.mode},
+        header={"launch_depth": launch, "legacy_on_off": True, "off_step": off.label},
     )
     controller = art.controller
     controller.policy = OnOffAtDepth(art.policy, launch)
     controller.allowed_steps = frozenset({0, launch})
     controller.steps_by_depth = {0: 0, launch: 0}
     rt = StepRuntime(art.decide, controller, launch_depth=launch, path=path)  # type: ignore[arg-type]
-    setattr(worker, hooks.OT, one_token)
+    setattr(worker, hooks.OT, off)
     setattr(worker, hooks.RT, rt)
     worker._specpolicy_runtime = art
     if path == "v2":
         setattr(worker.draft_worker, hooks.RT, rt)
     mapped = sorted({0 if k == 0 else launch for k in cfg.candidate_steps()})
     log.info(
-        "%s | live path: %s | legacy release: policy depths %s run as %s (on = launch depth %d; off = "
-        "one-token verify, %s)",
+        "%s | live path: %s | legacy release: policy depths %s run as %s (on = launch depth %d; off = %s)",
         art.startup_line(),
         PATH_LABELS[path],
         list(art.candidate_steps),
         mapped,
         launch,
-        "CUDA graph" if one_token.mode == "graph" else "eager",
+        off.label,
     )
     return rt

@@ -21,7 +21,14 @@ import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["FieldNames", "OneTokenTarget", "build_one_token_target", "build_verify_input", "pad_v2_result"]
+__all__ = [
+    "FieldNames",
+    "OneTokenTarget",
+    "build_one_token_target",
+    "build_verify_input",
+    "pad_v2_result",
+    "sizes_only_target",
+]
 
 log = logging.getLogger("specpolicy.sglang.legacy")
 
@@ -116,7 +123,9 @@ class OneTokenTarget:
     """The target model's attention backend and graph runner for a one-token verify, built once.
 
     ``mode`` is ``"graph"`` when a CUDA graph runner was captured, else ``"eager"``. ``server_args`` are the
-    distinct ServerArgs objects the worker and the target runner read (normally one shared object).
+    distinct ServerArgs objects the worker and the target runner read (normally one shared object). Built
+    with ``attn_backend=None`` it only swaps the speculative sizes (the decode off step's verify
+    bookkeeping, whose target forward runs elsewhere); ``mode`` is then ``"sizes"``.
     """
 
     __slots__ = ("attn_backend", "graph_runner", "mode", "server_args", "_saved")
@@ -124,7 +133,10 @@ class OneTokenTarget:
     def __init__(self, attn_backend: Any, graph_runner: Any, server_args: list[Any]) -> None:
         self.attn_backend = attn_backend
         self.graph_runner = graph_runner
-        self.mode = "graph" if graph_runner is not None else "eager"
+        if attn_backend is None:
+            self.mode = "sizes"
+        else:
+            self.mode = "graph" if graph_runner is not None else "eager"
         self.server_args = server_args
         self._saved: tuple[Any, ...] | None = None
 
@@ -144,8 +156,9 @@ class OneTokenTarget:
         for a in self.server_args:
             a.speculative_num_steps = 0
             a.speculative_num_draft_tokens = 1
-        model_runner.attn_backend = self.attn_backend
-        model_runner.graph_runner = self.graph_runner
+        if self.attn_backend is not None:
+            model_runner.attn_backend = self.attn_backend
+            model_runner.graph_runner = self.graph_runner
 
     def swap_out(self) -> None:
         saved = self._saved
@@ -208,6 +221,11 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
         mr.attn_backend, mr.graph_runner = saved[0], saved[1]
         if hasattr(mr, "init_new_workspace"):
             mr.init_new_workspace = saved[2]
+
+
+def sizes_only_target(model_runner: Any, server_args: Any) -> OneTokenTarget:
+    """A OneTokenTarget that swaps only the speculative sizes (no backend or graph of its own)."""
+    return OneTokenTarget(None, None, _distinct(server_args, getattr(model_runner, "server_args", None)))
 
 
 def _distinct(*objs: Any) -> list[Any]:

@@ -1,0 +1,150 @@
+"""The off step's target forward on legacy SGLang: a plain decode, as a speculation-free engine runs it.
+
+A one-token verify is mathematically a decode step (one query token per request attending to its prefix
+and itself), but SGLang runs it through the attention backend's verify path: the triton backend's extend
+kernel, flashinfer's host-side verify planning. Measured live, that made an off step 2-4x slower than a step
+of a speculation-free engine. ``DecodeTarget`` holds what such an engine has: an attention backend built for
+decode and a CUDA graph runner captured in ``ForwardMode.DECODE`` for every captured batch size, both built
+once at start-up beside the launch-depth verify graphs (graphs share SGLang's global graph memory pool).
+
+``decode_batch`` turns the batch of an off step into a decode batch: the one new token per request is the
+last verified token at position ``seq_len``, so the decode view has ``seq_lens + 1`` and no speculative input.
+Everything around the forward (slot allocation, sampling, the result the scheduler consumes) stays with the
+caller, so the same object serves both workers. ``swap_in``/``swap_out`` exchange the target runner's
+backend and graph runner around one forward: plain attribute assignments, nothing allocated per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from typing import Any
+
+__all__ = ["DecodeTarget", "build_decode_target"]
+
+log = logging.getLogger("specpolicy.sglang.legacy")
+
+
+class DecodeTarget:
+    """Decode attention backend and graph runner of the target model, and the hidden-state mode to capture.
+
+    ``mode`` is ``"graph"`` when a decode CUDA graph runner was captured, else ``"eager"`` (the decode
+    attention path still runs; only the graph is missing). ``capture_hidden_mode`` is SGLang's
+    ``CaptureHiddenMode`` the off step needs: FULL when the drafter reads the target's hidden states
+    (EAGLE, EAGLE-3), NULL for a draft model (STANDALONE).
+    """
+
+    __slots__ = ("attn_backend", "graph_runner", "mode", "capture_hidden_mode", "_decode", "_none", "_saved")
+
+    def __init__(self, attn_backend: Any, graph_runner: Any, capture_hidden_mode: Any) -> None:
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        self.attn_backend = attn_backend
+        self.graph_runner = graph_runner
+        self.mode = "graph" if graph_runner is not None else "eager"
+        self.capture_hidden_mode = capture_hidden_mode
+        self._decode = ForwardMode.DECODE
+        self._none = SpeculativeAlgorithm.NONE
+        self._saved: tuple[Any, Any, Any] | None = None
+
+    def decode_batch(self, mwb: Any, *, input_ids: Any = None, out_cache_loc: Any = None) -> Any:
+        """A copy of ``mwb`` (a ModelWorkerBatch whose ``seq_lens`` exclude the new token) in decode form.
+
+        ``input_ids`` (one token per request) and ``out_cache_loc`` (one KV slot per request) default to the
+        batch's own, which is what a one-token verify batch already holds.
+        """
+        bs = int(mwb.seq_lens.shape[0])
+        seq_cpu = mwb.seq_lens_cpu
+        orig = getattr(mwb, "orig_seq_lens", None)
+        return dataclasses.replace(
+            mwb,
+            forward_mode=self._decode,
+            input_ids=mwb.input_ids if input_ids is None else input_ids,
+            out_cache_loc=mwb.out_cache_loc if out_cache_loc is None else out_cache_loc,
+            seq_lens=mwb.seq_lens + 1,
+            seq_lens_cpu=None if seq_cpu is None else seq_cpu + 1,
+            seq_lens_sum=(int(mwb.seq_lens_sum) if mwb.seq_lens_sum is not None else 0) + bs,
+            orig_seq_lens=None if orig is None else orig + 1,
+            spec_algorithm=self._none,
+            spec_info=None,
+            capture_hidden_mode=self.capture_hidden_mode,
+        )
+
+    def swap_in(self, model_runner: Any) -> None:
+        self._saved = (model_runner, model_runner.attn_backend, model_runner.graph_runner)
+        model_runner.attn_backend = self.attn_backend
+        model_runner.graph_runner = self.graph_runner
+
+    def swap_out(self) -> None:
+        saved = self._saved
+        if saved is None:
+            return
+        self._saved = None
+        mr, attn, graph = saved
+        mr.attn_backend = attn
+        mr.graph_runner = graph
+
+    def forward(self, forward_fn: Any, model_runner: Any, decode_mwb: Any, *, sample: bool) -> Any:
+        """Run ``forward_fn`` (the target worker's unbound-safe ``forward_batch_generation``) on the decode
+        batch with the decode backend and graphs in place; ``sample=False`` returns logits only."""
+        self.swap_in(model_runner)
+        try:
+            return forward_fn(decode_mwb, is_verify=not sample)
+        finally:
+            self.swap_out()
+
+
+def build_decode_target(
+    model_runner: Any, server_args: Any, *, graphs: bool, capture_hidden_mode: Any
+) -> DecodeTarget:
+    """Build the target's decode attention backend and, if ``graphs``, its decode CUDA graphs.
+
+    SGLang's backends and graph runner choose verify shapes when the model runner is speculative, so both
+    are built with the runner's ``spec_algorithm`` set to NONE for the duration (what a speculation-free
+    engine sees). A graph runner that must return hidden states (EAGLE) is captured with them, so that a
+    replay never triggers SGLang's recapture. A capture failure falls back to eager decode with a warning;
+    a backend that cannot be built at all raises (the caller then keeps the one-token verify off step).
+    """
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    mr = model_runner
+    saved = (
+        mr.spec_algorithm,
+        mr.attn_backend,
+        mr.graph_runner,
+        getattr(mr, "init_new_workspace", False),
+        getattr(mr.server_args, "enable_return_hidden_states", False),
+    )
+    mr.spec_algorithm = SpeculativeAlgorithm.NONE
+    try:
+        attn = mr._get_attention_backend(init_new_workspace=True)
+        graph_runner = None
+        launch_runner = saved[2]
+        if graphs and launch_runner is not None and not server_args.disable_cuda_graph:
+            runner_cls = type(launch_runner)
+            params = inspect.signature(runner_cls.__init__).parameters
+            kwargs: dict[str, Any] = {}
+            if "attn_backend" in params:
+                kwargs["attn_backend"] = attn
+            mr.attn_backend = attn  # runners that take no attn_backend argument capture with the runner's
+            if capture_hidden_mode == CaptureHiddenMode.FULL:
+                mr.server_args.enable_return_hidden_states = True  # read once, to capture hidden states
+            try:
+                graph_runner = runner_cls(mr, **kwargs)
+            except Exception:
+                log.warning(
+                    "specpolicy: capturing the decode CUDA graphs for off steps failed; off steps run the "
+                    "target's decode eagerly (correct, slower)",
+                    exc_info=True,
+                )
+                graph_runner = None
+        return DecodeTarget(attn, graph_runner, capture_hidden_mode)
+    finally:
+        mr.spec_algorithm, mr.attn_backend, mr.graph_runner = saved[0], saved[1], saved[2]
+        if hasattr(mr, "init_new_workspace"):
+            mr.init_new_workspace = saved[3]
+        if hasattr(mr.server_args, "enable_return_hidden_states"):
+            mr.server_args.enable_return_hidden_states = saved[4]

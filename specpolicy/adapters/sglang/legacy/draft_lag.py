@@ -1,0 +1,201 @@
+"""Off steps that leave the drafter alone, and the one batched draft extend that catches it up on resume.
+
+A draft model (STANDALONE) keeps its own KV cache in the slots the target allocates for each position (the
+two share ``req_to_token`` and the slot allocator). SGLang feeds the drafter the token of the *next*
+position: after a verify it extends positions ``L_old .. L_new-1`` with the accepted tokens
+``t[L_old+1] .. t[L_new]``. An off step writes the target's KV at position ``L`` and produces ``t[L+1]``;
+the draft KV at ``L`` is left unwritten, so after ``m`` off steps positions ``L-m .. L-1`` are missing, and
+their inputs ``t[L-m+1] .. t[L]`` are exactly the tokens the off steps produced (the last one is the
+current bonus token, still on the GPU). Before the next speculative step, ``catch_up`` runs one extend of
+the draft model over those positions for every request of the batch, with the same inputs an always-on
+engine would have used, and takes the draft's top-k proposal from the last one: the drafter then proposes
+exactly what it would have proposed had it never been skipped. The draft state only steers which tokens
+are proposed; the target verifies every one of them, so a wrong catch-up could cost acceptance, never
+change an output token.
+
+Counting is O(1) per off step: ``DraftLag`` numbers the off steps, and each request remembers the number at
+which its draft state was last exact (after its prefill, or after a catch-up); a running request is in
+every decode batch, so its missing positions are the difference. A request with nothing missing (a fresh
+prefill) is recomputed at its last position, which rewrites the value already there, so the batch stays
+whole. A request that finishes while off never pays. EAGLE drafters also read the target's hidden state
+of every position, which an off step would have to keep: those run a one-token draft extend in every off
+step instead (``per_step``), SGLang's own catch-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["DraftLag", "CatchUpPlan", "tokens_between"]
+
+ATTR = "_specpolicy_draft_exact_at"  # on Req: the off-step number at which its draft state was exact
+
+
+def tokens_between(req: Any, start: int, stop: int) -> list[int]:
+    """Token ids at positions ``start .. stop-1`` of a request's sequence (prompt, then output)."""
+    prompt = req.origin_input_ids
+    n = len(prompt)
+    if stop <= n:
+        return list(prompt[start:stop])
+    out = req.output_ids
+    if start >= n:
+        return list(out[start - n : stop - n])
+    return list(prompt[start:]) + list(out[: stop - n])
+
+
+@dataclasses.dataclass(frozen=True)
+class CatchUpPlan:
+    """Per request of a batch: positions ``seq_len - missing .. seq_len - 1`` are extended, with the known
+    tokens of positions ``seq_len - missing + 1 .. seq_len - 1`` (the bonus token completes each run)."""
+
+    missing: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    known_tokens: tuple[int, ...]  # flat, ``missing[i] - 1`` per request
+    stale: int  # requests that really missed positions (the others are recomputed at one position)
+
+
+class DraftLag:
+    """Which requests' draft state is behind, by how many positions, and the catch-up forward.
+
+    Owned by one worker (one scheduler process). ``skipped_positions`` / ``caught_up_positions`` /
+    ``catch_ups`` / ``unrecoverable`` are the counters the metrics report.
+    """
+
+    __slots__ = ("off_steps", "skipped_positions", "caught_up_positions", "catch_ups", "unrecoverable")
+
+    def __init__(self) -> None:
+        self.off_steps = 0
+        self.skipped_positions = 0
+        self.caught_up_positions = 0
+        self.catch_ups = 0
+        self.unrecoverable = 0
+
+    # ------------------------------------------------------------------------------------ bookkeeping
+    def on_extend(self, reqs: Sequence[Any]) -> None:
+        """A prefill (or re-prefill after retraction) ran the drafter over these requests' whole input."""
+        now = self.off_steps
+        for r in reqs:
+            setattr(r, ATTR, now)
+
+    def on_off_step(self, batch_size: int) -> None:
+        self.off_steps += 1
+        self.skipped_positions += batch_size
+
+    def missing(self, req: Any) -> int:
+        return self.off_steps - getattr(req, ATTR, self.off_steps)
+
+    def plan(self, reqs: Sequence[Any], seq_lens_cpu: Sequence[int]) -> CatchUpPlan | None:
+        """What to extend before a speculative step, or None when every request's draft state is exact.
+
+        A request whose known tokens do not reach its missing positions (which the scheduler's ordering
+        rules out) is recomputed at its last position only and counted in ``unrecoverable``: acceptance may
+        suffer for a few steps, the output cannot.
+        """
+        now = self.off_steps
+        if all(getattr(r, ATTR, now) == now for r in reqs):
+            return None
+        missing: list[int] = []
+        known: list[int] = []
+        stale = 0
+        for r, seq_len in zip(reqs, seq_lens_cpu, strict=True):
+            m = now - getattr(r, ATTR, now)
+            seq_len = int(seq_len)
+            if m > 0:
+                have = len(r.origin_input_ids) + len(r.output_ids)
+                if m >= seq_len or have < seq_len:
+                    self.unrecoverable += 1
+                    m = 0
+                else:
+                    stale += 1
+            m = max(m, 1)
+            missing.append(m)
+            known.extend(tokens_between(r, seq_len - m + 1, seq_len))
+        return CatchUpPlan(tuple(missing), tuple(int(s) for s in seq_lens_cpu), tuple(known), stale)
+
+    def mark_caught_up(self, reqs: Sequence[Any], plan: CatchUpPlan) -> None:
+        now = self.off_steps
+        for r in reqs:
+            setattr(r, ATTR, now)
+        self.catch_ups += 1
+        self.caught_up_positions += sum(m for m in plan.missing)
+
+    # ------------------------------------------------------------------------------------ the forward
+    def catch_up(
+        self,
+        *,
+        plan: CatchUpPlan,
+        base_mwb: Any,
+        bonus_tokens: Any,
+        draft_runner: Any,
+        req_to_token: Any,
+        topk: int,
+        root_field: str,
+    ) -> tuple[Any, Any]:
+        """Extend the draft model over the planned positions; return its next ``(topk_p, topk_index)``.
+
+        ``base_mwb`` is the decode ModelWorkerBatch of the coming step (``seq_lens`` = ``plan.seq_lens``);
+        the extend batch is a copy in ``ForwardMode.EXTEND`` with each request's missing positions as the
+        new tokens and everything before them as the cached prefix, the form SGLang's own draft prefill
+        uses. Nothing here waits for the GPU.
+        """
+        import torch
+        from sglang.srt.model_executor import forward_batch_info as fbi
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+        from sglang.srt.speculative.spec_utils import fast_topk
+
+        device = base_mwb.seq_lens.device
+        missing = list(plan.missing)
+        seq_lens = list(plan.seq_lens)
+        total = sum(missing)
+        ends = torch.tensor(missing, dtype=torch.int64).cumsum(0)
+        # Inputs: the known tokens, with each run's last slot left for the bonus token.
+        ids_cpu = torch.empty(total, dtype=torch.int64)
+        keep = torch.ones(total, dtype=torch.bool)
+        keep[ends - 1] = False
+        ids_cpu[keep] = torch.tensor(plan.known_tokens, dtype=torch.int64)
+        ids_cpu[ends - 1] = 0
+        input_ids = ids_cpu.to(device, non_blocking=True)
+        last = (ends - 1).to(device, non_blocking=True)
+        input_ids[last] = bonus_tokens.to(torch.int64)
+        # KV slots of the missing positions (already allocated by the target, shared with the drafter).
+        starts = [s - m for s, m in zip(seq_lens, missing, strict=True)]
+        pos_cpu = torch.cat([torch.arange(a, a + m, dtype=torch.int64) for a, m in zip(starts, missing)])
+        rows = base_mwb.req_pool_indices.to(torch.int64).repeat_interleave(
+            torch.tensor(missing, dtype=torch.int64).to(device, non_blocking=True)
+        )
+        out_cache_loc = req_to_token[rows, pos_cpu.to(device, non_blocking=True)].to(torch.int64)
+        spec = EagleDraftInput(
+            **{root_field: bonus_tokens},
+            hidden_states=None,
+            num_tokens_per_req=1,
+            num_tokens_for_logprob_per_req=1,
+        )
+        seq_cpu = torch.tensor(seq_lens, dtype=base_mwb.seq_lens.dtype)
+        mwb = dataclasses.replace(
+            base_mwb,
+            forward_mode=fbi.ForwardMode.EXTEND,
+            input_ids=input_ids,
+            out_cache_loc=out_cache_loc,
+            seq_lens=base_mwb.seq_lens,
+            seq_lens_cpu=seq_cpu,
+            seq_lens_sum=sum(seq_lens),
+            extend_num_tokens=total,
+            extend_seq_lens=missing,
+            extend_prefix_lens=starts,
+            extend_logprob_start_lens=list(missing),
+            extend_input_logprob_token_ids=None,
+            return_logprob=False,
+            top_logprobs_nums=None,
+            token_ids_logprobs=None,
+            is_extend_in_batch=True,
+            spec_info=spec,
+            capture_hidden_mode=fbi.CaptureHiddenMode.NULL,
+        )
+        forward_batch = fbi.ForwardBatch.init_new(mwb, draft_runner)
+        forward_batch.return_logprob = False
+        logits = draft_runner.forward(forward_batch).logits_output
+        probs = torch.softmax(logits.next_token_logits, dim=-1)
+        topk_p, topk_index = fast_topk(probs, topk, dim=-1)
+        return topk_p, topk_index

@@ -1,0 +1,199 @@
+"""What an off step runs on each legacy worker, given the pieces built at start-up.
+
+v1 (``EAGLEWorker``): the step keeps SGLang's one-token verify bookkeeping (slot allocation, accepting the
+one token, appending it to the request, finishing checks, grammar, the result the scheduler reads), but the
+target forward inside it is replaced by a plain decode forward (``DecodeTarget``): the worker's
+``target_worker.forward_batch_generation`` is shadowed for the duration of that one verify call. The verify
+already syncs on this path, so nothing new waits for the GPU.
+
+v2 (``EAGLEWorkerV2``, overlap): the step is a decode forward with the engine's normal sampler, and the
+result is built in the shape the overlap scheduler consumes (one token per request, accept length 1, the
+next draft input with ``new_seq_lens = seq_lens + 1`` and a ``verify_done`` event, the FutureMap fields).
+No value is read back to the CPU.
+
+With ``lazy`` the drafter does not run at all (``draft_lag`` catches it up on resume); otherwise the
+draft extend of the one new token runs as SGLang's own code would after a verify.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .decode_target import DecodeTarget
+from .draft_lag import DraftLag
+from .one_token import FieldNames, OneTokenTarget, pad_v2_result
+
+__all__ = ["OffPath", "v1_decode_verify", "v1_lazy_draft_input", "v2_off_step", "catch_up_if_behind"]
+
+
+@dataclasses.dataclass
+class OffPath:
+    """The off step's machinery for one worker: which target forward, which draft catch-up."""
+
+    names: FieldNames
+    sizes: OneTokenTarget  # swaps the worker's speculative sizes (and, for the verify fallback, backends)
+    decode: DecodeTarget | None  # None: the one-token verify off step (fallback or configured)
+    lag: DraftLag | None  # None: per-step draft extend while off
+    topk: int = 1
+    prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
+
+    @property
+    def label(self) -> str:
+        if self.decode is None:
+            target = "one-token verify, " + ("CUDA graph" if self.sizes.mode == "graph" else "eager")
+        else:
+            target = f"decode ({'CUDA graphs' if self.decode.mode == 'graph' else 'eager'})"
+        draft = "drafter skipped, lazy catch-up on resume" if self.lag else "one-token draft extend per step"
+        return f"{target}; {draft}"
+
+
+# ---------------------------------------------------------------------------------------------------- v1
+
+
+def v1_decode_verify(orig_verify: Any, worker: Any, off: OffPath, args: Any, kwargs: Any) -> Any:
+    """Run SGLang's verify for the one-token input with the target forward done as a decode."""
+    dt = off.decode
+    assert dt is not None
+    target = worker.target_worker
+    mr = target.model_runner
+    bound = target.forward_batch_generation
+
+    def decode_forward(model_worker_batch: Any = None, *a: Any, **kw: Any) -> Any:
+        return dt.forward(bound, mr, dt.decode_batch(model_worker_batch), sample=False)
+
+    off.sizes.swap_in(worker, mr)
+    target.forward_batch_generation = decode_forward
+    try:
+        return orig_verify(worker, *args, **kwargs)
+    finally:
+        del target.forward_batch_generation
+        off.sizes.swap_out()
+
+
+def v1_lazy_draft_input(worker: Any, batch: Any, off: OffPath) -> Any:
+    """What ``forward_draft_extend_after_decode`` leaves on a lazy off step: the next draft input with the
+    new tokens as its roots and placeholder proposals (rewritten by the catch-up before any use).
+
+    0.5.12.post1 hands it an ``EagleDraftExtendInput`` and installs the ``EagleDraftInput`` it returns;
+    0.5.10.post1 hands it the ``EagleDraftInput`` itself (roots = the accepted tokens) to update in place.
+    """
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    spec = batch.spec_info
+    in_place = isinstance(spec, EagleDraftInput)
+    ids = getattr(spec, off.names.root) if in_place else spec.input_ids
+    n = int(ids.shape[0])
+    dtype = off.prev_draft_dtype or torch.float32
+    topk_p = torch.empty((n, off.topk), dtype=dtype, device=ids.device)
+    topk_index = torch.empty((n, off.topk), dtype=torch.int64, device=ids.device)
+    if in_place:
+        spec.topk_p, spec.topk_index, spec.hidden_states = topk_p, topk_index, None
+        spec.capture_hidden_mode = CaptureHiddenMode.NULL
+        return None
+    return EagleDraftInput(
+        **{off.names.root: ids.to(torch.int32)},
+        hidden_states=None,
+        topk_p=topk_p,
+        topk_index=topk_index,
+        capture_hidden_mode=CaptureHiddenMode.NULL,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- v2
+
+
+def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
+    """The whole decode step of an off step on the overlap worker; returns its GenerationBatchResult."""
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    dt = off.decode
+    assert dt is not None
+    names = off.names
+    target = worker.target_worker
+    device_module = torch.get_device_module(mwb.seq_lens.device)
+    if mwb.seq_lens.is_cuda:  # allocated on the scheduler's stream, read on this one (as SGLang's verify)
+        mwb.seq_lens.record_stream(device_module.current_stream())
+    spec = mwb.spec_info
+    root = getattr(spec, names.root)
+    req_to_token = worker.req_to_token_pool.req_to_token
+    out_loc = req_to_token[mwb.req_pool_indices, mwb.seq_lens].to(torch.int64)
+    decode_mwb = dt.decode_batch(mwb, input_ids=root.to(torch.int64), out_cache_loc=out_loc)
+    # The next sequence lengths do not depend on this step's output. SGLang's scheduler waits on
+    # ``verify_done`` before it prepares the next batch (a speculative step's lengths depend on its
+    # acceptance); recording it before the forward lets the scheduler prepare the next batch while this
+    # step's forward runs, as a speculation-free overlap engine does (measured live: the wait took 30% of an
+    # off step's wall time at 4 requests when it was recorded after the forward).
+    new_seq_lens = mwb.seq_lens + 1
+    verify_done = device_module.Event() if mwb.seq_lens.is_cuda else None
+    if verify_done is not None:
+        verify_done.record()
+    out = dt.forward(target.forward_batch_generation, target.model_runner, decode_mwb, sample=True)
+    next_ids = out.next_token_ids
+    bs = int(mwb.seq_lens.shape[0])
+    next_draft = EagleDraftInput(
+        **{names.root: next_ids.to(torch.int32)},
+        new_seq_lens=new_seq_lens,
+        verify_done=verify_done,
+    )
+    result_kw: dict[str, Any] = {}
+    if names.has_result_stride:
+        result_kw["speculative_num_draft_tokens"] = 1
+    result = GenerationBatchResult(
+        logits_output=out.logits_output,
+        next_token_ids=next_ids,
+        can_run_cuda_graph=out.can_run_cuda_graph,
+        next_draft_input=next_draft,
+        accept_lens=torch.ones(bs, dtype=torch.int32, device=next_ids.device),
+        **result_kw,
+    )
+    launch_tokens = int(worker.speculative_num_draft_tokens)
+    if off.lag is not None:
+        # The proposals stay as they were (valid shapes for the FutureMap); the catch-up rewrites them.
+        next_draft.topk_p, next_draft.topk_index = spec.topk_p, spec.topk_index
+        next_draft.hidden_states = spec.hidden_states
+        if not names.has_result_stride:  # 0.5.10.post1 reads tokens at the launch stride
+            pad_v2_result(result, launch_tokens, names)
+        return result
+    from .hooks import v2_launch_cache_locs
+
+    mwb.out_cache_loc = out_loc
+    v2_launch_cache_locs(worker, mwb, launch_tokens)
+    pad_v2_result(result, launch_tokens, names)
+    dw = worker.draft_worker
+    with dw.draft_tp_context(dw.draft_runner.tp_group):
+        dw._draft_extend_for_decode(mwb, result)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ resume
+
+
+def catch_up_if_behind(
+    *, off: OffPath, reqs: Any, seq_lens_cpu: Any, base_mwb: Any, spec_info: Any, draft_runner: Any,
+    req_to_token: Any, tp_context: Any,
+) -> bool:
+    """Before a speculative step: bring the draft state of ``reqs`` up to date; True when it ran."""
+    lag = off.lag
+    if lag is None or seq_lens_cpu is None:
+        return False
+    plan = lag.plan(reqs, seq_lens_cpu.tolist())
+    if plan is None:
+        return False
+    with tp_context:
+        topk_p, topk_index = lag.catch_up(
+            plan=plan,
+            base_mwb=base_mwb,
+            bonus_tokens=getattr(spec_info, off.names.root),
+            draft_runner=draft_runner,
+            req_to_token=req_to_token,
+            topk=off.topk,
+            root_field=off.names.root,
+        )
+    spec_info.topk_p, spec_info.topk_index = topk_p, topk_index
+    lag.mark_caught_up(reqs, plan)
+    return True

@@ -1,0 +1,334 @@
+"""The decode off step and the lazy draft catch-up on SGLang's legacy workers (0.5.10.post1, 0.5.12.post1).
+
+What runs for real: ``EAGLEWorker.forward_batch_generation`` / ``verify`` / ``EagleVerifyInput.verify`` (v1),
+``Scheduler.run_batch`` with the FutureMap and ``process_batch_result_decode`` (v2), ``ModelWorkerBatch``
+copies, ``ForwardBatch.init_new`` for the catch-up extend, specpolicy's wrappers. Faked (GPU-only): the
+kernels, the target and draft model forwards (``off_decode_support``), which follow SGLang's contracts: the
+target predicts ``token_after(position, request)``, the drafter writes the KV of each position from the
+token of the next one.
+"""
+
+from __future__ import annotations
+
+from types import MethodType
+from typing import Any
+
+import legacy_support as ls
+import off_decode_support as ods
+import pytest
+import torch
+from conftest import SGLANG_VERSION
+
+from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
+
+if SGLANG_VERSION not in SUPPORTED_VERSIONS:
+    pytest.skip(f"legacy paths need sglang {' or '.join(SUPPORTED_VERSIONS)}", allow_module_level=True)
+
+from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode  # noqa: E402
+from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+
+from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
+from specpolicy.adapters.sglang.legacy import off_step as off_mod  # noqa: E402
+from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
+from specpolicy.adapters.sglang.legacy.runtime import make_runtime  # noqa: E402
+from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
+
+PROMPTS = [5, 9, 2]
+FIRST = [11, 12, 13]
+STEPS = 3
+
+
+@pytest.fixture
+def names() -> FieldNames:
+    return FieldNames.detect()
+
+
+@pytest.fixture
+def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
+    ls.patch_kernels(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
+    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
+    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    yield
+    hooks.unwrap_all()
+
+
+def _runtime(depth: int) -> Any:
+    return make_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=STEPS, path="v1")
+
+
+class V1:
+    """A real EAGLEWorker (``object.__new__``) and decode batch, with the decode off step attached."""
+
+    def __init__(self, names: FieldNames, *, lazy: bool) -> None:
+        self.names = names
+        self.setup = ls.make_v1_worker(names, steps=STEPS)
+        w = self.setup.worker
+        w.target_worker = self.target = ods.DecodingFakeTarget()
+        self.batch = b = ls.make_v1_batch(names, PROMPTS, FIRST, self.setup.alloc)
+        b.seq_lens_sum = sum(PROMPTS)
+        b.out_cache_loc = None
+
+        def get_model_worker_batch(seq_lens_cpu_cache: Any = None) -> Any:
+            return ods.model_worker_batch(
+                forward_mode=b.forward_mode,
+                input_ids=b.input_ids,
+                req_pool_indices=b.req_pool_indices,
+                seq_lens=b.seq_lens,
+                seq_lens_cpu=b.seq_lens_cpu if seq_lens_cpu_cache is None else seq_lens_cpu_cache,
+                seq_lens_sum=b.seq_lens_sum,
+                out_cache_loc=b.out_cache_loc,
+                spec_info=b.spec_info,
+                spec_algorithm=b.spec_algorithm,
+                capture_hidden_mode=b.spec_info.capture_hidden_mode,
+                sampling_info=b.sampling_info,
+                reqs=b.reqs,
+                return_logprob=False,
+            )
+
+        b.get_model_worker_batch = get_model_worker_batch
+        self.kv = ods.DraftKV()
+        w.req_to_token_pool = b.req_to_token_pool
+        w._model_runner = self.draft_runner = ods.KVDraftRunner(self.kv, b.req_to_token_pool)
+        w.speculative_algorithm = SpeculativeAlgorithm.STANDALONE if lazy else SpeculativeAlgorithm.EAGLE
+        capture = CaptureHiddenMode.NULL if lazy else CaptureHiddenMode.FULL
+        self.off = OffPath(
+            names=names,
+            sizes=sizes_only_target(self.target.model_runner, self.setup.server_args),
+            decode=ods.decode_target(capture),
+            lag=DraftLag() if lazy else None,
+            topk=1,
+        )
+        setattr(w, hooks.OT, self.off)
+        if self.off.lag is not None:
+            self.off.lag.on_extend(b.reqs)  # the prefill left every request's draft state exact
+        self.extend_calls: list[Any] = []
+        # The per-step draft extend (SGLang's, after verify): recorded; specpolicy's wrapper on top.
+        w.forward_draft_extend_after_decode = MethodType(hooks.v1_draft_extend(self._draft_extend), w)
+
+    def _draft_extend(self, worker: Any, batch: Any) -> Any:
+        self.extend_calls.append(batch.spec_info)
+        return None
+
+    def step(self, depth: int) -> Any:
+        w = self.setup.worker
+        setattr(w, hooks.RT, _runtime(depth))
+        return w.forward_batch_generation(self.batch)
+
+    def tokens(self, i: int) -> list[int]:
+        r = self.batch.reqs[i]
+        return list(r.origin_input_ids) + list(r.output_ids)
+
+
+def _oracle(i: int, n: int, k: int) -> list[int]:
+    """The output after ``k`` steps from prompt length ``n``: the first token, then the target's chain."""
+    return [FIRST[i]] + [ls.token_after(n + j, i) for j in range(k)]
+
+
+def test_v1_off_step_runs_the_target_as_a_decode(names: FieldNames, wrapped: Any) -> None:
+    v = V1(names, lazy=False)
+    result = v.step(0)
+
+    (call,) = v.target.decode_calls
+    assert call["forward_mode"] == ForwardMode.DECODE and call["spec_info"] is None
+    assert call["seq_lens"] == [n + 1 for n in PROMPTS]  # the new token is part of the decode's context
+    assert call["input_ids"] == FIRST and call["is_verify"]  # logits only: verify's bookkeeping samples
+    assert (call["attn_backend"].name, call["graph_runner"].name) == ("decode-attn", "decode-graph")
+    assert call["capture_hidden_mode"] == CaptureHiddenMode.FULL  # EAGLE's drafter reads hidden states
+    assert v.target.calls == []  # no verify-shaped target forward ran
+    mr = v.target.model_runner
+    assert (mr.attn_backend, mr.graph_runner) == ("launch-attn", "launch-graph")
+    assert not hasattr(v.target, "__dict__") or "forward_batch_generation" not in vars(v.target)
+    assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 1) for i, n in enumerate(PROMPTS)]
+    assert result.next_token_ids.tolist() == [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert getattr(result, names.accepted_per_req) == [0, 0, 0]
+    # The slot written by the decode is the one verify allocated at position seq_len.
+    rtt = v.batch.req_to_token_pool.req_to_token
+    assert call["out_cache_loc"] == [int(rtt[i, n]) for i, n in enumerate(PROMPTS)]
+    assert v.batch.seq_lens.tolist() == [n + 1 for n in PROMPTS]
+    assert len(v.extend_calls) == 1  # per-step draft catch-up (EAGLE)
+
+
+def test_v1_result_goes_through_the_scheduler(names: FieldNames, wrapped: Any) -> None:
+    v = V1(names, lazy=True)
+    result = v.step(0)
+    sched = ls.make_scheduler(enable_overlap=False, draft_worker=v.setup.worker)
+    before = [len(r.output_ids) for r in v.batch.reqs]
+    sched.process_batch_result_decode(v.batch, result)
+    assert sched.num_generated_tokens == 3 and sched.spec_metrics == [(3, 0)]
+    assert [len(r.output_ids) for r in v.batch.reqs] == before  # verify appended; the scheduler did not
+
+
+@pytest.mark.parametrize("k", [1, 2, 7])
+def test_v1_lazy_off_steps_skip_the_drafter_and_resume_exactly(
+    names: FieldNames, wrapped: Any, k: int
+) -> None:
+    v = V1(names, lazy=True)
+    for _ in range(k):
+        v.step(0)
+    assert v.extend_calls == [] and v.draft_runner.extends == []  # nothing of the drafter ran while off
+    assert len(v.target.decode_calls) == k
+    assert v.off.lag is not None and v.off.lag.skipped_positions == 3 * k
+
+    seen: list[Any] = []
+
+    def on_step(worker: Any, batch: Any) -> str:  # the speculative step itself: what the drafter starts from
+        seen.append(batch.spec_info.topk_index.view(-1).tolist())
+        return "on"
+
+    setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+    assert hooks.v1_forward(on_step, names)(v.setup.worker, v.batch) == "on"
+
+    # One batched extend over each request's k missing positions, with the tokens an always-on engine used.
+    (ext,) = v.draft_runner.extends
+    assert ext["lens"] == [k] * 3
+    rtt = v.batch.req_to_token_pool.req_to_token
+    for i, n in enumerate(PROMPTS):
+        assert {s: v.kv[s] for s in ods.expected_draft_kv(v.batch.reqs[i], rtt[i], n, n + k)} == (
+            ods.expected_draft_kv(v.batch.reqs[i], rtt[i], n, n + k)
+        )
+    # The drafter proposes from the current last token, as if it had never been skipped.
+    assert seen == [[ls.draft_token_after(v.tokens(i)[-1]) for i in range(3)]]
+    assert v.off.lag.missing(v.batch.reqs[0]) == 0 and v.off.lag.catch_ups == 1
+
+
+def test_v1_without_the_catch_up_the_draft_state_is_stale(
+    names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control for the test above: skip the catch-up and the checked KV entries are missing."""
+    monkeypatch.setattr(hooks, "catch_up_if_behind", lambda **kw: False)
+    v = V1(names, lazy=True)
+    for _ in range(3):
+        v.step(0)
+    setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+    hooks.v1_forward(lambda w, b: None, names)(v.setup.worker, v.batch)
+    rtt = v.batch.req_to_token_pool.req_to_token
+    expected = ods.expected_draft_kv(v.batch.reqs[0], rtt[0], PROMPTS[0], PROMPTS[0] + 3)
+    assert not any(v.kv.get(s) == e for s, e in expected.items())
+
+
+def test_v1_catch_up_covers_requests_prefilled_while_off(names: FieldNames, wrapped: Any) -> None:
+    """A request whose prefill ran after some off steps misses only the positions since its prefill."""
+    v = V1(names, lazy=True)
+    lag = v.off.lag
+    assert lag is not None
+    v.step(0)
+    lag.on_extend(v.batch.reqs[2:])  # request 2 was (re-)prefilled here: its draft state is exact again
+    v.step(0)
+    v.step(0)
+    setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+    hooks.v1_forward(lambda w, b: None, names)(v.setup.worker, v.batch)
+    (ext,) = v.draft_runner.extends
+    assert ext["lens"] == [3, 3, 2]
+    assert ext["positions"][-2:] == [PROMPTS[2] + 1, PROMPTS[2] + 2]
+
+
+def test_switching_every_step_keeps_the_draft_exact(names: FieldNames, wrapped: Any) -> None:
+    """off, on, off, on ...: each resume extends exactly the one missed position of each request."""
+    v = V1(names, lazy=True)
+    setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+    on = hooks.v1_forward(lambda w, b: None, names)
+    for round_ in range(4):
+        v.step(0)
+        setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+        on(v.setup.worker, v.batch)
+        assert [e["lens"] for e in v.draft_runner.extends] == [[1, 1, 1]] * (round_ + 1)
+    rtt = v.batch.req_to_token_pool.req_to_token
+    for i, n in enumerate(PROMPTS):
+        exp = ods.expected_draft_kv(v.batch.reqs[i], rtt[i], n, n + 4)
+        assert {s: v.kv.get(s) for s in exp} == exp
+
+
+# ---------------------------------------------------------------------------------------------------- v2
+
+
+@pytest.fixture
+def wrapped_v2(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_version: str) -> Any:
+    from specpolicy.adapters.sglang.legacy.install import _patch
+
+    ls.patch_v2(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    _patch("0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1", names)
+    yield
+    hooks.unwrap_all()
+
+
+def _v2(names: FieldNames, *, lazy: bool) -> Any:
+    import test_legacy_v2 as t2
+
+    s, sched, batch, rt = t2._setup(names, depth=0)
+    target = ods.DecodingFakeTarget()
+    target.model_runner = s.target.model_runner
+    s.worker._target_worker = s.target = target
+    off = OffPath(
+        names=names,
+        sizes=sizes_only_target(target.model_runner, s.server_args),
+        decode=ods.decode_target(CaptureHiddenMode.NULL if lazy else CaptureHiddenMode.FULL),
+        lag=DraftLag() if lazy else None,
+    )
+    setattr(s.worker, hooks.OT, off)
+    if off.lag is not None:
+        off.lag.on_extend(batch.reqs)  # the prefill left every request's draft state exact
+    simple = batch.get_model_worker_batch
+
+    def get_model_worker_batch() -> Any:
+        m = simple()
+        return ods.model_worker_batch(**{k: getattr(m, k) for k in vars(m) if k != "return_hidden_states"})
+
+    batch.get_model_worker_batch = get_model_worker_batch
+    kv = ods.DraftKV()
+    s.draft_worker.draft_runner = s.draft_runner = ods.KVDraftRunner(kv, s.pool)
+    return s, sched, batch, rt, off, kv
+
+
+def test_v2_off_step_is_a_decode_with_the_engine_sampler(names: FieldNames, wrapped_v2: Any) -> None:
+    s, sched, batch, rt, off, kv = _v2(names, lazy=True)
+    result = Scheduler.run_batch(sched, batch)
+
+    (call,) = s.target.decode_calls
+    assert call["forward_mode"] == ForwardMode.DECODE and not call["is_verify"]  # sampled, not verified
+    assert call["seq_lens"] == [n + 1 for n in PROMPTS] and call["input_ids"] == FIRST
+    assert call["out_cache_loc"] == [100 * i + n for i, n in enumerate(PROMPTS)]  # the reserved slot at L
+    assert s.target.calls == [] and s.draft_runner.extends == []  # no verify, no drafter
+    expected = [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert result.accept_lens.tolist() == [1, 1, 1]
+    stride = 1 if names.has_result_stride else STEPS + 1
+    assert result.next_token_ids.tolist() == [t for t in expected for _ in range(stride)]
+    assert batch.seq_lens.tolist() == [n + 1 for n in PROMPTS]
+    sched.process_batch_result_decode(batch, result)
+    assert [r.output_ids[-1] for r in batch.reqs] == expected
+    assert [r.kv_committed_len for r in batch.reqs] == [n + 1 for n in PROMPTS]
+
+
+def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped_v2: Any) -> None:
+    s, sched, batch, rt, off, kv = _v2(names, lazy=True)
+    for _ in range(3):
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    assert s.draft_runner.extends == []
+    # The next (speculative) step: the worker sees the resolved draft input and the CPU sequence lengths.
+    mwb = batch.get_model_worker_batch()
+    sched.future_map.resolve_future(mwb)
+    mwb.seq_lens_cpu = mwb.seq_lens.clone()
+    seen: list[Any] = []
+
+    def on_step(worker: Any, m: Any) -> Any:
+        seen.append(m.spec_info.topk_index.view(-1).tolist())
+        return off_mod  # any object: the wrapper tags it with the executed depth
+
+    setattr(s.worker, hooks.RT, make_runtime(StaticPolicy(StaticConfig(num_steps=STEPS)), launch_depth=STEPS,
+                                             path="v2"))
+    hooks.v2_forward(on_step)(s.worker, mwb)
+    (ext,) = s.draft_runner.extends
+    assert ext["lens"] == [3, 3, 3]
+    for i, n in enumerate(PROMPTS):
+        exp = ods.expected_draft_kv(batch.reqs[i], s.pool.req_to_token[i], n, n + 3)
+        assert {sl: kv.get(sl) for sl in exp} == exp
+    last = [r.output_ids[-1] for r in batch.reqs]
+    assert seen == [[ls.draft_token_after(t) for t in last]]
+    assert torch.equal(mwb.spec_info.topk_index.view(-1), torch.tensor([ls.draft_token_after(t) for t in last]))
