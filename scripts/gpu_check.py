@@ -3,20 +3,25 @@
 
 On the GPU machine (SGLang and specpolicy installed, plus the test policies of scripts/gpu/gpucheck_policies):
 
-    python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --budget-s 540
+    python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
+        --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 [--doctor-smoke] [--dry-run]
 
 builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance), then starts one offline
-``sglang.Engine`` per worker path in its own process (``engine`` subcommand) with specpolicy installed through
-SGLang's plugin entry point (``SPECPOLICY_POLICY`` / ``SPECPOLICY_TRACE``), serves the phases of
-scripts/gpu/plan.py and packs everything (per-request results, the adapter's JSONL trace, logs) into
-``OUTDIR/results-<paths>.tar.gz``.
+``sglang.Engine`` per worker path and attention backend (``<path>/<backend>``) in its own process
+(``engine`` subcommand) with specpolicy installed through SGLang's plugin entry point (``SPECPOLICY_POLICY``
+/ ``SPECPOLICY_TRACE``), serves the phases of scripts/gpu/plan.py (warm-ups, checks, interleaved perf
+repeats, resume cost, an open-loop ramp) until the engine's share of the budget ends, optionally runs
+``specpolicy doctor --smoke``, and packs everything (per-request results, the adapter's JSONL trace, logs)
+into ``OUTDIR/results-<paths>-<backends>.tar.gz`` after every engine. ``--dry-run`` prints the plan with
+estimated seconds and what the budget would cut, and runs nothing.
 
 Anywhere (no GPU needed):
 
     python3 scripts/gpu_check.py analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
 
-checks exact token counts, lossless output against the bigram oracle, accept-length bookkeeping, the failing
-policy's fallbacks, and prints the performance table.
+checks exact token counts, lossless output against the bigram oracle (every request of every phase),
+accept-length bookkeeping, the failing policy's fallbacks, and prints the perf tables (median and min-max
+of the repeats), the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost and the doctor's output.
 """
 
 from __future__ import annotations
@@ -183,10 +188,10 @@ async def _ramp_request(
         if first is None:
             first = time.perf_counter() - t0
         last = chunk
-        got = list(chunk.get("output_ids") or [])
+        got = chunk.get("output_ids") or []
         n = chunk.get("meta_info", {}).get("completion_tokens")
-        ids = got if n is None or len(got) == n else ids + got  # cumulative chunks, or deltas
-    rec = _request_record({**last, "output_ids": ids})
+        ids = got if n is None or len(got) == n else ids + got  # cumulative chunks (no copy), or deltas
+    rec = _request_record({**last, "output_ids": list(ids)})
     rec.update(
         scheduled_s=round(scheduled, 4),
         arrival_s=round(arrival, 4),
@@ -208,7 +213,7 @@ async def _ramp(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> lis
             await asyncio.sleep(delay)
         sp = {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True}
         tasks.append(asyncio.create_task(_ramp_request(eng, prompt, sp, t0, at)))
-    return await asyncio.gather(*tasks, return_exceptions=True)
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
 
 
 def _serve_ramp(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> dict[str, Any]:
@@ -529,7 +534,7 @@ def cmd_device(args: argparse.Namespace) -> int:
     if rc:
         return rc
     ids = tuple(r.id for r in runs)
-    tag = "-".join([*_csv(args.paths), *_csv(args.attn)]) or "doctor"
+    tag = "-".join([*(_csv(args.paths) or ("doctor",)), *_csv(args.attn)])
     starts = planmod.engine_starts(runs)
     status = 0
     for i, run in enumerate(runs):

@@ -426,11 +426,13 @@ def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | N
     window = _Window(trace) if trace or path in ("v1", "v2") else None
     phases = [_phase_item(ph, path, meta, depth, window) for ph in recs if ph.get("kind") == "phase"]
     perf_walls = [p["wall_s"] for p in phases if p["kind"] == "perf" and p["served"]]
+    run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
     return {
         "path": path,
         "backend": (engine or {}).get("backend") or ((engine or {}).get("kw") or {}).get("attention_backend"),
         "speculative": not path.startswith("base"),
         "init_s": engine.get("init_s") if engine else None,
+        "policies": run.get("policies", {}),  # what each label meant in this run (thresholds change)
         "phases": phases,
         "skipped": [r["name"] for r in recs if r.get("kind") == "skip"],
         "perf_min_wall_s": min(perf_walls) if perf_walls else None,
@@ -587,7 +589,7 @@ def _perf_md(report: dict[str, Any]) -> list[str]:
         for pol, row in table.items():
             cells = []
             for c in levels:
-                v = row.get(c, row.get(str(c)))  # type: ignore[call-overload]
+                v = row.get(c, row.get(str(c)))
                 lo_hi = spread.get(pol, {}).get(c, spread.get(pol, {}).get(str(c)))
                 rng = f" ({lo_hi[0]:,.0f}-{lo_hi[1]:,.0f})" if lo_hi and lo_hi[0] != lo_hi[1] else ""
                 cells.append("-" if v is None else f"{v:,.0f}{rng}")

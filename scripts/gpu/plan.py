@@ -306,7 +306,7 @@ def interleave(policies: Sequence[str], repeats: int, levels: Sequence[int]) -> 
     """(repeat, concurrency, policy) in run order: repeat r runs every level and policy before repeat r+1,
     so a cut budget keeps whole sweeps; at each level the policy order rotates with r and the level, so no
     policy always runs first after a change of batch size or last before one."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for r in range(repeats):
         for i, c in enumerate(levels):
             k = (r + i) % len(policies) if policies else 0

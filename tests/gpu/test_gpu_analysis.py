@@ -160,6 +160,7 @@ def write_engine(
         head = json.dumps({"kind": "header", "format": "specpolicy-trace/1"})
         (folder / "trace.jsonl").write_text("\n".join([head, *map(json.dumps, trace)]) + "\n")
     (folder / "engine.log").write_text(log + "GC DONE\n")
+    (folder / "run.json").write_text(run.to_json())
 
 
 GOOD_LOG = (
@@ -229,6 +230,7 @@ def test_report_shape_medians_spreads_ramp_and_resume(tmp_path: Path, meta: dict
         assert r["tpot_p50"] == pytest.approx(5.0) and r["tpot_p99"] == pytest.approx(5.0)
         assert r["ttft_p50"] == pytest.approx(19.0) and r["max_lateness_s"] == pytest.approx(0.001)
         assert r["tokens_per_s"] > 0
+    assert rep["engines"]["v2/triton"]["policies"]["hysteresis"] == P.perf_policies()["hysteresis"]
     res = rep["resume"]["v2/triton"]
     assert set(res) == {"1", "8"}
     for k, r in res.items():
