@@ -211,7 +211,12 @@ async def _ramp(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> lis
         delay = t0 + at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        sp = {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True}
+        sp = {
+            "temperature": 0.0,
+            "max_new_tokens": n,
+            "ignore_eos": True,
+            "stream_interval": planmod.RAMP_STREAM_INTERVAL,
+        }
         tasks.append(asyncio.create_task(_ramp_request(eng, prompt, sp, t0, at)))
     return list(await asyncio.gather(*tasks, return_exceptions=True))
 
@@ -524,7 +529,7 @@ def cmd_device(args: argparse.Namespace) -> int:
     t_end = time.time() + args.budget_s
     runs = _plan(args)
     if args.dry_run:
-        print(planmod.format_plan(runs, args.budget_s))
+        print(planmod.format_plan(runs, args.budget_s, margin_s=args.margin_s))
         if args.doctor_smoke:
             print(f"doctor --smoke: ~{planmod.DOCTOR_S:.0f} s per backend, if that much is left")
         return 0

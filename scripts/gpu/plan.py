@@ -114,6 +114,11 @@ BATCH_OVERHEAD_S = 0.15
 WARMUP_S, CHECK_S = 0.5, 1.0
 RESUME_ON_STEPS, RESUME_CYCLES_MIN = 16, 3
 RAMP_TOKENS = 256
+#: The ramp streams (first-token times) with SGLang's per-request ``stream_interval``: it sends a chunk when
+#: the output length is 1 modulo the interval, so the first token still comes at once, and later chunks only
+#: every 50 tokens, as SGLang sends them for a request that does not stream: streaming then costs the
+#: scheduler no more than generate() does.
+RAMP_STREAM_INTERVAL = 50
 
 
 @dataclass(frozen=True)
@@ -442,14 +447,21 @@ def engine_deadline(
     return max(now, t_end - reserve)
 
 
-def format_plan(runs: Sequence[EngineRun], budget_s: float, build_s: float = 20.0) -> str:
+def format_plan(
+    runs: Sequence[EngineRun], budget_s: float, build_s: float = 20.0, margin_s: float = 0.0
+) -> str:
     """The dry-run view: per engine its start and phase kinds with estimated seconds, cumulative time, and
-    what the budget would cut (the engine process skips a phase that would end past its deadline)."""
-    lines = [f"plan: {len(runs)} engine(s), budget {budget_s:.0f} s, model build ~{build_s:.0f} s"]
+    what the budget would cut (the engine process skips a phase that would end past its deadline; the
+    device command keeps ``margin_s`` of the budget for packing)."""
+    lines = [
+        f"plan: {len(runs)} engine(s), budget {budget_s:.0f} s (margin {margin_s:.0f} s), "
+        f"model build ~{build_s:.0f} s"
+    ]
+    end = budget_s - margin_s
     t = build_s
     starts = engine_starts(runs)
     for i, (run, start) in enumerate(zip(runs, starts, strict=True)):
-        deadline = engine_deadline(t + start, budget_s, runs[i + 1 :], starts[i + 1 :])
+        deadline = engine_deadline(t + start, end, runs[i + 1 :], starts[i + 1 :])
         t += start
         lines.append(f"engine {run.id}: start ~{start:.0f} s (at ~{t:.0f} s)")
         cut: list[str] = []
@@ -592,13 +604,16 @@ def _resume(o: _Opts, side: str) -> list[Phase]:
             concurrency=o.resume_batch,
             prompt_len=o.perf_prompt,
             max_new_tokens=(resume_tokens(k, depth=o.depth),) * o.resume_batch,
-            seed=300 + k,
+            seed=10_000 + k,
         )
         for k in o.resume_k
     ]
 
 
 def _ramps(o: _Opts, side: str, labels: Sequence[str | None], none_label: str) -> list[Phase]:
+    """One ramp per label on the same arrival schedule. Each ramp of an engine gets its own prompts, so none
+    finds another's prompts in the prefix cache; the first ramp of every engine shares its prompts with the
+    first of the others (cost_model and never generate the very same tokens)."""
     if o.ramp_s <= 0:
         return []
     arrivals = ramp_schedule(o.ramp_s, o.ramp_peak, RAMP_TOKENS, side)
@@ -612,10 +627,10 @@ def _ramps(o: _Opts, side: str, labels: Sequence[str | None], none_label: str) -
             concurrency=len(arrivals),
             prompt_len=o.perf_prompt,
             max_new_tokens=(RAMP_TOKENS,) * len(arrivals),
-            seed=700,
+            seed=700 + i,
             arrivals=arrivals,
         )
-        for label in labels
+        for i, label in enumerate(labels)
     ]
 
 

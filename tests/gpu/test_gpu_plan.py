@@ -115,6 +115,16 @@ def test_ramp_schedule_is_deterministic_open_loop_and_ramps_one_to_128_to_one() 
     assert len(short) == pytest.approx(len(a) / 2, rel=0.05)  # a shorter ramp: same shape, half the requests
 
 
+def test_ramps_share_the_schedule_but_never_cached_prompts_within_an_engine() -> None:
+    spec, base = P.build_plan(("v2", "base_v2"), concurrency=(1,), ramp_s=10)
+    ramps = [p for p in spec.phases if p.kind == "ramp"]
+    never = next(p for p in base.phases if p.kind == "ramp")
+    assert len({p.arrivals for p in [*ramps, never]}) == 1
+    assert len({p.seed for p in ramps}) == len(ramps)
+    assert ramps[0].policy == "cost_model" and ramps[0].seed == never.seed
+    assert not {p.seed for p in ramps} & {p.seed for p in spec.phases if p.kind != "ramp"}
+
+
 def test_ramp_simulation_overloads_the_slower_policy_only() -> None:
     a = P.ramp_schedule(30, 128)
     fast, fast_n = P.simulate_ramp(a, P.RAMP_TOKENS, lambda n: P.ref_rate("v2", "never", n))
