@@ -259,3 +259,68 @@ def test_device_skips_phases_past_the_engine_deadline(tmp_path: Path) -> None:
     recs = [json.loads(x) for x in (d / "phases.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in recs] == ["engine"] + ["skip"] * len(run.phases)
     assert "GC DONE" in proc.stdout
+
+
+class _ShortEngine:
+    """generate() that returns at once: the batch guard must submit it again until the whole lasts."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: list[dict[str, object]]
+    ) -> list[dict[str, object]]:
+        self.calls += 1
+        return [{"output_ids": [1, 2], "meta_info": {"completion_tokens": 2}} for _ in input_ids]
+
+
+def test_a_short_batch_is_repeated_until_it_lasts_min_wall_s() -> None:
+    import plan as P
+
+    ph = P.Phase("perf:x:2:r0", "perf", "x", 2, 4, (2, 2), seed=0, min_wall_s=0.05)
+    eng = _ShortEngine()
+    served = G._serve_batch(eng, ph, [[5, 6, 7, 8]] * 2)
+    assert served["wall_s"] >= 0.05 or served["passes"] == 16
+    assert served["passes"] == eng.calls > 1 and len(served["requests"]) == 2 * served["passes"]
+    once = G._serve_batch(_ShortEngine(), P.Phase("p", "perf", "x", 1, 4, (2,), seed=0), [[5, 6, 7, 8]])
+    assert once["passes"] == 1  # min_wall_s 0: one pass
+
+
+def test_pace_scales_estimates_by_what_the_served_phases_took() -> None:
+    import time
+
+    import plan as P
+
+    ph = P.Phase("p", "perf", "x", 1, 4, (2,), seed=0, est_s=10.0)
+    pace = G._Pace()
+    now = time.time()
+    assert pace.fits(ph, now + 10 + P.SHUTDOWN_S + 1) and not pace.fits(ph, now + 10)
+    pace.add(ph, 20.0)  # phases take twice their estimate
+    assert not pace.fits(ph, now + 10 + P.SHUTDOWN_S + 1) and pace.fits(ph, now + 20 + P.SHUTDOWN_S + 1)
+    pace.add(ph, 1000.0)  # the ratio is clipped at 3
+    assert pace.fits(ph, now + 30 + P.SHUTDOWN_S + 1)
+
+
+def test_ramp_request_reads_cumulative_and_delta_chunks() -> None:
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    class Eng:
+        """Streams (output_ids, completion_tokens so far) chunks."""
+
+        def __init__(self, chunks: list[tuple[list[int], int]]) -> None:
+            self.chunks = chunks
+
+        async def async_generate(self, **kw: object) -> AsyncIterator[dict[str, object]]:
+            async def gen() -> AsyncIterator[dict[str, object]]:
+                for ids, n in self.chunks:
+                    yield {"output_ids": ids, "meta_info": {"completion_tokens": n}}
+
+            return gen()
+
+    cumulative = Eng([([1], 1), ([1, 2, 3], 3), ([1, 2, 3, 4], 4)])
+    deltas = Eng([([1], 1), ([2, 3], 3), ([4], 4)])
+    for eng in (cumulative, deltas):
+        rec = asyncio.run(G._ramp_request(eng, [9], {}, 0.0, 0.5))
+        assert rec["output_ids"] == [1, 2, 3, 4] and rec["completion_tokens"] == 4
+        assert rec["scheduled_s"] == 0.5 and rec["finish_s"] >= rec["first_token_s"] >= rec["arrival_s"]
