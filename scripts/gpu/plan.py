@@ -341,7 +341,7 @@ def ramp_schedule(
     acc, t = 0.0, 0.0
     while t < duration_s:
         c = target_concurrency(t + dt / 2, duration_s, peak)
-        acc += dt * c * best_rate(side, c) / c / tokens
+        acc += dt * best_rate(side, c) / tokens  # c / S(c): the arrival rate at this load
         t += dt
         while acc >= len(arrivals) + 0.5:
             arrivals.append(round(t, 4))
