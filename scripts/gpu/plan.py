@@ -478,7 +478,10 @@ def format_plan(
             note = "" if len(kept) == len(ph) else f"  CUT {len(ph) - len(kept)} of {len(ph)}"
             if note:
                 cut.append(kind)
-            lines.append(f"  {kind:7s} {len(ph):4d} phase(s) ~{s:6.1f} s{note}{_detail(run, kind)}")
+            lines.append(f"  {kind:7s} {len(ph):4d} phase(s) ~{s:6.1f} s{note}")
+            detail = _detail(run, kind)
+            if detail:
+                lines.append(f"          {detail}")
         t += SHUTDOWN_S
         lines.append(f"  done at ~{t:.0f} s" + (f" (cut: {', '.join(cut)})" if cut else ""))
     lines.append(f"total ~{t:.0f} s of {budget_s:.0f} s")
@@ -490,11 +493,13 @@ def _detail(run: EngineRun, kind: str) -> str:
     if kind == "perf":
         by_c = sorted({(p.concurrency, p.max_new_tokens[0]) for p in ph})
         reps = 1 + max(p.repeat for p in ph)
-        return f"  ({reps} repeats; tokens/request by c: " + ", ".join(f"{c}:{n}" for c, n in by_c) + ")"
+        return f"{reps} repeats; tokens per request by level: " + ", ".join(f"{c}:{n}" for c, n in by_c)
     if kind == "ramp":
-        return f"  ({ph[0].concurrency} requests over {ph[0].arrivals[-1]:.0f} s each)"
+        return f"{ph[0].concurrency} requests over {ph[0].arrivals[-1]:.0f} s each"
     if kind == "resume":
-        return "  (" + ", ".join(f"{p.policy}: {p.max_new_tokens[0]} tokens" for p in ph) + ")"
+        return f"{ph[0].concurrency} requests; " + ", ".join(
+            f"{p.policy}: {p.max_new_tokens[0]} tokens" for p in ph
+        )
     return ""
 
 
