@@ -3,20 +3,25 @@
 
 On the GPU machine (SGLang and specpolicy installed, plus the test policies of scripts/gpu/gpucheck_policies):
 
-    python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --budget-s 540
+    python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
+        --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 [--doctor-smoke] [--dry-run]
 
 builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance), then starts one offline
-``sglang.Engine`` per worker path in its own process (``engine`` subcommand) with specpolicy installed through
-SGLang's plugin entry point (``SPECPOLICY_POLICY`` / ``SPECPOLICY_TRACE``), serves the phases of
-scripts/gpu/plan.py and packs everything (per-request results, the adapter's JSONL trace, logs) into
-``OUTDIR/results-<paths>.tar.gz``.
+``sglang.Engine`` per worker path and attention backend (``<path>/<backend>``) in its own process
+(``engine`` subcommand) with specpolicy installed through SGLang's plugin entry point (``SPECPOLICY_POLICY``
+/ ``SPECPOLICY_TRACE``), serves the phases of scripts/gpu/plan.py (warm-ups, checks, interleaved perf
+repeats, resume cost, an open-loop ramp) until the engine's share of the budget ends, optionally runs
+``specpolicy doctor --smoke``, and packs everything (per-request results, the adapter's JSONL trace, logs)
+into ``OUTDIR/results-<paths>-<backends>.tar.gz`` after every engine. ``--dry-run`` prints the plan with
+estimated seconds and what the budget would cut, and runs nothing.
 
 Anywhere (no GPU needed):
 
     python3 scripts/gpu_check.py analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
 
-checks exact token counts, lossless output against the bigram oracle, accept-length bookkeeping, the failing
-policy's fallbacks, and prints the performance table.
+checks exact token counts, lossless output against the bigram oracle (every request of every phase),
+accept-length bookkeeping, the failing policy's fallbacks, and prints the perf tables (median and min-max
+of the repeats), the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost and the doctor's output.
 """
 
 from __future__ import annotations
@@ -45,13 +50,14 @@ SPEC_KW: dict[str, Any] = {
 }
 
 
-def engine_kwargs(path: str, models: Path) -> dict[str, Any]:
-    """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2)."""
+def engine_kwargs(path: str, models: Path, backend: str | None = None) -> dict[str, Any]:
+    """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2) and
+    attention backend (default: $GC_ATTN, else triton)."""
     kw: dict[str, Any] = {
         "model_path": str(models / "target"),
         "tokenizer_path": str(models / "target"),
         "dtype": "bfloat16",
-        "attention_backend": os.environ.get("GC_ATTN", "triton"),
+        "attention_backend": backend or os.environ.get("GC_ATTN", "triton"),
         "sampling_backend": "pytorch",
         "grammar_backend": "none",
         "disable_cuda_graph": os.environ.get("GC_CUDA_GRAPH", "1") != "1",
@@ -128,88 +134,214 @@ def cmd_build_models(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- engine
+def _request_record(o: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one finished request the analysis checks (tokens, SGLang's own speculation counters)."""
+    m = o.get("meta_info", {})
+    return {
+        "output_ids": o.get("output_ids"),
+        "completion_tokens": m.get("completion_tokens"),
+        "verify_ct": m.get("spec_verify_ct"),
+        "correct_drafts": m.get("spec_num_correct_drafts", m.get("spec_accepted_drafts")),
+        "histogram": m.get("spec_correct_drafts_histogram", m.get("spec_accept_histogram")),
+        "e2e_latency": m.get("e2e_latency"),
+    }
+
+
+def _serve_batch(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> dict[str, Any]:
+    """Submit the batch; while the whole has lasted less than ``min_wall_s``, submit it again (at most 16
+    passes) and count tokens over wall time of all passes, so a short batch cannot be timing noise."""
+    sp = [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in phase.max_new_tokens]
+    ts0, c0 = time.time(), time.perf_counter()
+    reqs: list[dict[str, Any]] = []
+    err, passes = None, 0
+    while passes < 16:
+        try:
+            outs = eng.generate(input_ids=prompts, sampling_params=sp)
+        except Exception as exc:  # record and go on: one failing phase must not hide the others
+            err = repr(exc)
+            break
+        passes += 1
+        reqs.extend(_request_record(o) for o in ([outs] if isinstance(outs, dict) else outs))
+        if time.perf_counter() - c0 >= phase.min_wall_s:
+            break
+    wall = time.perf_counter() - c0
+    return {
+        "t_start": ts0,
+        "t_end": ts0 + wall,
+        "wall_s": round(wall, 4),
+        "passes": passes,
+        "requests": reqs,
+        "error": err,
+    }
+
+
+async def _ramp_request(
+    eng: Any, prompt: list[int], sp: dict[str, Any], t0: float, scheduled: float
+) -> dict[str, Any]:
+    """One streamed request: its arrival, first-token and finish times (s from the ramp's start)."""
+    arrival = time.perf_counter() - t0
+    first: float | None = None
+    ids: list[int] = []
+    last: dict[str, Any] = {}
+    gen = await eng.async_generate(input_ids=prompt, sampling_params=sp, stream=True)
+    async for chunk in gen:
+        if first is None:
+            first = time.perf_counter() - t0
+        last = chunk
+        got = chunk.get("output_ids") or []
+        n = chunk.get("meta_info", {}).get("completion_tokens")
+        ids = got if n is None or len(got) == n else ids + got  # cumulative chunks (no copy), or deltas
+    rec = _request_record({**last, "output_ids": list(ids)})
+    rec.update(
+        scheduled_s=round(scheduled, 4),
+        arrival_s=round(arrival, 4),
+        first_token_s=None if first is None else round(first, 4),
+        finish_s=round(time.perf_counter() - t0, 4),
+    )
+    return rec
+
+
+async def _ramp(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> list[Any]:
+    """Open loop: each request's task starts at its arrival time, whatever the engine's backlog."""
+    import asyncio
+
+    t0 = time.perf_counter()
+    tasks = []
+    for prompt, n, at in zip(prompts, phase.max_new_tokens, phase.arrivals, strict=True):
+        delay = t0 + at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sp = {
+            "temperature": 0.0,
+            "max_new_tokens": n,
+            "ignore_eos": True,
+            "stream_interval": planmod.RAMP_STREAM_INTERVAL,
+        }
+        tasks.append(asyncio.create_task(_ramp_request(eng, prompt, sp, t0, at)))
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _serve_ramp(eng: Any, phase: planmod.Phase, prompts: list[list[int]]) -> dict[str, Any]:
+    """The ramp on the engine's own event loop (the one its tokenizer manager serves)."""
+    ts0, c0 = time.time(), time.perf_counter()
+    try:
+        got = eng.loop.run_until_complete(_ramp(eng, phase, prompts))
+        err = None
+    except Exception as exc:
+        got, err = [], repr(exc)
+    wall = time.perf_counter() - c0
+    reqs = [r if isinstance(r, dict) else {"error": repr(r), "output_ids": None} for r in got]
+    failed = sum(1 for r in reqs if "error" in r)
+    if failed and err is None:
+        err = f"{failed} request(s) failed, first: {next(r['error'] for r in reqs if 'error' in r)}"
+    return {
+        "t_start": ts0,
+        "t_end": ts0 + wall,
+        "wall_s": round(wall, 4),
+        "passes": 1,
+        "requests": reqs,
+        "error": err,
+    }
+
+
+class _Pace:
+    """Measured over planned seconds of the phases served so far (clipped to 0.5-3): the engine scales the
+    remaining estimates by it when deciding whether a phase still fits before its deadline."""
+
+    def __init__(self) -> None:
+        self.planned = self.actual = 0.0
+
+    def add(self, phase: planmod.Phase, wall_s: float) -> None:
+        if phase.kind in ("perf", "resume", "ramp") and phase.est_s > 0:
+            self.planned += phase.est_s
+            self.actual += wall_s
+
+    def fits(self, phase: planmod.Phase, deadline: float) -> bool:
+        ratio = min(3.0, max(0.5, self.actual / self.planned)) if self.planned else 1.0
+        return time.time() + phase.est_s * ratio + planmod.SHUTDOWN_S <= deadline
+
+
+def _configure_adapter(run: planmod.EngineRun, out: Path) -> Path:
+    """Environment that installs specpolicy's dispatcher in the engine's scheduler; returns the control
+    file that selects its policy."""
+    from specpolicy_gpucheck import write_control
+
+    control = out / "control.txt"
+    first = next(p.policy for p in run.phases if p.policy)
+    write_control(control, 0, first or "")
+    cfg = planmod.dispatch_config(run.policies, str(control), str(out / "dispatch.jsonl"), first or "")
+    os.environ["SPECPOLICY_POLICY"] = json.dumps(cfg)
+    os.environ["SPECPOLICY_TRACE"] = str(out / "trace.jsonl")
+    os.environ["SPECPOLICY_TRACE_MAX_BYTES"] = str(1 << 30)
+    return control
+
+
+def _phase_record(
+    run: planmod.EngineRun, phase: planmod.Phase, prompts: list[list[int]], served: dict[str, Any]
+) -> dict[str, Any]:
+    tokens = sum(r.get("completion_tokens") or 0 for r in served["requests"])
+    wall = served["wall_s"]
+    return {
+        "kind": "phase",
+        "path": run.path,
+        "backend": run.backend,
+        "name": phase.name,
+        "phase_kind": phase.kind,
+        "policy": phase.policy,
+        "concurrency": phase.concurrency,
+        "repeat": phase.repeat,
+        "prompt_len": phase.prompt_len,
+        "max_new_tokens": list(phase.max_new_tokens) * max(1, served["passes"]),
+        "seed": phase.seed,
+        "prompt_last": [p[-1] for p in prompts] * max(1, served["passes"]),
+        "est_s": phase.est_s,
+        "tokens": tokens,
+        "tok_per_s": round(tokens / wall, 1) if wall else None,
+        **served,
+    }
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
-    """Run one engine through its phases; results are appended one JSON line per phase as they finish."""
+    """Run one engine through its phases; results are appended one JSON line per phase as they finish, and
+    a phase that would end past ``--deadline`` is skipped (recorded), so the engine shuts down cleanly."""
     run = planmod.EngineRun.from_json(Path(args.run).read_text())
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = json.loads((work / "models" / "meta.json").read_text())
-    control = out / "control.txt"
-    if run.adapter:
-        from specpolicy_gpucheck import write_control
-
-        first = next(p.policy for p in run.phases if p.policy)
-        write_control(control, 0, first or "")
-        cfg = planmod.dispatch_config(run.policies, str(control), str(out / "dispatch.jsonl"), first or "")
-        os.environ["SPECPOLICY_POLICY"] = json.dumps(cfg)
-        os.environ["SPECPOLICY_TRACE"] = str(out / "trace.jsonl")
-        os.environ["SPECPOLICY_TRACE_MAX_BYTES"] = str(1 << 30)
+    control = _configure_adapter(run, out) if run.adapter else None
     os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
     t0 = time.time()
     import sglang as sgl
 
-    kw = engine_kwargs(run.path, work / "models")
+    kw = engine_kwargs(run.path, work / "models", run.backend)
     print("GC ENGINE KW", json.dumps(kw), flush=True)
     eng = sgl.Engine(**kw)
     init_s = time.time() - t0
-    print(f"GC ENGINE UP {run.path} in {init_s:.1f}s", flush=True)
+    print(f"GC ENGINE UP {run.id} in {init_s:.1f}s", flush=True)
     res_path = out / "phases.jsonl"
-    with open(res_path, "a") as fh:
-        fh.write(
-            json.dumps({"kind": "engine", "path": run.path, "init_s": round(init_s, 2), "kw": kw}) + "\n"
-        )
+    head = {"kind": "engine", "path": run.path, "backend": run.backend, "init_s": round(init_s, 2), "kw": kw}
+    _append(res_path, head)
+    pace = _Pace()
     for gen, phase in enumerate(run.phases, 1):
-        if run.adapter and phase.policy:
+        if not pace.fits(phase, args.deadline):
+            _append(
+                res_path, {"kind": "skip", "name": phase.name, "phase_kind": phase.kind, "est_s": phase.est_s}
+            )
+            print(f"GC SKIP PHASE {run.id} {phase.name}: ~{phase.est_s:.1f}s does not fit", flush=True)
+            continue
+        if control is not None and phase.policy:
+            from specpolicy_gpucheck import write_control
+
             write_control(control, gen, phase.policy)
         prompts = planmod.prompts_for(phase, meta["chain_vocab"])
-        sp = [{"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True} for n in phase.max_new_tokens]
-        ts0, c0 = time.time(), time.perf_counter()
-        try:
-            outs = eng.generate(input_ids=prompts, sampling_params=sp)
-            err = None
-        except Exception as exc:  # record and go on: one failing phase must not hide the others
-            outs, err = [], repr(exc)
-        wall = time.perf_counter() - c0
-        if isinstance(outs, dict):
-            outs = [outs]
-        reqs = []
-        for o in outs:
-            m = o.get("meta_info", {})
-            reqs.append(
-                {
-                    "output_ids": o.get("output_ids"),
-                    "completion_tokens": m.get("completion_tokens"),
-                    "verify_ct": m.get("spec_verify_ct"),
-                    "correct_drafts": m.get("spec_num_correct_drafts", m.get("spec_accepted_drafts")),
-                    "histogram": m.get("spec_correct_drafts_histogram", m.get("spec_accept_histogram")),
-                    "e2e_latency": m.get("e2e_latency"),
-                }
-            )
-        tokens = sum(r["completion_tokens"] or 0 for r in reqs)
-        rec = {
-            "kind": "phase",
-            "path": run.path,
-            "name": phase.name,
-            "phase_kind": phase.kind,
-            "policy": phase.policy,
-            "concurrency": phase.concurrency,
-            "prompt_len": phase.prompt_len,
-            "max_new_tokens": list(phase.max_new_tokens),
-            "seed": phase.seed,
-            "prompt_last": [p[-1] for p in prompts],
-            "t_start": ts0,
-            "t_end": ts0 + wall,
-            "wall_s": round(wall, 4),
-            "tokens": tokens,
-            "tok_per_s": round(tokens / wall, 1) if wall else None,
-            "error": err,
-            "requests": reqs,
-        }
-        with open(res_path, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        served = (_serve_ramp if phase.kind == "ramp" else _serve_batch)(eng, phase, prompts)
+        rec = _phase_record(run, phase, prompts, served)
+        pace.add(phase, rec["wall_s"])
+        _append(res_path, rec)
+        err = rec["error"]
         print(
-            f"GC PHASE {run.path} {phase.name}: {tokens} tokens in {wall:.2f}s = "
-            f"{rec['tok_per_s']} tok/s{' ERROR ' + err if err else ''}",
+            f"GC PHASE {run.id} {phase.name}: {rec['tokens']} tokens in {rec['wall_s']:.2f}s "
+            f"({rec['passes']} pass) = {rec['tok_per_s']} tok/s{' ERROR ' + err if err else ''}",
             flush=True,
         )
     time.sleep(1.5)  # the trace writer flushes every 0.5 s
@@ -219,17 +351,21 @@ def cmd_engine(args: argparse.Namespace) -> int:
     except Exception as exc:
         print("GC server_info failed", repr(exc), flush=True)
     eng.shutdown()
-    print(f"GC DONE {run.path} total {time.time() - t0:.1f}s", flush=True)
+    print(f"GC DONE {run.id} total {time.time() - t0:.1f}s", flush=True)
     return 0
 
 
+def _append(path: Path, rec: dict[str, Any]) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
 # ----------------------------------------------------------------------------------------------- device
-def _pack(work: Path, out: Path, paths: tuple[str, ...]) -> None:
+def _pack(work: Path, out: Path, ids: tuple[str, ...], tag: str) -> None:
     """One tarball per device command (the GPU machine returns a handful of files, not folders)."""
-    tag = "-".join(paths)
     tmp = out / f".results-{tag}.tar.gz"
     with tarfile.open(tmp, "w:gz") as tar:
-        for name in paths:
+        for name in (*ids, "doctor"):
             p = work / "runs" / name
             if p.exists():
                 tar.add(p, arcname=name)
@@ -255,81 +391,175 @@ def _usable_policies(labels: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(keep)
 
 
-def cmd_device(args: argparse.Namespace) -> int:
-    """Build the models if needed, then run each engine in its own process within the time budget."""
-    t_end = time.time() + args.budget_s
-    work, out = Path(args.work), Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = tuple(p for p in args.paths.split(",") if p)
-    if not (work / "models" / "meta.json").exists():
-        rc = subprocess.call(
-            [
-                sys.executable,
-                __file__,
-                "build-models",
-                "--work",
-                str(work),
-                "--device",
-                "cuda",
-                "--agree",
-                str(args.agree),
-            ]
-        )
-        if rc:
-            print(f"GC model build failed rc={rc}")
-            return rc
-    perf = tuple(p for p in args.perf.split(",") if p)
-    concurrency = tuple(int(c) for c in args.concurrency.split(","))
-    perf = _usable_policies(perf)
-    runs = planmod.build_plan(paths, concurrency=concurrency, perf_tokens=args.perf_tokens, perf=perf)
-    status = 0
-    for run in runs:
-        left = t_end - time.time()
-        if left < args.min_engine_s:
-            print(f"GC SKIP {run.path}: {left:.0f}s left < {args.min_engine_s}s")
-            status = 1
-            continue
-        d = work / "runs" / run.path
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "run.json").write_text(run.to_json())
-        log = open(d / "engine.log", "w")
-        t0 = time.time()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "engine",
-                "--run",
-                str(d / "run.json"),
-                "--work",
-                str(work),
-                "--out",
-                str(d),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.split(",") if x)
+
+
+def _plan(args: argparse.Namespace) -> list[planmod.EngineRun]:
+    return planmod.build_plan(
+        _csv(args.paths),  # type: ignore[arg-type]
+        backends=_csv(args.attn),  # type: ignore[arg-type]
+        concurrency=tuple(int(c) for c in _csv(args.concurrency)),
+        repeats=args.repeats,
+        min_batch_s=args.min_batch_s,
+        perf_tokens=args.perf_tokens,
+        perf=_usable_policies(_csv(args.perf)),
+        ramp_s=args.ramp_s,
+        ramp_policies=_csv(args.ramp_policies),
+        ramp_peak=args.ramp_peak,
+        resume_k=tuple(int(k) for k in _csv(args.resume_k)),
+    )
+
+
+def _build_models(work: Path, agree: float) -> int:
+    if (work / "models" / "meta.json").exists():
+        return 0
+    cmd = [
+        sys.executable,
+        __file__,
+        "build-models",
+        "--work",
+        str(work),
+        "--device",
+        "cuda",
+        "--agree",
+        str(agree),
+    ]
+    rc = subprocess.call(cmd)
+    if rc:
+        print(f"GC model build failed rc={rc}")
+    return rc
+
+
+def _run_engine(run: planmod.EngineRun, work: Path, deadline: float, kill_at: float) -> int:
+    """One engine process; killed only if it overruns the whole budget (it stops itself at ``deadline``)."""
+    d = work / "runs" / run.id
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "run.json").write_text(run.to_json())
+    cmd = [
+        sys.executable,
+        __file__,
+        "engine",
+        "--run",
+        str(d / "run.json"),
+        "--work",
+        str(work),
+        "--out",
+        str(d),
+        "--deadline",
+        str(deadline),
+    ]
+    t0 = time.time()
+    with open(d / "engine.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=max(1.0, left - args.margin_s))
+            rc = proc.wait(timeout=max(1.0, kill_at - time.time()))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = -9
-            print(f"GC TIMEOUT {run.path}: killed after {time.time() - t0:.0f}s")
-        log.close()
-        status |= rc != 0
-        print(f"GC ENGINE {run.path} rc={rc} in {time.time() - t0:.0f}s")
-        _pack(work, out, paths)
-        for line in open(d / "engine.log", errors="replace"):
-            if (
-                line.startswith("GC ")
-                or "specpolicy" in line.lower()
-                or "Traceback" in line
-                or "Error" in line
-            ):
-                print("  " + line.rstrip()[:400])
-    _pack(work, out, paths)
+            print(f"GC TIMEOUT {run.id}: killed after {time.time() - t0:.0f}s")
+    print(f"GC ENGINE {run.id} rc={rc} in {time.time() - t0:.0f}s")
+    for line in open(d / "engine.log", errors="replace"):
+        if line.startswith("GC ") or "specpolicy" in line.lower() or "Traceback" in line or "Error" in line:
+            print("  " + line.rstrip()[:400])
+    return rc
+
+
+def doctor_command(models: Path, backend: str) -> list[str]:
+    """``specpolicy doctor --smoke`` on the test models: four short engines (speculation-free, SGLang's own
+    speculation, always off, switching every step), CUDA graphs only for the few batch sizes it uses."""
+    kw = {
+        k: v
+        for k, v in engine_kwargs("base_v2", models, backend).items()
+        if k
+        in (
+            "dtype",
+            "attention_backend",
+            "sampling_backend",
+            "grammar_backend",
+            "mem_fraction_static",
+            "max_total_tokens",
+            "random_seed",
+        )
+    }
+    kw.update(cuda_graph_max_bs=8, cuda_graph_bs=[1, 2, 4, 8])
+    return [
+        sys.executable,
+        "-m",
+        "specpolicy.cli",
+        "doctor",
+        "--engine",
+        "sglang",
+        "--smoke",
+        "--json",
+        "--model",
+        str(models / "target"),
+        "--draft",
+        str(models / "draft"),
+        "--algorithm",
+        "STANDALONE",
+        "--num-steps",
+        str(planmod.LAUNCH_DEPTH),
+        "--engine-args",
+        json.dumps(kw),
+    ]
+
+
+def _run_doctor(work: Path, backend: str, timeout: float) -> int:
+    d = work / "runs" / "doctor" / backend
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = doctor_command(work / "models", backend)
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = -9, str(exc.stdout or ""), str(exc.stderr or "")
+    (d / "doctor.json").write_text(stdout)
+    (d / "doctor.log").write_text(stderr)
+    (d / "doctor.rc").write_text(json.dumps({"rc": rc, "seconds": round(time.time() - t0, 1), "cmd": cmd}))
+    print(f"GC DOCTOR {backend} rc={rc} in {time.time() - t0:.0f}s")
+    return rc
+
+
+def cmd_device(args: argparse.Namespace) -> int:
+    """Build the models if needed, then run each engine in its own process within the time budget, then
+    (optionally) ``specpolicy doctor --smoke``. ``--dry-run`` prints the plan and its estimate and stops."""
+    t_end = time.time() + args.budget_s
+    runs = _plan(args)
+    if args.dry_run:
+        print(planmod.format_plan(runs, args.budget_s, margin_s=args.margin_s))
+        if args.doctor_smoke:
+            print(f"doctor --smoke: ~{planmod.DOCTOR_S:.0f} s per backend, if that much is left")
+        return 0
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rc = _build_models(work, args.agree)
+    if rc:
+        return rc
+    ids = tuple(r.id for r in runs)
+    tag = "-".join([*(_csv(args.paths) or ("doctor",)), *_csv(args.attn)])
+    starts = planmod.engine_starts(runs)
+    status = 0
+    for i, run in enumerate(runs):
+        left = t_end - time.time()
+        if left < args.min_engine_s:
+            print(f"GC SKIP {run.id}: {left:.0f}s left < {args.min_engine_s}s")
+            status = 1
+            continue
+        deadline = planmod.engine_deadline(time.time(), t_end - args.margin_s, runs[i + 1 :], starts[i + 1 :])
+        status |= _run_engine(run, work, deadline, t_end - args.margin_s) != 0
+        _pack(work, out, ids, tag)
+    if args.doctor_smoke:
+        for backend in _csv(args.attn):
+            left = t_end - time.time() - args.margin_s
+            if left < planmod.DOCTOR_S:
+                print(f"GC SKIP doctor --smoke ({backend}): {left:.0f}s left < ~{planmod.DOCTOR_S:.0f}s")
+                continue
+            status |= _run_doctor(work, backend, left) != 0
+            _pack(work, out, ids, tag)
+    _pack(work, out, ids, tag)
     return status
 
 
@@ -359,15 +589,33 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--run", required=True)
     e.add_argument("--work", required=True)
     e.add_argument("--out", required=True)
+    e.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip phases past it")
     d = sub.add_parser("device", help="build models and run engines on the GPU machine")
     d.add_argument("--work", required=True)
     d.add_argument("--out", required=True)
     d.add_argument(
-        "--paths", default="v2,base_v2,v1,base_v1", help="among v1,v2,base_v1,base_v2,plain_v1,plain_v2"
+        "--paths",
+        default="v2,base_v2,v1,base_v1",
+        help="among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (plain: SGLang's own speculation; optional)",
+    )
+    d.add_argument(
+        "--attn", default=os.environ.get("GC_ATTN", "triton"), help="attention backends: triton,flashinfer"
     )
     d.add_argument("--perf", default=",".join(planmod.PERF_POLICIES))
     d.add_argument("--concurrency", default=",".join(map(str, planmod.CONCURRENCY)))
-    d.add_argument("--perf-tokens", type=int, default=256)
+    d.add_argument("--repeats", type=int, default=3, help="measurements per perf point, interleaved")
+    d.add_argument("--min-batch-s", type=float, default=1.0, help="shortest perf batch (repeated until then)")
+    d.add_argument("--perf-tokens", type=int, default=0, help="output tokens per request; 0: sized per level")
+    d.add_argument(
+        "--ramp-s", type=float, default=60.0, help="ramp arrivals span (1 -> peak -> 1); 0: no ramp"
+    )
+    d.add_argument("--ramp-peak", type=int, default=128)
+    d.add_argument("--ramp-policies", default=",".join(planmod.RAMP_POLICIES))
+    d.add_argument(
+        "--resume-k", default=",".join(map(str, planmod.RESUME_K)), help="off stretches; empty: none"
+    )
+    d.add_argument("--doctor-smoke", action="store_true", help="after the engines: specpolicy doctor --smoke")
+    d.add_argument("--dry-run", action="store_true", help="print the plan with estimated seconds and exit")
     d.add_argument("--agree", type=float, default=0.7)
     d.add_argument("--budget-s", type=float, default=540.0)
     d.add_argument("--min-engine-s", type=float, default=90.0)

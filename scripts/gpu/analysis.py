@@ -1,9 +1,10 @@
 """Checks and tables from the live GPU check's raw results. Pure Python; runs anywhere.
 
-Input folder layout (what ``gpu_check.py device`` packs): ``models-meta.json`` (the bigram maps) and one
-folder per engine (``v1``, ``v2``, ``base_v1``, ``base_v2``) holding ``phases.jsonl`` (one line per request
-batch), ``engine.log``, and for speculative engines ``trace.jsonl`` (the adapter's step trace) and
-``dispatch.jsonl``.
+Input folder layout (what ``gpu_check.py device`` packs): ``models-meta.json`` (the bigram maps), one
+folder per engine, ``<path>/<backend>`` (``v2/triton``, ``base_v2/flashinfer``; results of the first runs
+have ``<path>`` alone, read as triton), holding ``phases.jsonl`` (one line per request batch or ramp),
+``engine.log``, ``run.json`` (the plan), and for engines with the adapter ``trace.jsonl`` (the adapter's step
+trace) and ``dispatch.jsonl``; and ``doctor/<backend>/`` with the output of ``specpolicy doctor --smoke``.
 
 Every expected value comes from the bigram oracle (scripts/gpu/bigram_model.py) or from SGLang's own counters,
 never from specpolicy.
@@ -11,6 +12,7 @@ never from specpolicy.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import Counter, defaultdict
@@ -28,6 +30,13 @@ __all__ = [
     "load_jsonl",
     "phase_trace",
     "trace_summary",
+    "median",
+    "percentile",
+    "spread_table",
+    "ramp_summary",
+    "resume_cost",
+    "engine_folders",
+    "load_doctor",
     "analyze_engine",
     "analyze_dir",
     "render_markdown",
@@ -166,64 +175,267 @@ def trace_summary(recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def analyze_engine(folder: Path, meta: dict[str, Any], depth: int) -> dict[str, Any]:
-    path = folder.name
+# ----------------------------------------------------------------------------------------------- statistics
+def median(xs: Sequence[float]) -> float:
+    """The middle value (mean of the two middle ones for an even count)."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("median of no values")
+    m = len(s) // 2
+    return float(s[m]) if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0-100): a value that occurred, no interpolation between requests."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("percentile of no values")
+    return float(s[max(0, min(len(s) - 1, int(np.ceil(q / 100 * len(s))) - 1))])
+
+
+def spread_table(
+    samples: dict[str, dict[str, dict[int, list[float]]]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per engine key, policy and concurrency: the median, and [min, max], of the repeated measurements."""
+    med: dict[str, Any] = {}
+    spread: dict[str, Any] = {}
+    for key, table in samples.items():
+        for pol, row in table.items():
+            for c in sorted(row):
+                vals = row[c]
+                med.setdefault(key, {}).setdefault(pol, {})[c] = round(median(vals), 1)
+                spread.setdefault(key, {}).setdefault(pol, {})[c] = [min(vals), max(vals)]
+    return med, spread
+
+
+# ----------------------------------------------------------------------------------------------- ramp
+def _in_flight_peak(reqs: Sequence[dict[str, Any]]) -> int:
+    events = sorted([(r["arrival_s"], 1) for r in reqs] + [(r["finish_s"], -1) for r in reqs])
+    peak = n = 0
+    for _, d in events:
+        n += d
+        peak = max(peak, n)
+    return peak
+
+
+def ramp_summary(reqs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Output tokens/s over the ramp (schedule start to last finish), TPOT and TTFT percentiles in ms.
+
+    TPOT of a request: (finish - first token) / (tokens - 1). Lateness: how far the driver fell behind the
+    arrival schedule (an open loop must not, or the load was not the planned one).
+    """
+    done = [
+        r
+        for r in reqs
+        if r.get("finish_s") is not None and r.get("first_token_s") is not None and r.get("completion_tokens")
+    ]
+    if not done:
+        return {"requests": len(reqs), "finished": 0}
+    span = max(r["finish_s"] for r in done)
+    tokens = sum(r["completion_tokens"] for r in done)
+    tpot = [
+        1e3 * (r["finish_s"] - r["first_token_s"]) / (r["completion_tokens"] - 1)
+        for r in done
+        if r["completion_tokens"] > 1
+    ]
+    ttft = [1e3 * (r["first_token_s"] - r["arrival_s"]) for r in done]
+    late = [r["arrival_s"] - r.get("scheduled_s", r["arrival_s"]) for r in done]
+    return {
+        "tokens_per_s": round(tokens / span, 1) if span else None,
+        "tpot_p50": round(percentile(tpot, 50), 3) if tpot else None,
+        "tpot_p99": round(percentile(tpot, 99), 3) if tpot else None,
+        "ttft_p50": round(percentile(ttft, 50), 3),
+        "ttft_p99": round(percentile(ttft, 99), 3),
+        "requests": len(reqs),
+        "finished": len(done),
+        "tokens": tokens,
+        "span_s": round(span, 3),
+        "peak_in_flight": _in_flight_peak(done),
+        "mean_in_flight": round(sum(r["finish_s"] - r["arrival_s"] for r in done) / span, 1)
+        if span
+        else None,
+        "max_lateness_s": round(max(late), 4),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- resume
+def _run_lengths_before(depths: Sequence[int]) -> list[int]:
+    """For every step: how many off steps (depth 0) ran right before it."""
+    out, n = [], 0
+    for d in depths:
+        out.append(n)
+        n = n + 1 if d == 0 else 0
+    return out
+
+
+def resume_cost(recs: Sequence[dict[str, Any]], k: int, batch_size: int) -> dict[str, Any]:
+    """The first on step after exactly ``k`` off steps against a normal on step, at one batch size.
+
+    ``recs``: one phase's trace records in step order. A normal on step has two on steps before it (so no
+    catch-up can land in it); the second on step after the stretch is reported too, because an engine that
+    overlaps steps can show a step's cost one step late. Times in ms, medians over the off/on cycles.
+    """
+    depths = [r["num_steps"] for r in recs]
+    before = _run_lengths_before(depths)
+    first, second, normal, off = [], [], [], []
+    other = 0
+    for i, r in enumerate(recs):
+        t = r.get("step_time_s")
+        if r["batch_size"] != batch_size or t is None:
+            continue
+        if depths[i] == 0:
+            off.append(t)
+        elif before[i] == k:
+            first.append(t)
+            nxt = recs[i + 1] if i + 1 < len(recs) else None
+            if nxt and nxt["num_steps"] and nxt["batch_size"] == batch_size and nxt.get("step_time_s"):
+                second.append(nxt["step_time_s"])
+        elif before[i] > 0:
+            other += 1
+        elif i >= 2 and depths[i - 1] and depths[i - 2]:
+            normal.append(t)
+    out: dict[str, Any] = {"k": k, "batch_size": batch_size, "samples": len(first), "other_resumes": other}
+    for name, xs in (
+        ("first_on_ms", first),
+        ("second_on_ms", second),
+        ("normal_on_ms", normal),
+        ("off_ms", off),
+    ):
+        out[name] = round(1e3 * median(xs), 3) if xs else None
+    if out["first_on_ms"] is not None and out["normal_on_ms"]:
+        out["first_over_normal"] = round(out["first_on_ms"] / out["normal_on_ms"], 3)
+        out["excess_ms"] = round(out["first_on_ms"] - out["normal_on_ms"], 3)
+    return out
+
+
+RESUME_LABEL_RE = re.compile(r"resume-(\d+)$")
+
+
+# ----------------------------------------------------------------------------------------------- engines
+def _engine_record(folder: Path) -> dict[str, Any] | None:
+    return next((r for r in load_jsonl(folder / "phases.jsonl") if r.get("kind") == "engine"), None)
+
+
+def engine_folders(folder: Path) -> list[tuple[str, Path]]:
+    """(``<path>/<backend>``, folder) of every engine under ``folder``; a folder of the first runs
+    (``<path>/phases.jsonl``) gets the backend its engine record names, else triton."""
+    out = []
+    for d in sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "doctor"):
+        if (d / "phases.jsonl").exists():
+            rec = _engine_record(d) or {}
+            backend = rec.get("backend") or (rec.get("kw") or {}).get("attention_backend") or "triton"
+            out.append((f"{d.name}/{backend}", d))
+        for sub in sorted(p for p in d.iterdir() if p.is_dir() and (p / "phases.jsonl").exists()):
+            out.append((f"{d.name}/{sub.name}", sub))
+    return out
+
+
+class _Window:
+    """The trace sorted by decision time, for cheap per-phase windows (the trace has ~10^5 steps)."""
+
+    def __init__(self, trace: Sequence[dict[str, Any]]) -> None:
+        self.recs = sorted((r for r in trace if r.get("ts") is not None), key=lambda r: r["ts"])
+        self.ts = [r["ts"] for r in self.recs]
+
+    def __call__(self, t0: float, t1: float) -> list[dict[str, Any]]:
+        return self.recs[bisect.bisect_left(self.ts, t0) : bisect.bisect_right(self.ts, t1)]
+
+
+def _label(path: str, policy: str | None) -> str:
+    return policy or ("sglang-static" if path.startswith("plain") else "never")
+
+
+def _spec_fields(
+    ph: dict[str, Any], checks: list[RequestCheck], meta: dict[str, Any], depth: int
+) -> dict[str, Any]:
+    """Bookkeeping, tokens per verify, and verify counts against the oracle where every step speculated."""
+    pi = meta["pi"]
+    reqs = ph["requests"]
+    verifies = sum(r.get("verify_ct") or 0 for r in reqs)
+    gen = sum((r.get("completion_tokens") or 0) - 1 for r in reqs)
+    item: dict[str, Any] = {
+        "bookkeeping_ok": sum(bool(c.bookkeeping_ok) for c in checks),
+        "bookkeeping_notes": [c.bookkeeping_note for c in checks if not c.bookkeeping_ok][:4],
+        "tokens_per_verify": round(gen / verifies, 3) if verifies else None,
+        "correct_drafts": sum(r.get("correct_drafts") or 0 for r in reqs),
+    }
+    if ph["policy"] in ("always-on", "static", None):  # None: SGLang's own static speculation
+        want = [
+            oracle_verifies(pi, meta["pi_draft"], int(pi[last]), n - 1, depth)
+            for n, last in zip(ph["max_new_tokens"], ph["prompt_last"], strict=True)
+        ]
+        got = [r.get("verify_ct") for r in reqs]
+        item["oracle_verifies_equal"] = sum(1 for a, b in zip(got, want, strict=False) if a == b)
+        item["oracle_tokens_per_verify"] = (
+            round(sum(n - 1 for n in ph["max_new_tokens"]) / sum(want), 3) if want else None
+        )
+    return item
+
+
+def _phase_item(
+    ph: dict[str, Any], path: str, meta: dict[str, Any], depth: int, window: _Window | None
+) -> dict[str, Any]:
     spec = not path.startswith("base")
+    checks = [
+        check_request(r, n, last, meta["pi"], depth if spec else None)
+        for r, n, last in zip(ph["requests"], ph["max_new_tokens"], ph["prompt_last"], strict=False)
+    ]
+    passes = ph.get("passes", 1)
+    served = len(ph["requests"]) == ph["concurrency"] * passes and not ph.get("error")
+    item: dict[str, Any] = {
+        "name": ph["name"],
+        "kind": ph["phase_kind"],
+        "policy": _label(path, ph["policy"]),
+        "concurrency": ph["concurrency"],
+        "repeat": ph.get("repeat", 0),
+        "passes": passes,
+        "tok_per_s": ph["tok_per_s"],
+        "wall_s": ph["wall_s"],
+        "served": served,
+        "error": ph.get("error"),
+        "count_ok": sum(c.count_ok for c in checks),
+        "lossless": sum(c.lossless for c in checks),
+        "requests": len(checks),
+        "first_mismatch": [c.first_mismatch for c in checks if not c.lossless][:8],
+    }
+    if spec:
+        item.update(_spec_fields(ph, checks, meta, depth))
+    if ph["phase_kind"] == "ramp":
+        item["ramp"] = ramp_summary(ph["requests"])
+    if window is not None:
+        win = window(ph["t_start"], ph["t_end"])
+        item["trace"] = trace_summary(win)
+        # Requests the engine did not run together with the others (admitted late): the phase's tail.
+        item["trace"]["max_batch"] = max((r["batch_size"] for r in win), default=None)
+        item["trace"]["tail_steps"] = sum(1 for r in win if r["batch_size"] * 2 < ph["concurrency"])
+        m = RESUME_LABEL_RE.search(ph["policy"] or "")
+        if ph["phase_kind"] == "resume" and m:
+            item["resume"] = resume_cost(
+                sorted(win, key=lambda r: r["step"]), int(m.group(1)), ph["concurrency"]
+            )
+    return item
+
+
+def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | None = None) -> dict[str, Any]:
+    """Every phase of one engine checked against the oracle, with its trace summary where there is one."""
+    path = path or folder.name
     recs = load_jsonl(folder / "phases.jsonl")
     engine = next((r for r in recs if r.get("kind") == "engine"), None)
-    phases = [r for r in recs if r.get("kind") == "phase"]
     log = (folder / "engine.log").read_text(errors="replace") if (folder / "engine.log").exists() else ""
-    trace = load_trace(folder) if spec else []
-    pi = meta["pi"]
-    out_phases = []
-    for ph in phases:
-        checks = [
-            check_request(r, n, last, pi, depth if spec else None)
-            for r, n, last in zip(ph["requests"], ph["max_new_tokens"], ph["prompt_last"], strict=False)
-        ]
-        served = len(ph["requests"]) == ph["concurrency"] and not ph.get("error")
-        item: dict[str, Any] = {
-            "name": ph["name"],
-            "kind": ph["phase_kind"],
-            "policy": ph["policy"] or ("sglang-static" if path.startswith("plain") else "never"),
-            "concurrency": ph["concurrency"],
-            "tok_per_s": ph["tok_per_s"],
-            "wall_s": ph["wall_s"],
-            "served": served,
-            "error": ph.get("error"),
-            "count_ok": sum(c.count_ok for c in checks),
-            "lossless": sum(c.lossless for c in checks),
-            "requests": len(checks),
-            "first_mismatch": [c.first_mismatch for c in checks if not c.lossless][:8],
-        }
-        if spec:
-            item["bookkeeping_ok"] = sum(bool(c.bookkeeping_ok) for c in checks)
-            item["bookkeeping_notes"] = [c.bookkeeping_note for c in checks if not c.bookkeeping_ok][:4]
-            verifies = sum(r.get("verify_ct") or 0 for r in ph["requests"])
-            gen = sum((r.get("completion_tokens") or 0) - 1 for r in ph["requests"])
-            item["tokens_per_verify"] = round(gen / verifies, 3) if verifies else None
-            item["correct_drafts"] = sum(r.get("correct_drafts") or 0 for r in ph["requests"])
-            if ph["policy"] in ("always-on", "static", None):  # None: SGLang's own static speculation
-                want = [
-                    oracle_verifies(pi, meta["pi_draft"], int(pi[last]), n - 1, depth)
-                    for n, last in zip(ph["max_new_tokens"], ph["prompt_last"], strict=True)
-                ]
-                got = [r.get("verify_ct") for r in ph["requests"]]
-                item["oracle_verifies_equal"] = sum(1 for a, b in zip(got, want, strict=False) if a == b)
-                item["oracle_tokens_per_verify"] = (
-                    round(sum(n - 1 for n in ph["max_new_tokens"]) / sum(want), 3) if want else None
-                )
-            window = phase_trace(trace, ph["t_start"], ph["t_end"])
-            item["trace"] = trace_summary(window)
-            # Requests the engine did not run together with the others (admitted late): the phase's tail.
-            item["trace"]["max_batch"] = max((r["batch_size"] for r in window), default=None)
-            item["trace"]["tail_steps"] = sum(1 for r in window if r["batch_size"] * 2 < ph["concurrency"])
-        out_phases.append(item)
+    trace = load_trace(folder) if not path.startswith("base") else []
+    window = _Window(trace) if trace or path in ("v1", "v2") else None
+    phases = [_phase_item(ph, path, meta, depth, window) for ph in recs if ph.get("kind") == "phase"]
+    perf_walls = [p["wall_s"] for p in phases if p["kind"] == "perf" and p["served"]]
+    run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
     return {
         "path": path,
-        "speculative": spec,
+        "backend": (engine or {}).get("backend") or ((engine or {}).get("kw") or {}).get("attention_backend"),
+        "speculative": not path.startswith("base"),
         "init_s": engine.get("init_s") if engine else None,
-        "phases": out_phases,
+        "policies": run.get("policies", {}),  # what each label meant in this run (thresholds change)
+        "phases": phases,
+        "skipped": [r["name"] for r in recs if r.get("kind") == "skip"],
+        "perf_min_wall_s": min(perf_walls) if perf_walls else None,
         "live_path_lines": [line for line in log.splitlines() if LIVE_PATH_RE.search(line)][:4],
         "policy_error_logs": len(POLICY_ERROR_RE.findall(log)),
         "tracebacks": log.count("Traceback"),
@@ -266,24 +478,70 @@ def _verdicts(eng: dict[str, Any], raise_count: int, depth: int) -> dict[str, bo
         )
     )
     v["raise_logged_once"] = None if r is None else eng["policy_error_logs"] == 1
+    resumes = [p for p in real if p["kind"] == "resume"]
+    v["resume_measured"] = None if not resumes else all(p.get("resume", {}).get("samples") for p in resumes)
     return v
+
+
+def _side_key(engine_id: str) -> str:
+    """``base_v2/triton`` -> ``v2/triton``: the speculation-free and plain engines join their path's table."""
+    path, backend = engine_id.split("/", 1)
+    return f"{'v1' if path.endswith('v1') else 'v2'}/{backend}"
+
+
+def _collect(engines: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """perf (medians), perf_spread ([min, max]), perf_samples, ramp and resume, keyed ``<path>/<backend>``."""
+    samples: dict[str, dict[str, dict[int, list[float]]]] = {}
+    ramp: dict[str, dict[str, Any]] = {}
+    resume: dict[str, dict[int, Any]] = {}
+    for eid, eng in engines.items():
+        key = _side_key(eid)
+        for p in eng["phases"]:
+            if p["kind"] == "perf" and p["served"] and p["tok_per_s"]:
+                row = samples.setdefault(key, {}).setdefault(p["policy"], {})
+                row.setdefault(p["concurrency"], []).append(p["tok_per_s"])
+            elif p["kind"] == "ramp" and "ramp" in p:
+                ramp.setdefault(key, {})[p["policy"]] = {
+                    **p["ramp"],
+                    "lossless": p["lossless"] == p["requests"],
+                }
+            elif p["kind"] == "resume" and "resume" in p:
+                resume.setdefault(key, {})[p["resume"]["k"]] = p["resume"]
+    perf, spread = spread_table(samples)
+    return {"perf": perf, "perf_spread": spread, "perf_samples": samples, "ramp": ramp, "resume": resume}
+
+
+def load_doctor(folder: Path) -> dict[str, Any]:
+    """``specpolicy doctor --smoke`` per backend: exit status, seconds, and its JSON report (or its tail)."""
+    out: dict[str, Any] = {}
+    root = folder / "doctor"
+    for d in sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []:
+        rc = json.loads((d / "doctor.rc").read_text()) if (d / "doctor.rc").exists() else {}
+        text = (d / "doctor.json").read_text(errors="replace") if (d / "doctor.json").exists() else ""
+        try:
+            parsed: Any = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = None
+        out[d.name] = {
+            "rc": rc.get("rc"),
+            "seconds": rc.get("seconds"),
+            "report": parsed,
+            "output_tail": None if parsed is not None else text[-2000:],
+        }
+    return out
 
 
 def analyze_dir(folder: Path, depth: int = 3, raise_count: int = 20) -> dict[str, Any]:
     """Every engine folder under ``folder`` (files extracted from the results tarballs)."""
     meta = json.loads((folder / "models-meta.json").read_text())
     engines = {}
-    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "phases.jsonl").exists()):
-        eng = analyze_engine(sub, meta, depth)
+    for eid, sub in engine_folders(folder):
+        eng = analyze_engine(sub, meta, depth, path=eid.split("/", 1)[0])
         eng["verdicts"] = _verdicts(eng, raise_count, depth)
-        engines[sub.name] = eng
-    perf: dict[str, dict[str, dict[int, float]]] = {}
-    for name, eng in engines.items():
-        side = "v1" if name.endswith("v1") else "v2"
-        for p in eng["phases"]:
-            if p["kind"] == "perf" and p["served"]:
-                perf.setdefault(side, {}).setdefault(p["policy"], {})[p["concurrency"]] = p["tok_per_s"]
+        engines[eid] = eng
+    doctor = load_doctor(folder)
     ok = bool(engines) and all(v is not False for e in engines.values() for v in e["verdicts"].values())
+    ok = ok and all(d["rc"] == 0 for d in doctor.values())
     return {
         "ok": ok,
         "model": {
@@ -291,41 +549,104 @@ def analyze_dir(folder: Path, depth: int = 3, raise_count: int = 20) -> dict[str
             for k in ("target", "draft", "target_params", "draft_params", "agree", "chain_vocab")
         },
         "engines": engines,
-        "perf": perf,
+        **_collect(engines),
+        "doctor": doctor,
     }
+
+
+# ----------------------------------------------------------------------------------------------- markdown
+def _engine_md(name: str, eng: dict[str, Any]) -> list[str]:
+    lines = [f"## engine {name} (init {eng['init_s']} s, trace steps {eng['trace_steps']})"]
+    lines += [f"- {k}: {v}" for k, v in eng["verdicts"].items()]
+    lines += [f"- log: `{line.strip()[:240]}`" for line in eng["live_path_lines"][:2]]
+    if eng.get("skipped"):
+        lines.append(f"- skipped (budget): {', '.join(eng['skipped'])}")
+    lines += [
+        "",
+        "| phase | requests | tok/s | exact counts | lossless | bookkeeping | tokens/verify | "
+        "steps by depth | switches | fallbacks | decide us p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for p in eng["phases"]:
+        t = p.get("trace", {})
+        lines.append(
+            f"| {p['name']} | {p['requests']} | {p['tok_per_s']} | {p['count_ok']} | {p['lossless']} | "
+            f"{p.get('bookkeeping_ok', '-')} | {p.get('tokens_per_verify', '-')} | "
+            f"{t.get('by_depth', '-')} | {t.get('switches', '-')} | {t.get('fallbacks', '-')} | "
+            f"{t.get('decide_us_p50', '-')} |"
+        )
+    return [*lines, ""]
+
+
+def _perf_md(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, table in sorted(report["perf"].items()):
+        spread = report.get("perf_spread", {}).get(key, {})
+        levels = sorted({int(c) for row in table.values() for c in row})
+        lines.append(f"## throughput, {key} (output tokens/s, median and min-max of the repeats)")
+        lines.append("| policy | " + " | ".join(str(c) for c in levels) + " |")
+        lines.append("|---|" + "---:|" * len(levels))
+        for pol, row in table.items():
+            cells = []
+            for c in levels:
+                v = row.get(c, row.get(str(c)))
+                lo_hi = spread.get(pol, {}).get(c, spread.get(pol, {}).get(str(c)))
+                rng = f" ({lo_hi[0]:,.0f}-{lo_hi[1]:,.0f})" if lo_hi and lo_hi[0] != lo_hi[1] else ""
+                cells.append("-" if v is None else f"{v:,.0f}{rng}")
+            lines.append(f"| {pol} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _ramp_md(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, table in sorted(report.get("ramp", {}).items()):
+        lines += [
+            f"## ramp, {key}",
+            "| policy | tok/s | TPOT p50 ms | TPOT p99 ms | TTFT p50 ms | TTFT p99 ms | requests | span s | "
+            "peak in flight | max lateness s | lossless |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for pol, r in table.items():
+            lines.append(
+                f"| {pol} | {r.get('tokens_per_s')} | {r.get('tpot_p50')} | {r.get('tpot_p99')} | "
+                f"{r.get('ttft_p50')} | {r.get('ttft_p99')} | {r.get('finished')}/{r.get('requests')} | "
+                f"{r.get('span_s')} | {r.get('peak_in_flight')} | {r.get('max_lateness_s')} | "
+                f"{r.get('lossless')} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _resume_md(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, table in sorted(report.get("resume", {}).items()):
+        lines += [
+            f"## resume cost, {key} (step ms, medians; batch of {next(iter(table.values()))['batch_size']})",
+            "| off steps k | samples | first on | second on | normal on | off | first / normal |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for k, r in sorted(table.items(), key=lambda kv: int(kv[0])):
+            lines.append(
+                f"| {k} | {r['samples']} | {r['first_on_ms']} | {r['second_on_ms']} | {r['normal_on_ms']} | "
+                f"{r['off_ms']} | {r.get('first_over_normal', '-')} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _doctor_md(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for backend, d in sorted(report.get("doctor", {}).items()):
+        lines.append(f"## specpolicy doctor --smoke ({backend}): rc {d['rc']} in {d['seconds']} s")
+        body = json.dumps(d["report"], indent=1) if d["report"] is not None else (d["output_tail"] or "")
+        lines += ["```", body[:6000], "```", ""]
+    return lines
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"overall: {'PASS' if report['ok'] else 'FAIL'}", ""]
     for name, eng in report["engines"].items():
-        lines.append(f"## engine {name} (init {eng['init_s']} s, trace steps {eng['trace_steps']})")
-        for k, v in eng["verdicts"].items():
-            lines.append(f"- {k}: {v}")
-        for line in eng["live_path_lines"][:2]:
-            lines.append(f"- log: `{line.strip()[:240]}`")
-        lines.append("")
-        lines.append(
-            "| phase | requests | tok/s | exact counts | lossless | bookkeeping | tokens/verify | "
-            "steps by depth | switches | fallbacks | decide us p50 |"
-        )
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
-        for p in eng["phases"]:
-            t = p.get("trace", {})
-            lines.append(
-                f"| {p['name']} | {p['requests']} | {p['tok_per_s']} | {p['count_ok']} | {p['lossless']} | "
-                f"{p.get('bookkeeping_ok', '-')} | {p.get('tokens_per_verify', '-')} | "
-                f"{t.get('by_depth', '-')} | {t.get('switches', '-')} | {t.get('fallbacks', '-')} | "
-                f"{t.get('decide_us_p50', '-')} |"
-            )
-        lines.append("")
-    for side, table in sorted(report["perf"].items()):
-        levels = sorted({c for row in table.values() for c in row})
-        lines.append(f"## throughput, {side} path (output tokens/s)")
-        lines.append("| policy | " + " | ".join(str(c) for c in levels) + " |")
-        lines.append("|---|" + "---:|" * len(levels))
-        for pol, row in table.items():
-            lines.append(
-                f"| {pol} | " + " | ".join(f"{row.get(c, float('nan')):,.0f}" for c in levels) + " |"
-            )
-        lines.append("")
+        lines += _engine_md(name, eng)
+    lines += _perf_md(report) + _ramp_md(report) + _resume_md(report) + _doctor_md(report)
     return "\n".join(lines)

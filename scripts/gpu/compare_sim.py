@@ -6,10 +6,12 @@ writes the same requests as a simulator workload file, runs ``specpolicy simulat
 (normally the one fitted from the live trace) and the same policy configurations, and reports the relative
 error of the predicted output tokens/s against the measured one.
 
-    python3 scripts/gpu/compare_sim.py --report REPORT.json --profile PROFILE.json --path v1 \
+    python3 scripts/gpu/compare_sim.py --report REPORT.json --profile PROFILE.json --path v1/triton \
         --acceptance 0.7 --feedback-lag 0 [--json OUT.json]
 
-REPORT.json is what ``gpu_check.py analyze --json`` writes.
+REPORT.json is what ``gpu_check.py analyze --json`` writes (``--path v1`` reads ``v1/triton`` of a report
+keyed by backend, or ``v1`` of one written before backends were a dimension). ``--output 0`` (the default)
+gives each level the output length the plan sized it with.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import plan as planmod  # noqa: E402
 
-__all__ = ["sim_label", "workload_lines", "relative_errors", "main"]
+__all__ = ["sim_label", "workload_lines", "relative_errors", "perf_table", "main"]
 
 
 def sim_label(live_label: str, spec: dict[str, Any] | None) -> str:
@@ -51,6 +53,14 @@ def _match(runs: list[dict[str, Any]], label: str) -> float | None:
         if r["policy"] == label or r["policy"].startswith(label + "{"):
             return float(r["output_tok_s"])
     return None
+
+
+def perf_table(report: dict[str, Any], path: str) -> dict[str, dict[int, float]]:
+    """The report's median table for ``path`` (``v2/flashinfer``; a bare ``v2`` means triton, or the key of
+    a report from before backends were keyed)."""
+    perf = report["perf"]
+    key = path if path in perf else f"{path}/triton"
+    return {pol: {int(c): float(v) for c, v in row.items()} for pol, row in perf[key].items()}
 
 
 def relative_errors(
@@ -113,18 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", required=True)
     ap.add_argument("--profile", required=True)
-    ap.add_argument("--path", required=True, choices=("v1", "v2"))
+    ap.add_argument("--path", required=True, help="v1, v2, or <path>/<backend> such as v2/flashinfer")
     ap.add_argument("--acceptance", type=float, required=True, help="per-token acceptance of the workload")
     ap.add_argument("--feedback-lag", type=int, choices=(0, 1), default=0)
     ap.add_argument("--decide-cost-us", type=float, default=2.0)
     ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--output", type=int, default=256)
+    ap.add_argument("--output", type=int, default=0, help="output tokens per request; 0: as planned")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     report = json.loads(Path(args.report).read_text())
-    live: dict[str, dict[int, float]] = {
-        pol: {int(c): float(v) for c, v in row.items()} for pol, row in report["perf"][args.path].items()
-    }
+    live = perf_table(report, args.path)
+    side = args.path.split("/", 1)[0]
     specs = planmod.perf_policies()
     policies = [specs[p] for p in live if p in specs and specs[p]["name"] != "static"]
     predicted: dict[str, dict[int, float]] = {}
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             args.profile,
             c,
             args.prompt,
-            args.output,
+            args.output or planmod.perf_tokens_for(c, side),
             args.acceptance,
             policies,
             args.feedback_lag,

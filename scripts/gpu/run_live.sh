@@ -9,6 +9,11 @@
 #   GC_OUT     where the results tarball goes (default ./gpu-check-out)
 # Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
 #   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (see scripts/gpu/plan.py)
+# One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
+#   bash scripts/gpu/run_live.sh v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
+# Print that plan and its estimate first, on any machine (the budget is what this script leaves after
+# installing): python3 scripts/gpu_check.py device --work /tmp/gc --out /tmp/out --paths v2,base_v2 \
+#   --attn triton --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 --dry-run
 set -o pipefail
 ENGINES=${1:?engines}; BUDGET=${2:?budget seconds}; shift 2
 SITE=${GC_SITE:-/tmp/site}; WORK=${GC_WORK:-/tmp/gc}; OUTDIR=${GC_OUT:-$(pwd)/gpu-check-out}

@@ -16,6 +16,8 @@ from specpolicy_gpucheck import (
     DispatchPolicy,
     RaiseConfig,
     RaisePolicy,
+    ResumeConfig,
+    ResumePolicy,
     write_control,
 )
 
@@ -138,3 +140,36 @@ def test_dispatch_config_errors_name_the_problem(change: dict[str, object], fiel
     }
     with pytest.raises(ValueError, match=field):
         DispatchConfig.model_validate({**base, **change})
+
+
+@given(off=st.integers(1, 40), on=st.integers(1, 20), depth=st.integers(1, 8), n=st.integers(1, 200))
+@settings(max_examples=60, deadline=None)
+def test_resume_is_off_for_off_steps_then_on_for_on_steps_repeating(
+    off: int, on: int, depth: int, n: int
+) -> None:
+    pol = ResumePolicy(ResumeConfig(off_steps=off, depth=depth, on_steps=on))
+    got = [pol.decide(S).num_steps for _ in range(n)]
+    want = ([0] * off + [depth] * on) * (n // (off + on) + 1)
+    assert got == want[:n]
+    pol.reset()
+    assert pol.decide(S) == SpecMode.off()
+    assert ResumeConfig(off_steps=off, depth=depth, on_steps=on).candidate_steps() == (0, depth)
+
+
+@pytest.mark.parametrize("bad", [{"off_steps": 0}, {"on_steps": 0}, {"depth": 0}, {"depth": 99}])
+def test_resume_config_rejects_out_of_range_fields(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ResumeConfig(**bad)
+
+
+def test_dispatch_runs_the_resume_policy_by_label(tmp_path: Path) -> None:
+    control = tmp_path / "control.txt"
+    write_control(control, 1, "resume-2")
+    cfg = DispatchConfig(
+        control_file=str(control),
+        initial="resume-2",
+        policies={"resume-2": {"name": "gpucheck_resume", "off_steps": 2, "depth": 3, "on_steps": 1}},
+    )
+    pol = DispatchPolicy(cfg)
+    assert [pol.decide(S).num_steps for _ in range(6)] == [0, 0, 3, 0, 0, 3]
+    assert cfg.candidate_steps() == (0, 3)

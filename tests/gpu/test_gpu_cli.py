@@ -26,6 +26,16 @@ def test_engine_kwargs_pick_the_worker_path(tmp_path: Path) -> None:
     assert G.engine_kwargs("base_v2", tmp_path)["disable_overlap_schedule"] is False
 
 
+def test_attention_backend_comes_from_the_run_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert G.engine_kwargs("v2", tmp_path, "flashinfer")["attention_backend"] == "flashinfer"
+    monkeypatch.setenv("GC_ATTN", "flashinfer")
+    assert G.engine_kwargs("v2", tmp_path)["attention_backend"] == "flashinfer"
+    monkeypatch.delenv("GC_ATTN")
+    assert G.engine_kwargs("v2", tmp_path)["attention_backend"] == "triton"
+
+
 def test_extra_engine_kwargs_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GC_EXTRA_KW", '{"attention_backend": "flashinfer", "mem_fraction_static": 0.5}')
     kw = G.engine_kwargs("v2", tmp_path)
@@ -54,30 +64,70 @@ def test_analyze_command_writes_reports_and_exit_status(
     res.mkdir()
     (res / "models-meta.json").write_text(json.dumps(meta))
     for run in small_plan(("v1", "base_v1")):
-        write_engine(res / run.path, meta, run, log=GOOD_LOG.replace("v2 worker", "v1 worker"))
+        write_engine(res / run.id, meta, run, log=GOOD_LOG.replace("v2 worker", "v1 worker"))
     rc = G.main(["analyze", str(res), "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")])
     assert rc == 0
     assert json.loads((tmp_path / "r.json").read_text())["ok"] is True
-    assert "throughput, v1 path" in (tmp_path / "r.md").read_text()
+    assert "throughput, v1/triton" in (tmp_path / "r.md").read_text()
     assert "overall: PASS" in capsys.readouterr().out
-    (res / "v1" / "engine.log").write_text("nothing\n")  # no live-path line, engine did not finish
+    (res / "v1" / "triton" / "engine.log").write_text("nothing\n")  # no live-path line, engine did not finish
     assert G.main(["analyze", str(res)]) == 1
 
 
 def test_pack_collects_every_engine_folder_and_the_model_meta(tmp_path: Path) -> None:
     work, out = tmp_path / "w", tmp_path / "o"
-    for p in ("v2", "base_v2", "v1"):
+    for p in ("v2/triton", "base_v2/triton", "v1/triton", "doctor/triton"):
         (work / "runs" / p).mkdir(parents=True)
         (work / "runs" / p / "phases.jsonl").write_text("{}\n")
     (work / "models").mkdir()
     (work / "models" / "meta.json").write_text("{}")
     out.mkdir()
-    G._pack(work, out, ("v2", "base_v2"))
-    with tarfile.open(out / "results-v2-base_v2.tar.gz") as tar:
+    G._pack(work, out, ("v2/triton", "base_v2/triton"), "v2-base_v2-triton")
+    with tarfile.open(out / "results-v2-base_v2-triton.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"v2/phases.jsonl", "base_v2/phases.jsonl", "models-meta.json"} <= names
+    assert {"v2/triton/phases.jsonl", "base_v2/triton/phases.jsonl", "models-meta.json"} <= names
+    assert "doctor/triton/phases.jsonl" in names
     assert not any(n.startswith("v1") for n in names)  # another command's engine
-    assert [p.name for p in out.iterdir()] == ["results-v2-base_v2.tar.gz"]
+    assert [p.name for p in out.iterdir()] == ["results-v2-base_v2-triton.tar.gz"]
+
+
+SITTING_V2 = [
+    "--paths",
+    "v2,base_v2",
+    "--attn",
+    "triton",
+    "--concurrency",
+    "1,4,16,64,128",
+    "--ramp-s",
+    "30",
+    "--budget-s",
+    "570",
+]
+
+
+def test_dry_run_prints_the_plan_with_estimates_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = G.main(
+        ["device", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), *SITTING_V2, "--dry-run"]
+    )
+    text = capsys.readouterr().out
+    assert rc == 0 and not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+    assert "engine v2/triton" in text and "engine base_v2/triton" in text and "CUT" not in text
+    assert "perf      60 phase(s)" in text and "resume     4 phase(s)" in text
+    total = float(text.rsplit("total ~", 1)[1].split(" ")[0])
+    assert total <= 570
+
+
+def test_doctor_command_runs_the_smoke_test_on_the_test_models(tmp_path: Path) -> None:
+    cmd = G.doctor_command(tmp_path, "flashinfer")
+    assert cmd[1:6] == ["-m", "specpolicy.cli", "doctor", "--engine", "sglang"] and "--smoke" in cmd
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "target")
+    assert cmd[cmd.index("--draft") + 1] == str(tmp_path / "draft")
+    assert cmd[cmd.index("--algorithm") + 1] == "STANDALONE"
+    kw = json.loads(cmd[cmd.index("--engine-args") + 1])
+    assert kw["attention_backend"] == "flashinfer" and kw["cuda_graph_max_bs"] == 8
+    assert "model_path" not in kw and "speculative_algorithm" not in kw
 
 
 _HAVE_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "safetensors", "tokenizers"))
@@ -135,6 +185,16 @@ def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
         "1,3",
         "--perf-tokens",
         "12",
+        "--repeats",
+        "2",
+        "--min-batch-s",
+        "0",
+        "--ramp-s",
+        "2",
+        "--ramp-peak",
+        "8",
+        "--resume-k",
+        "1,8",
         "--min-engine-s",
         "1",
     ]
@@ -142,20 +202,125 @@ def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
         [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "GC ENGINE v2 rc=0" in proc.stdout and "GC ENGINE base_v2 rc=0" in proc.stdout
+    assert "GC ENGINE v2/triton rc=0" in proc.stdout and "GC ENGINE base_v2/triton rc=0" in proc.stdout
     res = tmp_path / "res"
-    with tarfile.open(out / "results-v2-base_v2.tar.gz") as tar:
+    with tarfile.open(out / "results-v2-base_v2-triton.tar.gz") as tar:
         tar.extractall(res, filter="data")
-    log = (res / "v2" / "engine.log").read_text()
+    log = (res / "v2" / "triton" / "engine.log").read_text()
     assert "FAKE specpolicy config ok, candidate steps (0, 3)" in log
-    phases = [json.loads(x) for x in (res / "v2" / "phases.jsonl").read_text().splitlines()]
+    phases = [json.loads(x) for x in (res / "v2" / "triton" / "phases.jsonl").read_text().splitlines()]
     assert phases[0]["kind"] == "engine" and phases[0]["kw"]["disable_overlap_schedule"] is False
+    assert phases[0]["kw"]["attention_backend"] == "triton" and phases[0]["backend"] == "triton"
     names = [p["name"] for p in phases[1:]]
-    assert "check:raise" in names and "perf:hysteresis:3" in names
-    assert (res / "v2" / "control.txt").read_text().split()[1] == "hysteresis"  # the last phase's policy
-    assert "kw" in json.loads((res / "base_v2" / "phases.jsonl").read_text().splitlines()[0])
+    assert "check:raise" in names and "perf:hysteresis:3:r1" in names and "resume:resume-8" in names
+    assert names[-2:] == ["ramp:cost_model", "ramp:static"]
+    ramp = phases[-1]
+    assert ramp["phase_kind"] == "ramp" and len(ramp["requests"]) == ramp["concurrency"] > 1
+    assert all(r["finish_s"] >= r["first_token_s"] >= r["arrival_s"] for r in ramp["requests"])
+    assert (res / "v2" / "triton" / "control.txt").read_text().split()[1] == "static"  # the last phase's
+    assert "kw" in json.loads((res / "base_v2" / "triton" / "phases.jsonl").read_text().splitlines()[0])
     rep = G.main(["analyze", str(res), "--json", str(tmp_path / "r.json")])
     report = json.loads((tmp_path / "r.json").read_text())
     for eng in report["engines"].values():
         assert eng["verdicts"]["exact_token_counts"] and eng["verdicts"]["lossless_all_phases"]
+        assert eng["verdicts"]["all_served"]
+    assert set(report["ramp"]["v2/triton"]) == {"cost_model", "static", "never"}
     assert rep == 1  # the fake has no adapter: no live-path line, no trace, so the report must fail
+
+
+def test_device_skips_phases_past_the_engine_deadline(tmp_path: Path) -> None:
+    """An engine that has no time left after its start serves nothing and still shuts down cleanly."""
+    import os
+    import subprocess
+    import sys
+
+    import plan as P
+
+    work = tmp_path / "w"
+    (work / "models" / "target").mkdir(parents=True)
+    pi = bm.bigram_map(60, 1)
+    meta = {"chain_vocab": 60, "agree": 0.7, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist()}
+    (work / "models" / "meta.json").write_text(json.dumps(meta))
+    run = P.build_plan(("base_v2",), concurrency=(1,), repeats=1, ramp_s=0, perf_tokens=8)[0]
+    d = work / "runs" / run.id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(run.to_json())
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here / "fakes"), os.environ.get("PYTHONPATH", "")]),
+    }
+    script = here.parents[1] / "scripts" / "gpu_check.py"
+    args = ["engine", "--run", str(d / "run.json"), "--work", str(work), "--out", str(d), "--deadline", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = [json.loads(x) for x in (d / "phases.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in recs] == ["engine"] + ["skip"] * len(run.phases)
+    assert "GC DONE" in proc.stdout
+
+
+class _ShortEngine:
+    """generate() that returns at once: the batch guard must submit it again until the whole lasts."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: list[dict[str, object]]
+    ) -> list[dict[str, object]]:
+        self.calls += 1
+        return [{"output_ids": [1, 2], "meta_info": {"completion_tokens": 2}} for _ in input_ids]
+
+
+def test_a_short_batch_is_repeated_until_it_lasts_min_wall_s() -> None:
+    import plan as P
+
+    ph = P.Phase("perf:x:2:r0", "perf", "x", 2, 4, (2, 2), seed=0, min_wall_s=0.05)
+    eng = _ShortEngine()
+    served = G._serve_batch(eng, ph, [[5, 6, 7, 8]] * 2)
+    assert served["wall_s"] >= 0.05 or served["passes"] == 16
+    assert served["passes"] == eng.calls > 1 and len(served["requests"]) == 2 * served["passes"]
+    once = G._serve_batch(_ShortEngine(), P.Phase("p", "perf", "x", 1, 4, (2,), seed=0), [[5, 6, 7, 8]])
+    assert once["passes"] == 1  # min_wall_s 0: one pass
+
+
+def test_pace_scales_estimates_by_what_the_served_phases_took() -> None:
+    import time
+
+    import plan as P
+
+    ph = P.Phase("p", "perf", "x", 1, 4, (2,), seed=0, est_s=10.0)
+    pace = G._Pace()
+    now = time.time()
+    assert pace.fits(ph, now + 10 + P.SHUTDOWN_S + 1) and not pace.fits(ph, now + 10)
+    pace.add(ph, 20.0)  # phases take twice their estimate
+    assert not pace.fits(ph, now + 10 + P.SHUTDOWN_S + 1) and pace.fits(ph, now + 20 + P.SHUTDOWN_S + 1)
+    pace.add(ph, 1000.0)  # the ratio is clipped at 3
+    assert pace.fits(ph, now + 30 + P.SHUTDOWN_S + 1)
+
+
+def test_ramp_request_reads_cumulative_and_delta_chunks() -> None:
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    class Eng:
+        """Streams (output_ids, completion_tokens so far) chunks."""
+
+        def __init__(self, chunks: list[tuple[list[int], int]]) -> None:
+            self.chunks = chunks
+
+        async def async_generate(self, **kw: object) -> AsyncIterator[dict[str, object]]:
+            async def gen() -> AsyncIterator[dict[str, object]]:
+                for ids, n in self.chunks:
+                    yield {"output_ids": ids, "meta_info": {"completion_tokens": n}}
+
+            return gen()
+
+    cumulative = Eng([([1], 1), ([1, 2, 3], 3), ([1, 2, 3, 4], 4)])
+    deltas = Eng([([1], 1), ([2, 3], 3), ([4], 4)])
+    for eng in (cumulative, deltas):
+        rec = asyncio.run(G._ramp_request(eng, [9], {}, 0.0, 0.5))
+        assert rec["output_ids"] == [1, 2, 3, 4] and rec["completion_tokens"] == 4
+        assert rec["scheduled_s"] == 0.5 and rec["finish_s"] >= rec["first_token_s"] >= rec["arrival_s"]

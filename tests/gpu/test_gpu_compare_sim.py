@@ -60,3 +60,11 @@ def test_end_to_end_against_a_shipped_profile(tmp_path: Path) -> None:
     for pol in ("never", "static", "hysteresis"):
         p, v = res["predicted"][pol]["4"], rep["perf"]["v2"][pol]["4"]
         assert res["errors"][pol]["by_concurrency"]["4"] == pytest.approx((p - v) / v, abs=1e-4)
+
+
+def test_perf_table_reads_backend_keys_and_the_first_reports() -> None:
+    new = {"perf": {"v2/triton": {"never": {"4": 700.0}}, "v2/flashinfer": {"never": {"4": 650.0}}}}
+    old = {"perf": {"v2": {"never": {"4": 690.0}}}}
+    assert C.perf_table(new, "v2") == {"never": {4: 700.0}}
+    assert C.perf_table(new, "v2/flashinfer") == {"never": {4: 650.0}}
+    assert C.perf_table(old, "v2") == {"never": {4: 690.0}}

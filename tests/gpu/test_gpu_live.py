@@ -1,7 +1,7 @@
 """The live check itself: only where a CUDA GPU and SGLang 0.5.12.post1 are installed (never in CI).
 
-It runs a shortened plan of scripts/gpu_check.py on both worker paths and requires every check to pass. The
-full run and its figures are in docs/gpu-results.md.
+It runs a shortened plan of scripts/gpu_check.py on both worker paths (one repeat, a 10 s ramp, two resume
+stretches) and requires every check to pass. The full run and its figures are in docs/gpu-results.md.
 """
 
 from __future__ import annotations
@@ -61,12 +61,20 @@ def test_live_check_passes_on_both_worker_paths(tmp_path: Path) -> None:
             "1,8",
             "--perf-tokens",
             "64",
+            "--repeats",
+            "1",
+            "--min-batch-s",
+            "0",
+            "--ramp-s",
+            "10",
+            "--resume-k",
+            "1,8",
             "--budget-s",
             os.environ.get("GC_BUDGET_S", "900"),
         ]
     )
     res = tmp_path / "res"
-    with tarfile.open(out / "results-v2-v1.tar.gz") as tar:
+    with tarfile.open(out / "results-v2-v1-triton.tar.gz") as tar:
         tar.extractall(res)
     rc_a = subprocess.call(
         [sys.executable, str(script), "analyze", str(res), "--json", str(tmp_path / "r.json")]

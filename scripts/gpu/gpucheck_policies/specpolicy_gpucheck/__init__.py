@@ -5,6 +5,8 @@ check also proves that route. None of them is meant for serving:
 
 - ``gpucheck_cycle`` walks through a list of depths, ``period`` steps each (on/off and depth switching).
 - ``gpucheck_raise`` fails on purpose on a window of decide() calls (the adapter must contain it).
+- ``gpucheck_resume`` holds speculation off for ``off_steps`` steps, then on for ``on_steps``, repeating: the
+  first on step after each off stretch shows what resuming costs (the draft catches up on the missed tokens).
 - ``gpucheck_dispatch`` delegates to one of several named policies, chosen by the label written in a control
   file. An engine takes about a minute to start on the GPU, so the check starts one per worker path and
   switches policies between request batches instead of restarting it. The file is memory-mapped: reading
@@ -32,9 +34,11 @@ __all__ = [
     "CYCLE",
     "DISPATCH",
     "RAISE",
+    "RESUME",
     "CycleConfig",
     "DispatchConfig",
     "RaiseConfig",
+    "ResumeConfig",
     "write_control",
 ]
 
@@ -100,6 +104,38 @@ class RaisePolicy:
             self.raised += 1
             raise GpuCheckFailure("gpucheck_raise: deliberate failure inside decide()")
         return self._mode
+
+    def reset(self) -> None:
+        self._n = 0
+
+
+class ResumeConfig(PolicyConfig):
+    """Off for ``off_steps`` decide() calls, then ``depth`` for ``on_steps``, repeating (test only)."""
+
+    name: Literal["gpucheck_resume"] = "gpucheck_resume"
+    off_steps: int = Field(8, ge=1, le=1_000_000, description="decisions off before each on stretch")
+    depth: int = Field(3, ge=1, le=MAX_NUM_STEPS, description="draft depth of the on stretch")
+    on_steps: int = Field(16, ge=1, le=1_000_000, description="decisions on after each off stretch")
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (0, self.depth)
+
+
+class ResumePolicy:
+    """Off first, so a batch's first decisions already measure a resume after ``off_steps`` off steps."""
+
+    def __init__(self, config: ResumeConfig) -> None:
+        self.config = config
+        self._on = SpecMode.of(config.depth)
+        self._off = SpecMode.off()
+        self._k = config.off_steps
+        self._period = config.off_steps + config.on_steps
+        self._n = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        n = self._n
+        self._n = n + 1
+        return self._off if n % self._period < self._k else self._on
 
     def reset(self) -> None:
         self._n = 0
@@ -204,5 +240,6 @@ def _child(spec: Any) -> Policy:
 
 CYCLE = PolicyEntry("gpucheck_cycle", CycleConfig, CyclePolicy)
 RAISE = PolicyEntry("gpucheck_raise", RaiseConfig, RaisePolicy)
+RESUME = PolicyEntry("gpucheck_resume", ResumeConfig, ResumePolicy)
 DISPATCH = PolicyEntry("gpucheck_dispatch", DispatchConfig, DispatchPolicy)
-_LOCAL = {e.name: e for e in (CYCLE, RAISE)}
+_LOCAL = {e.name: e for e in (CYCLE, RAISE, RESUME)}
