@@ -18,9 +18,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from .errors import ConfigError, format_validation_error
+from .errors import ConfigError, FieldError, format_validation_error
 from .mode import SpecMode
 from .stats import StepStats
 
@@ -76,8 +76,32 @@ class PolicyConfig(BaseModel):
     #: True for policies that exist to exercise engines (switching stress tests), not to serve: the simulator
     #: leaves them out of its default comparison.
     diagnostic: ClassVar[bool] = False
+    #: True for configs with a ``steps`` field (positive depths): ``candidate_steps``, SGLang's word, is
+    #: accepted in its place, its 0 dropped (whether off is allowed is the policy's rule, as with ``steps``).
+    candidate_steps_alias: ClassVar[bool] = False
 
     name: str
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _echoed_candidate_steps(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
+        """``check-config`` prints ``candidate_steps`` next to the fields: read back, it must match them."""
+        if not isinstance(data, Mapping) or "candidate_steps" not in data:
+            return handler(data)
+        data = dict(data)
+        claimed = data.pop("candidate_steps")
+        if cls.candidate_steps_alias and "steps" not in data:
+            data["steps"] = [k for k in claimed if k != 0] if isinstance(claimed, list | tuple) else claimed
+            return handler(data)
+        config = handler(data)
+        derived = list(config.candidate_steps())
+        if not isinstance(claimed, list | tuple) or list(claimed) != derived:
+            raise FieldError(
+                "candidate_steps",
+                f"{claimed!r} differs from the depths the other fields allow, {derived}: it is derived, "
+                "not a setting; drop it or make it match",
+            )
+        return config
 
     def candidate_steps(self) -> tuple[int, ...]:
         """Every depth this config can return, ascending (0 = off); engines pre-build one state each."""
