@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "FieldError", "format_validation_error"]
+__all__ = ["ConfigError", "FieldError", "MissingExtraError", "format_validation_error"]
 
 
 class ConfigError(ValueError):
     """A policy configuration is invalid. The message names the field and what is allowed."""
+
+
+class MissingExtraError(RuntimeError):
+    """A feature needs an optional extra that is not installed. The message says how to install it."""
 
 
 class FieldError(ValueError):

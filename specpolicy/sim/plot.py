@@ -1,7 +1,7 @@
 """``--plot``: throughput against concurrency for a sweep; depth and throughput over time otherwise.
 
-matplotlib is an optional extra (``pip install 'specpolicy[plot]'``); ``require_matplotlib`` fails early,
-before any simulation runs, with that instruction.
+matplotlib comes with the optional ``plot`` extra; ``require_matplotlib`` fails early, before any simulation
+runs, saying how to install it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import MissingExtraError
 from .report import rows
 from .run import Simulation
 
@@ -26,8 +26,9 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError(
-            "--plot needs matplotlib, an optional extra: pip install 'specpolicy[plot]'"
+        raise MissingExtraError(
+            "--plot needs matplotlib, which comes with the 'plot' extra: pip install '.[plot]' in a "
+            "specpolicy checkout (or pip install matplotlib)"
         ) from None
     return plt
 
