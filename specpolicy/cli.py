@@ -45,9 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import logging
 
+    # specpolicy's own INFO lines are part of its output; other libraries' (matplotlib's font cache, ...)
+    # are not, unless asked for with --verbose.
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("specpolicy").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

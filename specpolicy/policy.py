@@ -246,9 +246,16 @@ def _load_spec(spec: Any) -> dict[str, Any]:
             raise ConfigError("policy spec JSON must be an object")
         return data
     path = Path(text)
-    if path.suffix.lower() in (".json", ".yaml", ".yml", ".toml") or os.sep in text:
+    suffix = path.suffix.lower()
+    if suffix and suffix not in _SUFFIXES and text not in available_policies():
+        supported = ", ".join(_SUFFIXES)
+        raise ConfigError(f"policy config file {text}: unsupported extension {suffix!r} (use {supported})")
+    if suffix or os.sep in text:
         return _load_file(path)
     return {"name": text}
+
+
+_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 
 
 def _load_file(path: Path) -> dict[str, Any]:
@@ -294,7 +301,24 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
     try:
         return entry.config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix=f"{entry.name}.")) from None
+        raise ConfigError(_explain(entry.config, data, exc)) from None
+
+
+def _explain(model: type[PolicyConfig], data: dict[str, Any], exc: ValidationError) -> str:
+    """Every problem at once: pydantic skips the cross-field checks while a field is invalid, so they are run
+    again with the invalid fields left at their defaults, and what they find is added (said so)."""
+    prefix = f"{model.model_fields['name'].default}."
+    lines = format_validation_error(exc, prefix, model.model_fields).splitlines()
+    bad = {str(err["loc"][0]) for err in exc.errors() if err.get("loc")}
+    rest = {k: v for k, v in data.items() if k not in bad or k == "name"}
+    if bad and rest != data:
+        try:
+            model.model_validate(rest)
+        except ValidationError as again:
+            for line in format_validation_error(again, prefix).splitlines():
+                if line not in lines:
+                    lines.append(f"{line} (with defaults in place of the invalid fields above)")
+    return "\n".join(lines)
 
 
 def make_policy(spec: Any, **overrides: Any) -> Policy:

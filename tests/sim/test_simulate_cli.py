@@ -114,7 +114,7 @@ def test_defaults_are_the_documented_scenario() -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--profile", "nosuch"], "unknown profile 'nosuch'"),
+        (["--profile", "nosuch"], "--profile: unknown profile 'nosuch'"),
         (["--workload", "nosuch"], "neither a built-in workload"),
         (["--workload", "sweep", "--concurrency", "0"], "--concurrency"),
         (["--policy", "nosuch"], "unknown policy 'nosuch'"),
