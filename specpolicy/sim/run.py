@@ -26,14 +26,18 @@ from .workloads import Scenario, load_workload
 __all__ = [
     "DEFAULT_PROFILE",
     "DEFAULT_WORKLOAD",
+    "DEFAULT_CONCURRENCY",
     "SimulationSpec",
     "RunOutcome",
     "Simulation",
     "run_simulation",
 ]
 
-DEFAULT_PROFILE = "h200-llama8b"
-DEFAULT_WORKLOAD = "ramp"
+#: The default scenario (``specpolicy simulate`` without arguments): the field report specpolicy started from,
+#: at its own concurrencies. Speculation pays at 1 and loses from 10 on, so the report shows both regimes.
+DEFAULT_PROFILE = "seed-k25-tp8-pcie"
+DEFAULT_WORKLOAD = "sweep"
+DEFAULT_CONCURRENCY = (1, 10, 70, 250)
 
 
 @dataclass(frozen=True)
