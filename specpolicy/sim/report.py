@@ -201,10 +201,8 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         head.insert(2, "goodput")
     marks: dict[tuple[int | None, str], str] = {}
     for st in standings(all_rows):
-        if st.best_fixed:
-            marks[(st.concurrency, st.best_fixed)] = "<- best fixed choice"
-        if st.best_policy:
-            marks[(st.concurrency, st.best_policy)] = "<- best policy"
+        marks.update(((st.concurrency, label), "<- best fixed choice") for label in st.best_fixed)
+        marks.update(((st.concurrency, label), "<- best policy") for label in st.best_policy)
     current: object = object()
     table: list[list[str]] = []
 

@@ -32,11 +32,12 @@ class _Row(Protocol):
 
 @dataclass(frozen=True)
 class Standing:
-    """One scenario's winners by output tokens/s (``None`` where the report has no such row)."""
+    """One scenario's winners by output tokens/s (empty or ``None`` where the report has no such row)."""
 
     concurrency: int | None
-    best_fixed: str | None
-    best_policy: str | None
+    #: every row within ``TIE`` of the best (policies that decide alike tie exactly)
+    best_fixed: tuple[str, ...]
+    best_policy: tuple[str, ...]
     #: output tok/s of the best ``static-k`` (k > 0) over ``never``'s: > 1 when speculation pays
     speculation_gain: float | None
     best_depth: str | None
@@ -50,6 +51,17 @@ def _best(rows: Sequence[_Row]) -> _Row | None:
     return max(rows, key=lambda r: r.output_tok_s, default=None)
 
 
+#: Rows this close (relative) to the best count as tied for best.
+TIE = 1e-4
+
+
+def _ties(rows: Sequence[_Row]) -> tuple[str, ...]:
+    best = _best(rows)
+    if best is None:
+        return ()
+    return tuple(r.policy for r in rows if r.output_tok_s >= best.output_tok_s * (1 - TIE))
+
+
 def standings(rows: Sequence[_Row]) -> list[Standing]:
     """One Standing per scenario, in report order."""
     groups: dict[int | None, list[_Row]] = {}
@@ -57,22 +69,14 @@ def standings(rows: Sequence[_Row]) -> list[Standing]:
         groups.setdefault(r.concurrency, []).append(r)
     out = []
     for level, group in groups.items():
-        fixed = _best([r for r in group if _is_fixed(r.policy)])
-        policy = _best([r for r in group if not _is_fixed(r.policy) and r.policy != "oracle"])
+        fixed = _ties([r for r in group if _is_fixed(r.policy)])
+        policy = _ties([r for r in group if not _is_fixed(r.policy) and r.policy != "oracle"])
         never = next((r for r in group if r.policy == "never"), None)
         depth = _best([r for r in group if r.policy.startswith("static-") and r.policy != "static-0"])
         gain = None
         if never is not None and depth is not None and never.output_tok_s > 0:
             gain = depth.output_tok_s / never.output_tok_s
-        out.append(
-            Standing(
-                level,
-                fixed.policy if fixed else None,
-                policy.policy if policy else None,
-                gain,
-                depth.policy if depth else None,
-            )
-        )
+        out.append(Standing(level, fixed, policy, gain, depth.policy if depth else None))
     return out
 
 

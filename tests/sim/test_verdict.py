@@ -31,9 +31,14 @@ HIGH = {"never": 300.0, "static-0": 280.0, "static-3": 150.0, "cost_model": 266.
 def test_winners_per_level_ignore_the_oracle() -> None:
     rows = _level(1, LOW) + _level(64, HIGH)
     low, high = standings(rows)
-    assert (low.best_fixed, low.best_policy, low.best_depth) == ("static-3", "cost_model", "static-3")
-    assert (high.best_fixed, high.best_policy) == ("never", "hysteresis")
+    assert (low.best_fixed, low.best_policy, low.best_depth) == (("static-3",), ("cost_model",), "static-3")
+    assert (high.best_fixed, high.best_policy) == (("never",), ("hysteresis",))
     assert low.speculation_gain == pytest.approx(2.0) and high.speculation_gain == pytest.approx(0.5)
+
+
+def test_policies_that_decide_alike_share_the_mark() -> None:
+    (only,) = standings(_level(4, {"never": 1.0, "static-1": 2.0, "a": 1.5, "b": 1.5, "c": 1.4}))
+    assert only.best_policy == ("a", "b") and only.best_fixed == ("static-1",)
 
 
 def test_verdict_names_both_regimes_and_the_policy_closest_to_the_best_fixed_depth() -> None:
