@@ -109,3 +109,15 @@ def test_policies_md_acceptance_figures_are_the_simulators(capsys: pytest.Captur
     lines = _run(command, capsys)
     got = [float(ln.split()[-5]) for ln in lines if ln.startswith("acceptance ")]
     assert got == pytest.approx([float(f) for f in figures], abs=0.0051)
+
+
+def test_readme_figure_is_the_default_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (DOCS.parent / "README.md").read_text().replace("\n", " ")
+    claim = re.search(r"launch depth \((\d+)\) gives ([\d.]+)x a speculation-free engine at (\d+)", readme)
+    assert claim, "README.md no longer quotes the default scenario; update this test"
+    depth, ratio, level = claim.groups()
+    (_, command, _) = next(e for e in EXAMPLES if e[1] == "specpolicy simulate --decide-cost-us 1")
+    lines = _run(command, capsys)
+    table = lines[lines.index(f"concurrency {level}:") :]
+    row = next(ln for ln in table if ln.startswith(f"static-{depth} "))
+    assert float(row.split()[-3]) == pytest.approx(float(ratio), abs=0.0051)  # the "x no speculation" column
