@@ -121,3 +121,14 @@ def test_readme_figure_is_the_default_scenarios(capsys: pytest.CaptureFixture[st
     table = lines[lines.index(f"concurrency {level}:") :]
     row = next(ln for ln in table if ln.startswith(f"static-{depth} "))
     assert float(row.split()[-3]) == pytest.approx(float(ratio), abs=0.0051)  # the "x no speculation" column
+
+
+def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (DOCS / "simulator.md").read_text()
+    code = re.search(r"```python\n(from specpolicy\.sim\.run import .*?)```", text, flags=re.S)
+    assert code, "simulator.md's Python example moved; update this test"
+    ns: dict[str, object] = {}
+    exec(compile(code.group(1), "simulator.md", "exec", dont_inherit=True), ns)
+    doc = ns["doc"]
+    assert isinstance(doc, dict) and {r["concurrency"] for r in doc["runs"]} == {8, 64}
+    assert "verdict: " in capsys.readouterr().out
