@@ -32,6 +32,12 @@ declare -A NODEPS=(
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
 )
 
+# pip's resolver reports every dependency the --no-deps engines declare but do not get (CUDA torch, ...):
+# scripts/pip-quiet.sh keeps those lines out of the output, counted in $CONFLICTS, and shows everything else.
+CONFLICTS=$(mktemp)
+trap 'rm -f "$CONFLICTS"' EXIT
+export SPECPOLICY_PIP_CONFLICTS=$CONFLICTS
+
 build() {
   local name=$1 venv="$ENV_DIR/$1"
   if [ -f "$venv/.complete" ]; then echo "[engine-envs] $name: reusing $venv"; return 0; fi
@@ -39,7 +45,7 @@ build() {
   local t0=$SECONDS
   rm -rf "$venv"
   "$PY" -m venv "$venv"
-  local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS")
+  local pip=(bash "$ROOT/scripts/pip-quiet.sh" "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS")
   "${pip[@]}" torch==2.13.0
   # shellcheck disable=SC2086
   "${pip[@]}" --no-deps ${NODEPS[$name]}
@@ -61,3 +67,8 @@ for t in "${targets[@]}"; do
   [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${!NODEPS[*]}" >&2; exit 2; }
   build "$t"
 done
+if [ -s "$CONFLICTS" ]; then
+  echo "[engine-envs] not shown: $(wc -l < "$CONFLICTS") dependency conflicts pip reported, such as" \
+    "'$(head -n 1 "$CONFLICTS")': expected, the engines are installed with --no-deps on the CPU build of" \
+    "torch on purpose (docs/testing.md)"
+fi

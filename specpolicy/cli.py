@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .errors import ConfigError
+from .errors import ConfigError, MissingExtraError
 
 # Each feature package contributes its subcommands through ``register(subparsers)``; the function it sets as
 # ``func`` does the work. One line per package: keep this list sorted by command.
@@ -45,13 +45,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import logging
 
+    # specpolicy's own INFO lines are part of its output; other libraries' (matplotlib's font cache, ...)
+    # are not, unless asked for with --verbose.
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("specpolicy").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"specpolicy: invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
+    except MissingExtraError as exc:
+        print(f"specpolicy: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0

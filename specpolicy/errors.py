@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigError", "FieldError", "format_validation_error"]
+__all__ = ["ConfigError", "FieldError", "MissingExtraError", "format_validation_error"]
 
 
 class ConfigError(ValueError):
     """A policy configuration is invalid. The message names the field and what is allowed."""
+
+
+class MissingExtraError(RuntimeError):
+    """A feature needs an optional extra that is not installed. The message says how to install it."""
 
 
 class FieldError(ValueError):
@@ -23,8 +29,12 @@ class FieldError(ValueError):
         self.field = field
 
 
-def format_validation_error(exc: Any, prefix: str = "") -> str:
-    """Render a pydantic ValidationError as one line per problem: ``field.path: message (got value)``."""
+def format_validation_error(exc: Any, prefix: str = "", fields: Iterable[str] = ()) -> str:
+    """Render a pydantic ValidationError as one line per problem: ``field.path: message (got value)``.
+
+    ``fields`` are the model's field names: an unknown field close to one of them gets a "did you mean".
+    """
+    known = list(fields)
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
@@ -43,5 +53,8 @@ def format_validation_error(exc: Any, prefix: str = "") -> str:
         path = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
         if err.get("type") == "extra_forbidden":
             msg = "unknown field (not a parameter of this policy)"
+            close = difflib.get_close_matches(loc.rsplit(".", 1)[-1], known, n=1, cutoff=0.6)
+            if close:
+                msg += f"; did you mean {close[0]!r}?"
         lines.append(f"{path}: {msg}{got}")
     return "\n".join(lines)

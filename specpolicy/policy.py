@@ -18,9 +18,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from .errors import ConfigError, format_validation_error
+from .errors import ConfigError, FieldError, format_validation_error
 from .mode import SpecMode
 from .stats import StepStats
 
@@ -76,8 +76,32 @@ class PolicyConfig(BaseModel):
     #: True for policies that exist to exercise engines (switching stress tests), not to serve: the simulator
     #: leaves them out of its default comparison.
     diagnostic: ClassVar[bool] = False
+    #: True for configs with a ``steps`` field (positive depths): ``candidate_steps``, SGLang's word, is
+    #: accepted in its place, its 0 dropped (whether off is allowed is the policy's rule, as with ``steps``).
+    candidate_steps_alias: ClassVar[bool] = False
 
     name: str
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _echoed_candidate_steps(cls, data: Any, handler: Callable[[Any], Any]) -> Any:
+        """``check-config`` prints ``candidate_steps`` next to the fields: read back, it must match them."""
+        if not isinstance(data, Mapping) or "candidate_steps" not in data:
+            return handler(data)
+        data = dict(data)
+        claimed = data.pop("candidate_steps")
+        if cls.candidate_steps_alias and "steps" not in data:
+            data["steps"] = [k for k in claimed if k != 0] if isinstance(claimed, list | tuple) else claimed
+            return handler(data)
+        config = handler(data)
+        derived = list(config.candidate_steps())
+        if not isinstance(claimed, list | tuple) or list(claimed) != derived:
+            raise FieldError(
+                "candidate_steps",
+                f"{claimed!r} differs from the depths the other fields allow, {derived}: it is derived, "
+                "not a setting; drop it or make it match",
+            )
+        return config
 
     def candidate_steps(self) -> tuple[int, ...]:
         """Every depth this config can return, ascending (0 = off); engines pre-build one state each."""
@@ -222,9 +246,16 @@ def _load_spec(spec: Any) -> dict[str, Any]:
             raise ConfigError("policy spec JSON must be an object")
         return data
     path = Path(text)
-    if path.suffix.lower() in (".json", ".yaml", ".yml", ".toml") or os.sep in text:
+    suffix = path.suffix.lower()
+    if suffix and suffix not in _SUFFIXES and text not in available_policies():
+        supported = ", ".join(_SUFFIXES)
+        raise ConfigError(f"policy config file {text}: unsupported extension {suffix!r} (use {supported})")
+    if suffix or os.sep in text:
         return _load_file(path)
     return {"name": text}
+
+
+_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 
 
 def _load_file(path: Path) -> dict[str, Any]:
@@ -270,7 +301,24 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
     try:
         return entry.config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix=f"{entry.name}.")) from None
+        raise ConfigError(_explain(entry.config, data, exc)) from None
+
+
+def _explain(model: type[PolicyConfig], data: dict[str, Any], exc: ValidationError) -> str:
+    """Every problem at once: pydantic skips the cross-field checks while a field is invalid, so they are run
+    again with the invalid fields left at their defaults, and what they find is added (said so)."""
+    prefix = f"{model.model_fields['name'].default}."
+    lines = format_validation_error(exc, prefix, model.model_fields).splitlines()
+    bad = {str(err["loc"][0]) for err in exc.errors() if err.get("loc")}
+    rest = {k: v for k, v in data.items() if k not in bad or k == "name"}
+    if bad and rest != data:
+        try:
+            model.model_validate(rest)
+        except ValidationError as again:
+            for line in format_validation_error(again, prefix).splitlines():
+                if line not in lines:
+                    lines.append(f"{line} (with defaults in place of the invalid fields above)")
+    return "\n".join(lines)
 
 
 def make_policy(spec: Any, **overrides: Any) -> Policy:

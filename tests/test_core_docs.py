@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from specpolicy import SpecMode, StepStats, make_policy
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -34,3 +36,15 @@ def test_acceptance_worked_example() -> None:
     zeros = StepStats(4, last_num_steps=3, accepted_draft_tokens=[0, 0, 0, 0])
     assert [p.decide(zeros).num_steps for _ in range(9)] == [3, 3, 2, 2, 2, 2, 2, 1, 0]
     assert [p.decide(StepStats(4)).num_steps for _ in range(63)] == [0] * 62 + [1]
+
+
+def test_cost_model_md_step_costs_are_the_shipped_profiles() -> None:
+    from specpolicy.sim.profile import load_profile
+
+    text = (DOCS / "cost-model.md").read_text().replace("\n", " ")
+    found = re.search(r"\(([\d.]+) vs ([\d.]+) ms target forward in the shipped `([\w-]+)` profile", text)
+    assert found, "cost-model.md no longer quotes the profile's step costs; update this test"
+    four, one, name = float(found.group(1)), float(found.group(2)), found.group(3)
+    profile = load_profile(name)
+    assert profile.target_s(128, 4, 1024) * 1e3 == pytest.approx(four, abs=0.05)
+    assert profile.target_s(128, 1, 1024) * 1e3 == pytest.approx(one, abs=0.05)

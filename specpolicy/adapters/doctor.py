@@ -18,6 +18,18 @@ import pkgutil
 import sys
 from typing import Any, TextIO
 
+from .doctor_section import (
+    REINSTALL_FIX,
+    SMOKE_REPORT_FIX,
+    SMOKE_RUN_FIX,
+    finish,
+    install_fix,
+    internals_fix,
+    new_section,
+    print_section,
+    problem,
+)
+
 __all__ = ["report", "sglang_report", "check_targets"]
 
 SGLANG_ENTRY_POINT = "specpolicy.adapters.sglang.plugin:register"
@@ -75,22 +87,19 @@ def sglang_report(
     max_new_tokens: int = 128,
     engine_kw: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The SGLang section (a dict; ``problems`` lists what stands in the way)."""
+    """The SGLang section (``doctor_section`` keys; ``problems`` lists what stands in the way, with fixes)."""
     from .sglang.versions import SUPPORTED, UnsupportedVersion, check_version, installed_version, route_for
 
     version = installed_version()
-    res: dict[str, Any] = {"engine": "sglang", "version": version, "tested": list(SUPPORTED)}
+    res = new_section("sglang", version, SUPPORTED)
     problems: list[str] = []
     if version is None:
-        res["supported"] = False
-        res["problems"] = ["not installed"]
-        return res
+        return finish(res, [problem("SGLang is not installed", install_fix("sglang", SUPPORTED))])
     try:
         check_version(version)
         res["supported"] = True
     except UnsupportedVersion as exc:
-        res["supported"] = False
-        problems.append(str(exc))
+        problems.append(problem(str(exc), install_fix("sglang", SUPPORTED)))
     route = route_for(version)
     res["route"] = route
     eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
@@ -101,7 +110,7 @@ def sglang_report(
         res["paths"] = ["adaptive-controller (EAGLEWorkerV2, overlap and non-overlap)"]
         res["targets"] = check_targets(v0_5_23.HOOK_TARGETS)
         if not res["entry_point"]:
-            problems.append("the sglang.srt.plugins entry point is not registered: reinstall specpolicy")
+            problems.append(problem("the sglang.srt.plugins entry point is not registered", REINSTALL_FIX))
     else:
         res["paths"] = ["v1 (EAGLEWorker, non-overlap)", "v2 (EAGLEWorkerV2, overlap)"]
         try:
@@ -116,13 +125,19 @@ def sglang_report(
             res["targets"] = {"legacy hook table " + table: "ok" if not missing else "; ".join(missing)}
         except Exception as exc:
             res["targets"] = {"legacy hook table": f"cannot check: {type(exc).__name__}: {exc}"}
-    problems += [f"{t}: {why}" for t, why in res["targets"].items() if why != "ok"]
+    problems += [
+        problem(f"{t}: {why}", internals_fix(why, "sglang", SUPPORTED))
+        for t, why in res["targets"].items()
+        if why != "ok"
+    ]
     res["gpu"] = _gpu_name()
     if smoke:
         if not res["gpu"]:
-            problems.append("smoke test skipped: it needs a CUDA GPU")
+            problems.append(problem("smoke test skipped: it needs a CUDA GPU", "run it on a GPU machine"))
         elif not model:
-            problems.append("smoke test skipped: give the target model (--model) and its drafter (--draft)")
+            problems.append(
+                problem("smoke test skipped: no model", "give --model and --draft")
+            )
         else:
             from .sglang.smoke import smoke_test
 
@@ -136,36 +151,25 @@ def sglang_report(
                     engine_kw=engine_kw,
                 )
                 if not res["smoke"]["ok"]:
-                    problems.append("smoke test: " + res["smoke"]["verdict"])
+                    problems.append(problem("smoke test: " + res["smoke"]["verdict"], SMOKE_REPORT_FIX))
             except Exception as exc:
-                problems.append(f"smoke test failed to run: {exc}")
-    res["problems"] = problems
-    return res
+                problems.append(problem(f"smoke test failed to run: {exc}", SMOKE_RUN_FIX))
+    return finish(res, problems)
 
 
 def _print_sglang(res: dict[str, Any], out: TextIO) -> None:
-    v = res.get("version") or "not installed"
-    state = "supported" if res.get("supported") else "NOT supported"
-    print(f"SGLang: {v} ({state}; tested: {', '.join(res['tested'])})", file=out)
-    if res.get("version") is None:
-        return
-    print(f"  route: {res['route']}; worker paths: {', '.join(res['paths'])}", file=out)
-    print(f"  plugin entry point: {'registered' if res['entry_point'] else 'MISSING'}", file=out)
-    for t, why in res.get("targets", {}).items():
-        print(f"  hook {t}: {why}", file=out)
-    print(f"  GPU: {res.get('gpu') or 'none (smoke test unavailable)'}", file=out)
-    if "smoke" in res:
-        sm = res["smoke"]
-        print(f"  smoke: {sm['verdict']}", file=out)
+    details: list[str] = []
+    for t, why in res["targets"].items():
+        details.append(f"hook {t}: {why}")
+    sm = res.get("smoke")
+    if sm:
+        details.append(f"smoke: {sm['verdict']}")
         for name, sp in sm["speed"].items():
             rel = sp["vs_reference"]
-            print(
-                f"    {name:10s} {sp['tokens_per_s']:9.1f} tok/s"
-                + (f"  ({rel:.2f}x reference)" if rel else ""),
-                file=out,
+            details.append(
+                f"  {name:10s} {sp['tokens_per_s']:9.1f} tok/s" + (f"  ({rel:.2f}x reference)" if rel else "")
             )
-    for p in res.get("problems", []):
-        print(f"  PROBLEM: {p}", file=out)
+    print_section(res, "SGLang", out, details)
 
 
 def report(
@@ -201,7 +205,8 @@ def report(
         try:
             from .vllm import doctor as vllm_doctor
         except ImportError as exc:
-            sections["vllm"] = {"engine": "vllm", "problems": [f"vLLM section unavailable: {exc}"]}
+            what = f"vLLM section unavailable: {exc}"
+            sections["vllm"] = finish(new_section("vllm", None, ()), [problem(what, REINSTALL_FIX)])
         else:
             kw: dict[str, Any] = {
                 "smoke": smoke,
@@ -220,7 +225,8 @@ def report(
     relevant = [s for s in sections.values() if s.get("version") is not None]
     if not installed_any:
         print(
-            "no supported engine is installed (pip install 'specpolicy[sglang]' or 'specpolicy[vllm]')",
+            "no engine is installed here: install SGLang or vLLM with specpolicy, from a specpolicy checkout "
+            "pip install '.[sglang]' or '.[vllm]' (README.md, Installing on a serving machine)",
             file=text_out,
         )
         return 1

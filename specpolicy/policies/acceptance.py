@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -32,6 +32,8 @@ __all__ = ["AcceptanceConfig", "AcceptancePolicy", "ENTRY"]
 
 class AcceptanceConfig(PolicyConfig):
     """Depth from an EWMA of acceptance length; off below min_accept_length, probing to recover."""
+
+    candidate_steps_alias: ClassVar[bool] = True
 
     name: Literal["acceptance"] = "acceptance"
     steps: tuple[int, ...] = Field(

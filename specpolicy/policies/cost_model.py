@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -88,6 +88,8 @@ _FAR = 1 << 62
 
 class CostModelConfig(PolicyConfig):
     """Maximise predicted tokens/s: per-position acceptance x step cost learned online (probing)."""
+
+    candidate_steps_alias: ClassVar[bool] = True
 
     name: Literal["cost_model"] = "cost_model"
     steps: tuple[int, ...] = Field(

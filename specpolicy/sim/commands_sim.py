@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .run import DEFAULT_PROFILE, DEFAULT_WORKLOAD, SimulationSpec, run_simulation
+from .run import DEFAULT_CONCURRENCY, DEFAULT_PROFILE, DEFAULT_WORKLOAD, SimulationSpec, run_simulation
 from .workloads import WORKLOADS, parse_concurrency
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
@@ -37,7 +37,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="simulated seconds (per level for a sweep); default: the workload's own",
     )
-    p.add_argument("--concurrency", metavar="C1,C2,...", help="sweep levels (default 1,2,4,...,256)")
+    default_levels = ",".join(map(str, DEFAULT_CONCURRENCY))
+    p.add_argument(
+        "--concurrency",
+        metavar="C1,C2,...",
+        help=f"sweep levels (default: {default_levels} in the default scenario, else 1,2,4,...,256)",
+    )
     p.add_argument(
         "--decide-cost-us",
         type=float,
@@ -53,7 +58,8 @@ def register(sub: Any) -> None:
         help="compare policies on a simulated engine with measured step costs",
         description="Simulate a continuous-batching speculative engine step by step and compare every "
         "registered policy with never, static-0..K, schedule-vllm, sglang-adaptive and the oracle. With no "
-        "arguments: the ramp workload (load from 1 to 256 requests and back) on the H200 Llama-8B profile.",
+        f"arguments: a sweep at concurrency {', '.join(map(str, DEFAULT_CONCURRENCY))} on {DEFAULT_PROFILE}, "
+        "the deployment of the field report (speculation pays at 1 and loses under load).",
     )
     _common(s)
     s.add_argument(
@@ -130,10 +136,19 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         "workload": args.workload,
         "seed": args.seed,
         "duration_s": args.duration,
-        "concurrency": parse_concurrency(args.concurrency) if args.concurrency else None,
+        "concurrency": sweep_levels(args),
         "decide_cost_us": args.decide_cost_us,
         "jobs": args.jobs,
     }
+
+
+def sweep_levels(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """``--concurrency``, or the default scenario's levels, or None for the workload's own."""
+    if args.concurrency:
+        return parse_concurrency(args.concurrency)
+    if (args.profile, args.workload) == (DEFAULT_PROFILE, DEFAULT_WORKLOAD):
+        return DEFAULT_CONCURRENCY
+    return None  # the workload's own levels
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

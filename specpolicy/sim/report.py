@@ -1,8 +1,10 @@
 """Turning runs into the report: one row per (policy, concurrency), the JSON document and the text table.
 
 Ratios compare a row with rows of the same scenario: ``vs_best_static`` divides its output tokens/s by the
-best of ``static-0`` .. ``static-K`` there, ``vs_oracle`` by the oracle's. The JSON shape is fixed by the
-simulator's documentation (``docs/simulator.md``); extra fields may be added, never renamed.
+best of ``static-0`` .. ``static-K`` there, ``vs_oracle`` by the oracle's, ``vs_never`` by the
+speculation-free engine's. The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``);
+extra fields may be added, never renamed. The table marks each scenario's winners and ends with the verdict
+(``verdict.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .run import RunOutcome, Simulation
+from .verdict import standings, verdict
 
 __all__ = ["Row", "rows", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
 
@@ -50,13 +53,20 @@ class Row:
     completed: int
     extrapolated: bool
     sim_steps_per_s: float
+    vs_never: float | None = None
 
 
 def _pct(values: Any, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-def _row(o: RunOutcome, best_static: float | None, oracle: float | None, slo_tpot_ms: float | None) -> Row:
+def _row(
+    o: RunOutcome,
+    best_static: float | None,
+    oracle: float | None,
+    slo_tpot_ms: float | None,
+    never: float | None = None,
+) -> Row:
     r = o.result
     tok = r.output_tok_s
     kind = o.comparator.kind
@@ -80,6 +90,7 @@ def _row(o: RunOutcome, best_static: float | None, oracle: float | None, slo_tpo
         completed=r.requests_completed,
         extrapolated=r.extrapolated,
         sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
+        vs_never=tok / never if never else None,
     )
 
 
@@ -93,7 +104,8 @@ def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
         statics = [o.result.output_tok_s for o in group if o.comparator.is_static]
         best = max(statics) if statics else None
         oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
-        out.extend(_row(o, best, oracle, slo_tpot_ms) for o in group)
+        never = next((o.result.output_tok_s for o in group if o.comparator.kind == "never"), None)
+        out.extend(_row(o, best, oracle, slo_tpot_ms, never) for o in group)
     return out
 
 
@@ -118,6 +130,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             "spec_step_share": _num(r.spec_step_share, 6),
             "vs_best_static": _num(r.vs_best_static),
             "vs_oracle": _num(r.vs_oracle),
+            "vs_never": _num(r.vs_never),
             "decide_cost_us": _num(r.decide_cost_us, 3),
             "mean_batch": _num(r.mean_batch, 3),
             "mean_accept_len": _num(r.mean_accept_len),
@@ -178,12 +191,18 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         "TTFT p50",
         "switches",
         "spec",
-        "vs static",
-        "vs oracle",
+        "x best fixed depth",
+        "x oracle",
+        "x no speculation",
         "decide",
+        "",
     ]
     if slo_tpot_ms is not None:
         head.insert(2, "goodput")
+    marks: dict[tuple[int | None, str], str] = {}
+    for st in standings(all_rows):
+        marks.update(((st.concurrency, label), "<- best fixed choice") for label in st.best_fixed)
+        marks.update(((st.concurrency, label), "<- best policy") for label in st.best_policy)
     current: object = object()
     table: list[list[str]] = []
 
@@ -193,7 +212,7 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         widths = [max(len(r[i]) for r in [head, *table]) for i in range(len(head))]
         for cells in (head, *table):
             pairs = enumerate(zip(cells, widths, strict=True))
-            lines.append("  ".join(_cell(c, w, i == 0) for i, (c, w) in pairs))
+            lines.append("  ".join(_cell(c, w, i in (0, len(cells) - 1)) for i, (c, w) in pairs).rstrip())
         table.clear()
 
     for r in all_rows:
@@ -211,9 +230,11 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
             _f(r.ttft_ms_p50, ".1f") + " ms",
             str(r.switches),
             _f(r.spec_step_share * 100, ".0f") + "%",
-            _f(r.vs_best_static, ".3f") + "x",
-            _f(r.vs_oracle, ".3f") + "x",
+            _f(r.vs_best_static, ".3f"),
+            _f(r.vs_oracle, ".3f"),
+            _f(r.vs_never, ".3f"),
             _f(r.decide_cost_us, ".2f") + " us" if r.decide_cost_us is not None else "-",
+            marks.get((r.concurrency, r.policy), ""),
         ]
         if slo_tpot_ms is not None:
             cells.insert(2, _f(r.goodput_tok_s, ".1f"))
@@ -227,7 +248,8 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
     )
     lines.append(
         f"decide(): {how}; tok/s = output tokens per simulated second; TPOT = per request, after its "
-        "first token; spec = share of decode steps that speculated"
+        "first token; spec = share of decode steps that speculated; x ... = tok/s over the best static-k's, "
+        "the oracle's and a speculation-free engine's (never) on the same scenario"
     )
     for note in sim.notes:
         lines.append(f"note: {note}")
@@ -236,4 +258,7 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall "
         f"({steps / run_wall:,.0f} decode steps/s per process)"
     )
+    last = verdict(all_rows)
+    if last:
+        lines.append(last)
     return "\n".join(lines)

@@ -19,21 +19,25 @@ from typing import Any
 from ..errors import ConfigError
 from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
 from .engine import EngineConfig, RunResult, simulate
-from .profile import CostProfile, load_profile, with_off_cost
+from .profile import CostProfile, ProfileError, load_profile, with_off_cost
 from .progress import ProgressBar
 from .workloads import Scenario, load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",
     "DEFAULT_WORKLOAD",
+    "DEFAULT_CONCURRENCY",
     "SimulationSpec",
     "RunOutcome",
     "Simulation",
     "run_simulation",
 ]
 
-DEFAULT_PROFILE = "h200-llama8b"
-DEFAULT_WORKLOAD = "ramp"
+#: The default scenario (``specpolicy simulate`` without arguments): the field report specpolicy started from,
+#: at its own concurrencies. Speculation pays at 1 and loses from 10 on, so the report shows both regimes.
+DEFAULT_PROFILE = "seed-k25-tp8-pcie"
+DEFAULT_WORKLOAD = "sweep"
+DEFAULT_CONCURRENCY = (1, 10, 70, 250)
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,10 @@ def resolve_profile(ref: str, off_cost: str | None) -> CostProfile:
     key = (ref, off_cost)
     prof = _PROFILES.get(key)
     if prof is None:
-        prof = load_profile(ref)
+        try:
+            prof = load_profile(ref)
+        except ProfileError as exc:
+            raise ProfileError(f"--profile: {exc}") from None
         if off_cost is not None:
             prof = with_off_cost(prof, off_cost)  # type: ignore[arg-type]
         _PROFILES[key] = prof

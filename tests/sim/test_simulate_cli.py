@@ -15,6 +15,7 @@ import pytest
 
 from specpolicy.cli import build_parser, main
 from specpolicy.sim import sglang_adaptive
+from specpolicy.sim.commands_sim import sweep_levels
 from specpolicy.sim.progress import ProgressBar
 from specpolicy.sim.run import DEFAULT_PROFILE, DEFAULT_WORKLOAD
 from specpolicy.stats import StepStats
@@ -39,8 +40,10 @@ def test_simulate_sweep_prints_the_table_and_writes_the_json(tmp_path: Path, cap
     text = capsys.readouterr().out
     assert "concurrency 1:" in text and "concurrency 64:" in text
     header = next(line for line in text.splitlines() if line.startswith("policy"))
-    for col in ("tok/s", "TPOT p50", "TPOT p99", "TTFT p50", "switches", "spec", "vs static", "vs oracle"):
+    columns = ("tok/s", "TPOT p50", "TPOT p99", "TTFT p50", "switches", "spec", "x best fixed depth")
+    for col in (*columns, "x oracle", "x no speculation"):
         assert col in header
+    assert text.rstrip().splitlines()[-1].startswith("verdict: ")
     doc = json.loads(out.read_text())
     assert set(doc) >= {"profile", "workload", "seed", "runs"}
     assert {r["concurrency"] for r in doc["runs"]} == {1, 64}
@@ -107,14 +110,17 @@ def test_policy_configs_get_labels_that_show_their_parameters(tmp_path: Path, ca
 
 def test_defaults_are_the_documented_scenario() -> None:
     args = build_parser().parse_args(["simulate"])
-    assert (args.profile, args.workload) == (DEFAULT_PROFILE, DEFAULT_WORKLOAD) == ("h200-llama8b", "ramp")
+    assert (args.profile, args.workload) == (DEFAULT_PROFILE, DEFAULT_WORKLOAD)
+    assert (DEFAULT_PROFILE, DEFAULT_WORKLOAD) == ("seed-k25-tp8-pcie", "sweep")
     assert args.seed == 0 and args.duration is None and args.decide_cost_us is None
+    assert sweep_levels(args) == (1, 10, 70, 250)  # the field report's concurrencies
+    assert sweep_levels(build_parser().parse_args(["simulate", "--profile", "h200-llama8b"])) is None
 
 
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--profile", "nosuch"], "unknown profile 'nosuch'"),
+        (["--profile", "nosuch"], "--profile: unknown profile 'nosuch'"),
         (["--workload", "nosuch"], "neither a built-in workload"),
         (["--workload", "sweep", "--concurrency", "0"], "--concurrency"),
         (["--policy", "nosuch"], "unknown policy 'nosuch'"),
@@ -137,7 +143,9 @@ def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch: Any, tmp_path: 
 
     monkeypatch.setattr(builtins, "__import__", no_mpl)
     assert main(["simulate", "--plot", str(tmp_path / "x.png"), *FAST]) == 1
-    assert "pip install 'specpolicy[plot]'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "invalid configuration" not in err
+    assert "'plot' extra: pip install '.[plot]'" in err
     assert not (tmp_path / "x.png").exists()
 
 

@@ -95,6 +95,36 @@ def _compact_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _steps_within(config: PolicyConfig, num_speculative_tokens: Any, notes: list[str]) -> PolicyConfig:
+    """The engine's depth bounds a policy's ``steps``: derived from it when not given, checked when given.
+
+    The covering schedule captures a graph tier for every depth up to the engine's, so 1..N are all usable.
+    """
+    steps = getattr(config, "steps", None)
+    n = num_speculative_tokens
+    if "steps" not in type(config).model_fields or type(n) is not int or not 1 <= n <= MAX_NUM_STEPS:
+        return config  # covering_schedule reports a bad depth
+    if "steps" in config.model_fields_set:
+        if steps and max(steps) > n:
+            raise ConfigError(
+                f"policy.steps: {list(steps)} goes deeper than num_speculative_tokens={n} (vLLM prepares at "
+                f"most that depth): give steps within 1..{n}, leave steps out to use 1..{n}, or raise "
+                f"--num-speculative-tokens to {max(steps)}"
+            )
+        return config
+    derived = list(range(1, n + 1))
+    if steps is not None and list(steps) == derived:
+        return config
+    notes.append(
+        f"policy steps {derived}: derived from num_speculative_tokens={n} (the policy's default is "
+        f"{list(steps or ())}); give steps to choose others"
+    )
+    try:
+        return parse_config({**config.model_dump(mode="json"), "steps": derived})
+    except ConfigError as exc:
+        raise ConfigError("\n".join(f"policy.{line}" for line in str(exc).splitlines())) from None
+
+
 def build_vllm_args(
     policy: Any,
     num_speculative_tokens: int | None = None,
@@ -116,16 +146,18 @@ def build_vllm_args(
     except ConfigError as exc:
         raise ConfigError("\n".join(f"policy.{line}" for line in str(exc).splitlines())) from None
     spec = dict(speculative_config or {})
+    notes: list[str] = []
     if num_speculative_tokens is None:
         num_speculative_tokens = spec.get("num_speculative_tokens")
-        if num_speculative_tokens is None:
-            num_speculative_tokens = max(config.candidate_steps())
+    if num_speculative_tokens is None:
+        num_speculative_tokens = max(config.candidate_steps())
+    else:
+        config = _steps_within(config, num_speculative_tokens, notes)
     if method is not None:
         spec["method"] = method
     if draft_model is not None:
         spec["model"] = draft_model
     spec.setdefault("method", "eagle3")
-    notes: list[str] = []
     if "model" not in spec and spec["method"] not in ("ngram", "suffix", "mtp"):
         spec["model"] = "<draft model>"
         notes.append("replace <draft model> in --speculative-config with the drafter (or pass --draft-model)")

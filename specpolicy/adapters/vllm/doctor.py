@@ -22,6 +22,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from ..doctor_section import (
+    REINSTALL_FIX,
+    SMOKE_REPORT_FIX,
+    SMOKE_RUN_FIX,
+    finish,
+    install_fix,
+    internals_fix,
+    new_section,
+    print_section,
+    problem,
+)
 from .contract import check_targets
 from .versions import SUPPORTED, UnsupportedVersion, check_version, installed_version
 
@@ -48,40 +59,55 @@ def report(
     runner: Runner | None = None,
 ) -> dict[str, Any]:
     """Check the installation (and run the smoke test when asked); print a summary to ``out``, return it."""
-    result: dict[str, Any] = {"engine": "vllm", "tested": list(SUPPORTED)}
-    problems: list[str] = []
     version = installed_version()
-    result["version"] = version
+    result = new_section("vllm", version, SUPPORTED)
+    problems: list[str] = []
     try:
         check_version(version)
         result["supported"] = True
     except UnsupportedVersion as exc:
-        result["supported"] = False
-        problems.append(str(exc))
+        what = "vLLM is not installed" if version is None else str(exc)
+        problems.append(problem(what, install_fix("vllm", SUPPORTED)))
     if version is not None:
+        result["route"] = "scheduler class (--scheduler-cls specpolicy.adapters.vllm.Scheduler)"
+        result["paths"] = ["sync scheduling (EngineCore.step)", "async scheduling (step_with_batch_queue)"]
         result["entry_point"] = _entry_point_registered()
         if not result["entry_point"]:
-            problems.append("the vllm.general_plugins entry point is not registered: reinstall specpolicy")
+            problems.append(problem("the vllm.general_plugins entry point is not registered", REINSTALL_FIX))
         contract = check_targets()
-        result["contract"] = {k: v or "ok" for k, v in contract.items()}
-        problems += [f"{name}: {why}" for name, why in contract.items() if why]
-        problem = _scheduler_problem()
-        if problem:
-            problems.append(problem)
+        result["targets"] = {k: v or "ok" for k, v in contract.items()}
+        problems += [
+            problem(f"{name}: {why}", internals_fix(why, "vllm", SUPPORTED))
+            for name, why in contract.items()
+            if why
+        ]
+        sched = _scheduler_problem()
+        if sched:
+            problems.append(problem(sched, internals_fix(sched, "vllm", SUPPORTED)))
         result["gpu"] = _gpu_name()
     if smoke:
-        if version is None or not result.get("gpu"):
-            problems.append("smoke test skipped: it needs vLLM and a CUDA GPU")
+        if version is None or not result["gpu"]:
+            problems.append(
+                problem("smoke test skipped: it needs vLLM and a CUDA GPU", "run it on a GPU host with vLLM")
+            )
         elif not model or not draft_model:
             problems.append(
-                "smoke test skipped: give the target model and the drafter (--model, --draft-model)"
+                problem(
+                    "smoke test skipped: no model",
+                    "give the target model and the drafter (--model, --draft)",
+                )
             )
         else:
-            result["smoke"] = smoke_test(model, draft_model, method, num_speculative_tokens, runner=runner)
-            if not result["smoke"]["ok"]:
-                problems.append("smoke test: " + result["smoke"]["verdict"])
-    result["problems"] = problems
-    result["ok"] = not problems
+            try:
+                result["smoke"] = smoke_test(
+                    model, draft_model, method, num_speculative_tokens, runner=runner
+                )
+            except Exception as exc:
+                problems.append(problem(f"smoke test failed to run: {exc}", SMOKE_RUN_FIX))
+            else:
+                if not result["smoke"]["ok"]:
+                    problems.append(problem("smoke test: " + result["smoke"]["verdict"], SMOKE_REPORT_FIX))
+    finish(result, problems)
     _print(result, out or sys.stdout)
     return result
 
@@ -104,31 +130,16 @@ def _gpu_name() -> str | None:
 
 
 def _print(result: dict[str, Any], out: TextIO) -> None:
-    v = result.get("version") or "not installed"
-    print(
-        f"vLLM: {v} ({'supported' if result.get('supported') else 'NOT supported'}; tested: "
-        f"{', '.join(result['tested'])})",
-        file=out,
-    )
-    if "entry_point" in result:
-        print(f"  plugin entry point: {'registered' if result['entry_point'] else 'MISSING'}", file=out)
-        bad = [k for k, val in result.get("contract", {}).items() if val != "ok"]
-        print(
-            f"  vLLM internals used: {len(result.get('contract', {})) - len(bad)} ok, {len(bad)} missing",
-            file=out,
-        )
-        print(f"  GPU: {result.get('gpu') or 'none (smoke test unavailable)'}", file=out)
+    details = []
     s = result.get("smoke")
     if s:
         for run in s["runs"]:
-            print(
-                f"  smoke {run['name']:<10} {run['tokens_per_s']:9.1f} tok/s  x{run['speedup']:.2f} vs "
-                f"reference  identical {run['identical']}/{run['prompts']}",
-                file=out,
+            details.append(
+                f"smoke {run['name']:<10} {run['tokens_per_s']:9.1f} tok/s  x{run['speedup']:.2f} vs "
+                f"reference  identical {run['identical']}/{run['prompts']}"
             )
-        print(f"  smoke verdict: {s['verdict']}", file=out)
-    for p in result["problems"]:
-        print(f"  PROBLEM: {p}", file=out)
+        details.append(f"smoke verdict: {s['verdict']}")
+    print_section(result, "vLLM", out, details)
 
 
 def smoke_plan(

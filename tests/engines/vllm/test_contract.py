@@ -156,7 +156,7 @@ def test_doctor_report_on_this_installation() -> None:
     buf = io.StringIO()
     res = report(out=buf)
     assert res["version"] == "0.33.0" and res["supported"] and res["entry_point"]
-    assert set(res["contract"].values()) == {"ok"}
+    assert set(res["targets"].values()) == {"ok"}
     assert res["ok"], res["problems"]
     smoke = report(smoke=True, out=io.StringIO())  # no CUDA GPU here: skipped with the reason
     assert any("needs vLLM and a CUDA GPU" in p for p in smoke["problems"])
