@@ -93,3 +93,16 @@ def test_equals_syntax_and_order_are_kept(monkeypatch: pytest.MonkeyPatch) -> No
     assert plan.sglang_argv == argv
     assert str(plan.settings.trace_path) == "/tmp/t" and plan.settings.policy.name == "static"
     assert launch._opt(argv, "--speculative-algorithm") == "EAGLE3" and launch._opt(argv, "--tp-size") == "2"
+
+
+def test_off_step_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "installed_version", lambda: "0.5.12.post1")
+    sglang = ["--model-path=m", "--speculative-algorithm=STANDALONE"]
+    plan = launch.prepare(
+        [*sglang, "--spec-policy=static", "--spec-policy-off-step", "verify"]
+        + ["--spec-policy-draft-catch-up=per_step"]
+    )
+    assert (plan.settings.off_step, plan.settings.draft_catch_up) == ("verify", "per_step")
+    assert plan.sglang_argv == sglang
+    default = launch.prepare([*sglang, "--spec-policy=static"]).settings
+    assert (default.off_step, default.draft_catch_up) == ("decode", "auto")

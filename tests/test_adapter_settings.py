@@ -24,6 +24,8 @@ from specpolicy.errors import ConfigError
     failure=st.sampled_from(["refuse", "warn"]),
     untested=st.booleans(),
     tp=st.sampled_from(["auto", "local", "broadcast"]),
+    off_step=st.sampled_from(["decode", "verify"]),
+    catch_up=st.sampled_from(["auto", "lazy", "per_step"]),
 )
 def test_environment_round_trip_rebuilds_identical_settings(
     num_steps: int,
@@ -34,6 +36,8 @@ def test_environment_round_trip_rebuilds_identical_settings(
     failure: str,
     untested: bool,
     tp: str,
+    off_step: str,
+    catch_up: str,
 ) -> None:
     s = AdapterSettings.build(
         {"name": "static", "num_steps": num_steps},
@@ -44,6 +48,8 @@ def test_environment_round_trip_rebuilds_identical_settings(
         on_install_failure=failure,
         allow_untested=untested,
         tp_agreement=tp,
+        off_step=off_step,
+        draft_catch_up=catch_up,
     )
     assert AdapterSettings.from_env(s.to_env()) == s
 
@@ -55,6 +61,8 @@ def test_environment_round_trip_rebuilds_identical_settings(
         ({"trace_max_bytes": 10}, "trace_max_bytes", "greater than or equal to 4096"),
         ({"on_install_failure": "ignore"}, "on_install_failure", "'refuse' or 'warn'"),
         ({"tp_agreement": "vote"}, "tp_agreement", "'auto', 'local' or 'broadcast'"),
+        ({"off_step": "skip"}, "off_step", "'decode' or 'verify'"),
+        ({"draft_catch_up": "never"}, "draft_catch_up", "'auto', 'lazy' or 'per_step'"),
         ({"metrics": "perhaps"}, "metrics", "valid boolean"),
         ({"colour": "blue"}, "colour", "known: policy, trace_path"),
     ],

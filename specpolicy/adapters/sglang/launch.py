@@ -82,6 +82,17 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "local", "broadcast"),
         help="how tensor-parallel ranks agree on each step's depth (default auto; see docs/sglang.md)",
     )
+    g.add_argument(
+        "--spec-policy-off-step",
+        choices=("decode", "verify"),
+        help="legacy releases: run an off step as the target's plain decode (default) or as a one-token verify",
+    )
+    g.add_argument(
+        "--spec-policy-draft-catch-up",
+        choices=("auto", "lazy", "per_step"),
+        help="legacy releases: skip the drafter while off and catch it up on resume (lazy, draft models), or "
+        "run a one-token draft extend every off step (per_step, EAGLE); default auto",
+    )
 
 
 def build_parser(with_sglang: bool = False) -> argparse.ArgumentParser:
@@ -135,6 +146,10 @@ def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
         fields["allow_untested"] = True
     if ns.spec_policy_tp_agreement is not None:
         fields["tp_agreement"] = ns.spec_policy_tp_agreement
+    if ns.spec_policy_off_step is not None:
+        fields["off_step"] = ns.spec_policy_off_step
+    if ns.spec_policy_draft_catch_up is not None:
+        fields["draft_catch_up"] = ns.spec_policy_draft_catch_up
     return AdapterSettings.build(spec, **fields)
 
 

@@ -321,8 +321,8 @@ def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped
         seen.append(m.spec_info.topk_index.view(-1).tolist())
         return off_mod  # any object: the wrapper tags it with the executed depth
 
-    setattr(s.worker, hooks.RT, make_runtime(StaticPolicy(StaticConfig(num_steps=STEPS)), launch_depth=STEPS,
-                                             path="v2"))
+    on_policy = StaticPolicy(StaticConfig(num_steps=STEPS))
+    setattr(s.worker, hooks.RT, make_runtime(on_policy, launch_depth=STEPS, path="v2"))
     hooks.v2_forward(on_step)(s.worker, mwb)
     (ext,) = s.draft_runner.extends
     assert ext["lens"] == [3, 3, 3]
@@ -331,4 +331,5 @@ def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped
         assert {sl: kv.get(sl) for sl in exp} == exp
     last = [r.output_ids[-1] for r in batch.reqs]
     assert seen == [[ls.draft_token_after(t) for t in last]]
-    assert torch.equal(mwb.spec_info.topk_index.view(-1), torch.tensor([ls.draft_token_after(t) for t in last]))
+    proposals = torch.tensor([ls.draft_token_after(t) for t in last])
+    assert torch.equal(mwb.spec_info.topk_index.view(-1), proposals)

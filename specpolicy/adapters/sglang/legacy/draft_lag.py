@@ -161,7 +161,8 @@ class DraftLag:
         input_ids[last] = bonus_tokens.to(torch.int64)
         # KV slots of the missing positions (already allocated by the target, shared with the drafter).
         starts = [s - m for s, m in zip(seq_lens, missing, strict=True)]
-        pos_cpu = torch.cat([torch.arange(a, a + m, dtype=torch.int64) for a, m in zip(starts, missing)])
+        runs = [torch.arange(a, a + m, dtype=torch.int64) for a, m in zip(starts, missing, strict=True)]
+        pos_cpu = torch.cat(runs)
         rows = base_mwb.req_pool_indices.to(torch.int64).repeat_interleave(
             torch.tensor(missing, dtype=torch.int64).to(device, non_blocking=True)
         )
