@@ -85,7 +85,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--spec-policy-off-step",
         choices=("decode", "verify"),
-        help="legacy releases: run an off step as the target's plain decode (default) or as a one-token verify",
+        help="legacy releases: an off step runs the target's plain decode (default) or a one-token verify",
     )
     g.add_argument(
         "--spec-policy-draft-catch-up",
