@@ -22,6 +22,7 @@ from ...tp import BroadcastSync
 from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
+from .gpu_timer import GpuStepTimer
 from .off_step import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, OnOffAtDepth, StepRuntime
@@ -224,6 +225,17 @@ def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: Field
     )
 
 
+def _gpu_timer(worker: Any) -> GpuStepTimer | None:
+    """CUDA-event step timing for the overlap worker (None off CUDA: the wall clock is used instead)."""
+    import torch
+
+    device = torch.device(getattr(worker, "device", "cpu"))
+    if device.type != "cuda":
+        return None
+    module = torch.get_device_module(device)
+    return GpuStepTimer(lambda: module.Event(enable_timing=True))
+
+
 def _tp_sync() -> BroadcastSync:
     from sglang.srt.distributed import get_tp_group
 
@@ -272,7 +284,13 @@ def attach(scheduler: Any) -> StepRuntime | None:
     controller.policy = OnOffAtDepth(art.policy, launch)
     controller.allowed_steps = frozenset({0, launch})
     controller.steps_by_depth = {0: 0, launch: 0}
-    rt = StepRuntime(art.decide, controller, launch_depth=launch, path=path)  # type: ignore[arg-type]
+    rt = StepRuntime(
+        art.decide,
+        controller,
+        launch_depth=launch,
+        path=path,  # type: ignore[arg-type]
+        gpu_timer=_gpu_timer(worker) if path == "v2" else None,
+    )
     setattr(worker, hooks.OT, off)
     setattr(worker, hooks.RT, rt)
     worker._specpolicy_runtime = art

@@ -20,6 +20,7 @@ from ....mode import SpecMode
 from ....policy import Policy
 from ....stats import StepStats
 from ...controller import StepController, StepObserver
+from .gpu_timer import GpuStepTimer
 
 __all__ = ["OnOffAtDepth", "StepRuntime", "Path"]
 
@@ -63,6 +64,9 @@ class StepRuntime:
         launch_depth: the worker's ``speculative_num_steps``; every "on" step runs this depth.
         path: which worker path this runtime serves.
         clock: monotonic clock (tests pass a fake).
+        gpu_timer: per-step GPU times from CUDA events (the overlap path, see ``gpu_timer``); each step's
+            time is then reported one step late, with the acceptance of the same step. None: the wall time
+            between consecutive decode steps (the non-overlap path, whose steps end with a sync).
     """
 
     __slots__ = (
@@ -79,6 +83,7 @@ class StepRuntime:
         "_t_last_interval",
         "skipped_steps",
         "decode_steps",
+        "gpu_timer",
     )
 
     def __init__(
@@ -89,6 +94,7 @@ class StepRuntime:
         launch_depth: int,
         path: Path,
         clock: Callable[[], float] = time.perf_counter,
+        gpu_timer: GpuStepTimer | None = None,
     ) -> None:
         if launch_depth < 1:
             raise ValueError(f"launch_depth must be >= 1 (a speculative worker), got {launch_depth}")
@@ -105,6 +111,7 @@ class StepRuntime:
         self._t_last_interval: float | None = None
         self.skipped_steps = 0
         self.decode_steps = 0
+        self.gpu_timer = gpu_timer
 
     def begin_decode(self, batch_size: int, seq_lens_sum: int | None, forced_on: bool = False) -> bool:
         """Decide the coming decode step; True means skip speculation (one-token verify). Never raises.
@@ -112,12 +119,19 @@ class StepRuntime:
         ``forced_on``: the engine must speculate this step whatever the policy says (a rank-identical property
         of the batch, so no rank consults its policy); the step is recorded, the policy is not asked.
         """
-        now = self._clock()
-        prev = self._t_prev
-        step_time = None if prev is None else now - prev
-        self._t_prev = now
-        if prev is not None:
-            self.controller.step_time(step_time)
+        timer = self.gpu_timer
+        if timer is not None:
+            # the time of the step before the previous one: the step whose acceptance just arrived
+            step_time = timer.start()
+            if step_time is not None and self.controller.step >= 2:
+                self.controller.step_time(step_time, step=self.controller.step - 1)
+        else:
+            now = self._clock()
+            prev = self._t_prev
+            step_time = None if prev is None else now - prev
+            self._t_prev = now
+            if prev is not None:
+                self.controller.step_time(step_time)
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
         depth = self._last_depth
         stats = StepStats.fast(
@@ -151,6 +165,8 @@ class StepRuntime:
     def on_non_decode(self) -> None:
         """A prefill or idle forward ran: the next decode step's wall time would include it, so drop it."""
         self._t_prev = None
+        if self.gpu_timer is not None:
+            self.gpu_timer.reset()
 
 
 def make_runtime(

@@ -1,0 +1,127 @@
+"""Step times on SGLang's overlap worker: CUDA events at each decode step's start, read without waiting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specpolicy.adapters.controller import StepController
+from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
+from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime
+from specpolicy.mode import SpecMode
+from specpolicy.stats import StepStats
+
+
+class FakeGpu:
+    """A GPU clock: ``done_until`` is how far the device has got; events recorded are stamped in order."""
+
+    def __init__(self) -> None:
+        self.queued = 0.0  # GPU time (ms) at which the last queued work starts
+        self.done_until = 0.0
+        self.made = 0
+
+    def event(self) -> Any:
+        gpu = self
+        gpu.made += 1
+
+        class Event:
+            at: float | None = None
+
+            def record(self) -> None:
+                self.at = gpu.queued
+
+            def query(self) -> bool:
+                return self.at is not None and self.at <= gpu.done_until
+
+            def elapsed_time(self, other: Any) -> float:
+                assert self.query() and other.query(), "elapsed_time needs both events complete"
+                return float(other.at - self.at)
+
+        return Event()
+
+
+@given(st.lists(st.floats(0.5, 50.0), min_size=3, max_size=60))
+def test_each_step_time_is_reported_two_starts_later_and_exact(durations: list[float]) -> None:
+    gpu = FakeGpu()
+    timer = GpuStepTimer(gpu.event)
+    seen: list[float | None] = []
+    for d in durations:
+        # SGLang's loop: before a step is launched, the GPU has reached the previous step's start.
+        gpu.done_until = gpu.queued
+        seen.append(timer.start())
+        gpu.queued += d  # step i runs for d ms
+    assert seen[:2] == [None, None]
+    assert seen[2:] == pytest.approx([d / 1e3 for d in durations[: len(durations) - 2]])
+    assert gpu.made <= 3  # events are reused, not allocated per step
+    assert timer.incomplete == 0
+
+
+def test_unfinished_steps_and_prefills_give_no_time() -> None:
+    gpu = FakeGpu()
+    timer = GpuStepTimer(gpu.event)
+    for _ in range(2):
+        timer.start()
+        gpu.queued += 5.0
+    assert timer.start() is None and timer.incomplete == 1  # the GPU has not reached the previous start
+    gpu.done_until = gpu.queued
+    timer.reset()  # a prefill ran: no interval spans it
+    assert timer.start() is None
+    gpu.queued += 3.0  # the first decode step after the prefill
+    assert timer.start() is None
+    gpu.queued += 4.0
+    gpu.done_until = gpu.queued
+    assert timer.start() == pytest.approx(3.0 / 1e3)  # that step's own time, not the prefill's
+    assert gpu.made <= 4
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.times: list[tuple[int, float | None]] = []
+        self.stats: list[StepStats] = []
+
+    def on_decision(self, step: int, stats: StepStats, k: int, dt: float, fallback: bool) -> None:
+        self.stats.append(stats)
+
+    def on_step_time(self, step: int, t: float | None) -> None:
+        self.times.append((step, t))
+
+
+def test_overlap_runtime_bills_each_step_its_own_time() -> None:
+    """Off every other step, off = 2 ms and on = 6 ms on the GPU. Each step is billed its own time, and the
+    StepStats of a decision pairs one step's depth with that same step's time (both one step late, as the
+    overlap scheduler delivers acceptance)."""
+
+    class Alternate:
+        n = 0
+
+        def decide(self, stats: StepStats) -> SpecMode:
+            self.n += 1
+            return SpecMode.off() if self.n % 2 else SpecMode.on(3)
+
+        def reset(self) -> None:
+            pass
+
+    rec = Recorder()
+    policy = OnOffAtDepth(Alternate(), 3)
+    ctl = StepController(policy, allowed_steps=(0, 3), default_steps=3, observers=(rec,))
+    gpu = FakeGpu()
+    rt = StepRuntime(ctl.decide, ctl, launch_depth=3, path="v2", gpu_timer=GpuStepTimer(gpu.event))
+    depths: list[int] = []
+    for j in range(12):
+        if j >= 2:  # the scheduler resolved the acceptance of step j-2 before launching step j
+            rt.on_result(depths[j - 2], [1] * 8 if depths[j - 2] else None)
+        gpu.done_until = gpu.queued
+        skip = rt.begin_decode(8, 800)
+        depths.append(0 if skip else 3)
+        rt.end_decode()
+        gpu.queued += 2.0 if skip else 6.0
+    cost = {0: 2.0 / 1e3, 3: 6.0 / 1e3}
+    by_step = dict(rec.times)
+    assert len(by_step) == 10 and all(t == pytest.approx(cost[depths[s - 1]]) for s, t in by_step.items())
+    for j, stats in enumerate(rec.stats):
+        if j >= 2:
+            assert stats.last_num_steps == depths[j - 2]
+            assert stats.last_step_time_s == pytest.approx(cost[depths[j - 2]])
