@@ -282,7 +282,8 @@ def _v2(names: FieldNames, *, lazy: bool) -> Any:
 
     batch.get_model_worker_batch = get_model_worker_batch
     kv = ods.DraftKV()
-    s.draft_worker.draft_runner = s.draft_runner = ods.KVDraftRunner(kv, s.pool)
+    if lazy:
+        s.draft_worker.draft_runner = s.draft_runner = ods.KVDraftRunner(kv, s.pool)
     return s, sched, batch, rt, off, kv
 
 
@@ -333,3 +334,27 @@ def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped
     assert seen == [[ls.draft_token_after(t) for t in last]]
     proposals = torch.tensor([ls.draft_token_after(t) for t in last])
     assert torch.equal(mwb.spec_info.topk_index.view(-1), proposals)
+
+
+def test_v2_eagle_off_step_runs_sglangs_draft_extend_on_the_new_token(
+    names: FieldNames, wrapped_v2: Any
+) -> None:
+    """per_step (EAGLE): the decode captures hidden states and SGLang's own draft extend runs at the launch
+    stride on the new token, so the next draft input comes from it, as after an all-rejected verify."""
+    s, sched, batch, rt, off, kv = _v2(names, lazy=False)
+    result = Scheduler.run_batch(sched, batch)
+    (call,) = s.target.decode_calls
+    assert call["capture_hidden_mode"] == CaptureHiddenMode.FULL and s.target.calls == []
+    d = STEPS + 1
+    expected = [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert result.next_token_ids.tolist() == [t for t in expected for _ in range(d)]
+    if names.has_result_stride:
+        assert result.speculative_num_draft_tokens == d
+    (ids,) = s.draft_runner.calls
+    assert ids.tolist() == [t for t in expected for _ in range(d)]
+    (locs,) = s.draft_runner.cache_locs
+    assert locs.tolist() == [100 * i + n + j for i, n in enumerate(PROMPTS) for j in range(d)]
+    nd = result.next_draft_input
+    assert nd.topk_index.view(-1).tolist() == [ls.draft_token_after(t) for t in expected]
+    sched.process_batch_result_decode(batch, result)
+    assert [r.output_ids[-1] for r in batch.reqs] == expected
