@@ -47,7 +47,7 @@ from ..costs import StepCostModel
 from ..errors import ConfigError, FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
-from ..stats import StepStats
+from ..stats import MAX_COUNT, StepStats, clean_count, clean_float
 from ._cost_acceptance import AcceptanceEstimator
 from ._cost_table import BucketGrid, CostCells
 from ._validate import check_depths
@@ -83,6 +83,14 @@ _CLAMP_VOTES = 4
 #: A switch this much better (predicted) does not wait for the dwell time.
 _BIG_GAIN = 1.1
 _NEVER = -(10**9)
+
+
+def _length(value: object) -> float | None:
+    """A context length as a finite float > 0, else None (missing): the check where it enters the state."""
+    if value.__class__ is float:
+        return value if 0.0 < value < math.inf else None
+    f = clean_float(value)
+    return f if f else None
 _FAR = 1 << 62
 
 
@@ -228,7 +236,12 @@ class CostModelPolicy:
     def decide(self, stats: StepStats) -> SpecMode:
         try:
             step = self._step = self._step + 1
+            # Each field is read once here, at the boundary: anything but a well-formed value is converted
+            # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
             k_obs = stats.last_num_steps
+            if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
+                c = clean_count(k_obs)
+                k_obs = c if c is not None and c <= MAX_NUM_STEPS else -1  # -1: unknown, no data used
             acc = stats.accepted_draft_tokens
             if acc is not None:
                 try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
@@ -241,7 +254,7 @@ class CostModelPolicy:
                     else:
                         stride = -(-n // _SAMPLE_CAP)
                         sample = acc[(step >> 1) % stride :: stride]
-                    if n and k_obs.__class__ is int and 0 < k_obs <= MAX_NUM_STEPS:
+                    if n and k_obs > 0:
                         drafted = stats.drafted_tokens
                         if drafted is None and sample.__class__ is list:
                             self._bufs[k_obs] += bytes(sample)
@@ -250,12 +263,15 @@ class CostModelPolicy:
                             self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                 except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                     pass
-            elif k_obs.__class__ is int and k_obs > 0 and stats.mean_accepted is not None:
+            elif k_obs > 0 and stats.mean_accepted is not None:
                 self._take_mean(stats.mean_accepted, k_obs)
             t = stats.last_step_time_s
-            if t is not None:
+            if t is not None and k_obs >= 0:
+                if t.__class__ is not float:
+                    t = clean_float(t)
                 try:
-                    if 0.0 < t < 1e4 and t != self._last_t:  # the same time again: the same step re-reported
+                    # the same time again: the same step re-reported
+                    if t is not None and 0.0 < t < 1e4 and t != self._last_t:
                         self._last_t = t
                         h1, h2 = self._h1, self._h2
                         if h1[1] != h2[1]:  # the two candidate steps differ: the reported depth says which
@@ -288,19 +304,24 @@ class CostModelPolicy:
                                 self._flush_time()
                                 self._agg_batch = nb
                                 self._agg_k = k_obs
-                                self._agg_len = h[2]
+                                self._agg_len = _length(h[2])
                                 self._agg_t = t
                                 self._agg_n = 1
                                 self._agg_step = step
                 except Exception:  # NaN, inf, negative, zero or not a number: missing
                     pass
             batch = stats.batch_size
-            if batch.__class__ is not int or batch < 0:
-                batch = self._h1[0]
+            if batch.__class__ is not int or not 0 <= batch <= MAX_COUNT:
+                c = clean_count(batch)
+                batch = self._h1[0] if c is None else c
             b = self._index[batch] if batch <= 4096 else self._top
             vis = self._visits[b] = self._visits[b] + 1
             if step >= self._refresh_at[b]:
-                self._refresh(b, stats.mean_seq_len)
+                try:
+                    self._refresh(b, _length(stats.mean_seq_len))
+                except Exception:  # never retry the same failure every step: drop the queued data
+                    self._pending.clear()
+                    self._refresh_at[b] = step + self.config.update_interval
             cur = self._cur
             best = self._best[b]
             if best != cur:
@@ -318,7 +339,7 @@ class CostModelPolicy:
                 if self._cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
                     self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it now
             self._h2 = self._h1
-            self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
+            self._h1 = (batch, self._arms[cur], stats.mean_seq_len)  # read by _length() when used
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
@@ -389,7 +410,7 @@ class CostModelPolicy:
             self._acc.add_full(depth, bytes(full))
 
     # -- periodic work ---------------------------------------------------------------------------------------
-    def _refresh(self, b: int, seq_len: Any) -> None:
+    def _refresh(self, b: int, seq_len: float | None) -> None:
         step = self._step
         acc = self._acc
         acc.data_steps += self._acc_steps
@@ -406,7 +427,7 @@ class CostModelPolicy:
             self._disabled = [False] * len(self._arms)
             self._clamp_votes = [0] * len(self._arms)
             self._disabled_at = _NEVER
-        self._table(b, seq_len if isinstance(seq_len, (int, float)) and seq_len > 0 else None)
+        self._table(b, seq_len)
         self._refresh_at[b] = step + self.config.update_interval
 
     def _refresh_expected(self) -> None:
