@@ -1,10 +1,39 @@
-"""Errors specpolicy raises at configuration time."""
+"""Errors specpolicy raises at configuration time, and the bounded rendering of bad values in messages."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "FieldError", "format_validation_error"]
+__all__ = ["ConfigError", "FieldError", "format_validation_error", "short_repr", "short_str"]
+
+#: What a bad value's repr is cut to in messages (a huge value must not make the error path expensive).
+REPR_LIMIT = 80
+
+
+def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises (a broken ``__repr__`` reads as its type)."""
+    if type(value) is int and value.bit_length() > 4 * limit:  # repr of a huge int is quadratic
+        return f"<int of {value.bit_length()} bits>"
+    if type(value) is str and len(value) > limit:  # do not build the whole escaped copy first
+        value = value[:limit]
+    elif isinstance(value, (list, tuple, dict, set, bytes)) and len(value) > limit:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001 - a repr that raises anything is still reported, by its type
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_str(exc: BaseException, limit: int = 200) -> str:
+    """``str(exc)`` cut to ``limit`` characters; never raises (an exception whose ``__str__`` fails too)."""
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001
+        return f"<{type(exc).__name__}: str() failed>"
+    if type(text) is not str:
+        return f"<{type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class ConfigError(ValueError):

@@ -14,7 +14,9 @@ import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "mean_accepted_drafts", "short_repr"]
+from .errors import short_repr
+
+__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "mean_accepted_drafts"]
 
 
 class _Fields(NamedTuple):
@@ -165,21 +167,6 @@ _INF = math.inf
 #: Largest count (batch size, queue length, depth) a StepStats field may hold: beyond float precision a
 #: number is not a count, and arithmetic on it would overflow.
 MAX_COUNT = 2**53
-#: What a bad value's repr is cut to in messages (a huge string must not make the error path expensive).
-REPR_LIMIT = 80
-
-
-def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
-    """``repr(value)`` cut to ``limit`` characters; never raises (a broken ``__repr__`` reads as its type)."""
-    if type(value) is int and value.bit_length() > 4 * limit:  # repr of a huge int is quadratic
-        return f"<int of {value.bit_length()} bits>"
-    try:
-        text = repr(value)
-    except BaseException:  # noqa: BLE001 - a repr that raises anything is still reported by type
-        return f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _valid_count(name: str, value: object) -> int:
     """An int or an integer type (numpy) in [0, MAX_COUNT]; floats are refused here, as a type error."""
     try:

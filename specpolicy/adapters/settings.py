@@ -36,6 +36,9 @@ ENV_VARS: dict[str, str] = {
     "on_install_failure": "SPECPOLICY_ON_INSTALL_FAILURE",
     "allow_untested": "SPECPOLICY_ALLOW_UNTESTED",
     "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
+    "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
+    "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
+    "watchdog_s": "SPECPOLICY_WATCHDOG_S",
 }
 
 OnInstallFailure = Literal["refuse", "warn"]
@@ -63,6 +66,15 @@ class AdapterSettings(BaseModel):
     on_install_failure: OnInstallFailure = "refuse"
     allow_untested: bool = Field(False, description="run on an engine version specpolicy was not tested with")
     tp_agreement: TpAgreement = "auto"
+    decide_budget_s: float = Field(
+        1e-3, gt=0.0, le=60.0, description="a decide() call slower than this is logged (once) and counted"
+    )
+    decide_budget_steps: int = Field(
+        16, ge=0, le=10**9, description="over-budget calls in a row before the default depth runs; 0 = never"
+    )
+    watchdog_s: float | None = Field(
+        None, gt=0.0, description="log the stack of a decide() call running longer than this; none = off"
+    )
 
     @field_validator("policy", mode="before")
     @classmethod
