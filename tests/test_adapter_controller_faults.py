@@ -225,4 +225,4 @@ def test_runtime_close_survives_garbage_estimates_and_still_closes_the_trace(tmp
         rt.metrics._estimates = rt.policy  # type: ignore[assignment]
         rt.decide(StepStats(1))
         rt.close()
-        assert rt.trace is not None and rt.trace._fh is None and rt.trace.written == 1
+        assert rt.trace is not None and rt.trace.closed and rt.trace.written == 1

@@ -11,7 +11,8 @@ metric update is an mmap write that does not belong on every step.
 Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): ``steps_total{depth}``,
 ``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``decide_over_budget_total``
 (decide() calls slower than the controller's budget), ``depth`` (gauge, last decision), ``estimate{name}``
-(gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped).
+(gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped),
+``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records).
 """
 
 from __future__ import annotations
@@ -19,12 +20,22 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
 from ..stats import StepStats
 
 __all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
+
+
+class TraceCounts(Protocol):
+    """What the metrics read from a trace writer: records written, and dropped by cause."""
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def drops(self) -> dict[str, int]: ...
 
 #: Estimates mirrored per push, at most (a policy returning thousands of names must not flood the registry).
 _MAX_ESTIMATES = 64
@@ -78,6 +89,12 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             labels,
             registry=reg,
         ),
+        "trace": prom.Counter(
+            "specpolicy_trace_records",
+            "Step trace records by outcome: written, or dropped_<cause> (see TraceWriter.DROP_CAUSES)",
+            (*labels, "outcome"),
+            registry=reg,
+        ),
         "depth": prom.Gauge(
             "specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw
         ),
@@ -107,6 +124,7 @@ class MetricsObserver:
         push_every: int = 64,
         clock: Callable[[], float] | None = None,
         decide_budget_s: float = 1e-3,
+        trace: TraceCounts | None = None,
     ) -> None:
         if push_every < 1:
             raise ValueError(f"MetricsObserver.push_every must be >= 1, got {push_every}")
@@ -119,6 +137,9 @@ class MetricsObserver:
         self._decide = fams["decide"].labels(*lv)
         self._over_budget = fams["over_budget"].labels(*lv)
         self._budget = decide_budget_s
+        self._trace = trace
+        self._trace_family = fams["trace"]
+        self._trace_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
         self._estimate_family = fams["estimate"]
         self._estimates = policy if isinstance(policy, ReportsEstimates) else None
@@ -169,8 +190,19 @@ class MetricsObserver:
         if self._last_k >= 0:
             self._depth.set(self._last_k)
         self._pending = 0
+        if self._trace is not None:
+            self._push_trace(self._trace)
         if self._estimates is not None:
             self._push_estimates()
+
+    def _push_trace(self, trace: TraceCounts) -> None:
+        counts = {"written": trace.written, **{f"dropped_{c}": n for c, n in trace.drops.items()}}
+        seen = self._trace_seen
+        for outcome, n in counts.items():
+            delta = n - seen.get(outcome, 0)
+            if delta > 0:
+                self._trace_family.labels(*self._lv, outcome).inc(delta)
+                seen[outcome] = n
 
     def _push_estimates(self) -> None:
         """Mirror the policy's estimates; informative only, so whatever it returns cannot raise here."""

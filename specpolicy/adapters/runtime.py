@@ -98,7 +98,7 @@ class AdapterRuntime:
 
                 self.metrics = MetricsObserver(
                     engine=engine, rank=rank, policy=self.policy, registry=metrics_registry,
-                    decide_budget_s=settings.decide_budget_s,
+                    decide_budget_s=settings.decide_budget_s, trace=self.trace,
                 )
                 observers.append(self.metrics)
             except ImportError:
@@ -143,7 +143,8 @@ class AdapterRuntime:
 
     def close(self) -> None:
         """Close metrics, trace and watchdog; never raises, and one failing does not skip the others."""
-        closers = (("metrics", self.metrics), ("trace", self.trace), ("controller", self.controller))
+        # the trace first: its final counts reach the metrics' last push
+        closers = (("trace", self.trace), ("metrics", self.metrics), ("controller", self.controller))
         for what, closer in closers:
             if closer is None:
                 continue
