@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .errors import ConfigError, format_validation_error
+from .errors import ConfigError, format_validation_error, short_str
 from .mode import SpecMode
 from .stats import StepStats
 
@@ -117,39 +117,83 @@ class PolicyEntry:
 
 
 class _Registry:
-    """Immutable snapshot of the registered policies (built-ins first, then entry points)."""
+    """Immutable snapshot of the registered policies (built-ins first, then entry points).
+
+    A name or alias already taken keeps its first owner, so a plugin can never take over a built-in's name
+    or alias (nor an earlier plugin's): the clash is logged naming the plugin and its own name still works.
+    """
 
     def __init__(self, entries: list[PolicyEntry]) -> None:
         self.entries: dict[str, PolicyEntry] = {}
         self.aliases: dict[str, str] = {}
         for entry in entries:
             if entry.name in self.entries or entry.name in self.aliases:
-                log.warning("specpolicy: policy %r registered twice; keeping the first", entry.name)
+                owner = self.aliases.get(entry.name, entry.name)
+                log.warning(
+                    "specpolicy: policy %r (%s) is already registered (by %s); keeping the first",
+                    entry.name, _origin(entry), _origin(self.entries[owner]),
+                )
                 continue
             self.entries[entry.name] = entry
             for alias in entry.aliases:
-                self.aliases.setdefault(alias, entry.name)
+                if alias in self.entries or alias in self.aliases:
+                    owner = self.aliases.get(alias, alias)
+                    log.warning(
+                        "specpolicy: policy plugin %r (%s) declares the alias %r, which is taken by %r (%s); "
+                        "%r keeps meaning %r",
+                        entry.name, _origin(entry), alias, owner, _origin(self.entries[owner]), alias, owner,
+                    )
+                    continue
+                self.aliases[alias] = entry.name
 
     def resolve(self, name: str) -> PolicyEntry:
-        key = self.aliases.get(name, name)
         try:
-            return self.entries[key]
+            return self.entries[self.aliases.get(name, name)]
         except KeyError:
             known = ", ".join(sorted(self.entries))
             raise ConfigError(f"name: unknown policy {name!r}; available: {known}") from None
 
 
+def _origin(entry: PolicyEntry) -> str:
+    """Where an entry's config class comes from, for messages about clashes."""
+    return f"{entry.config.__module__}.{entry.config.__qualname__}"
+
+
+def _plugin_entry_points() -> list[metadata.EntryPoint]:
+    """The group's entry points, one installed distribution at a time: a package whose metadata cannot be
+    parsed (a malformed entry_points.txt) is skipped with one log line instead of failing every lookup."""
+    out: list[metadata.EntryPoint] = []
+    seen: set[str] = set()
+    for dist in metadata.distributions():
+        try:
+            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+            if name in seen:  # the first on sys.path wins, as importlib.metadata.entry_points() does
+                continue
+            seen.add(name)
+            eps = dist.entry_points.select(group=ENTRY_POINT_GROUP)
+        except Exception as exc:  # noqa: BLE001 - someone else's broken metadata
+            where = getattr(dist, "_path", None) or "a distribution"
+            log.error("specpolicy: skipping the entry points of %s: cannot parse them (%s)", where,
+                      short_str(exc))
+            continue
+        out.extend(eps)
+    return out
+
+
 def _load_entry_points() -> list[PolicyEntry]:
     out: list[PolicyEntry] = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _plugin_entry_points():
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, PolicyEntry):
                 obj = obj()
             if not isinstance(obj, PolicyEntry):
                 raise TypeError(f"expected a specpolicy.PolicyEntry, got {type(obj).__name__}")
-        except Exception as exc:  # a broken plugin must not take down the others
-            log.error("specpolicy: cannot load policy plugin %r (%s): %s", ep.name, ep.value, exc)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit()) is skipped
+            log.error("specpolicy: skipping policy plugin %r (%s): %s: %s", ep.name, ep.value,
+                      type(exc).__name__, short_str(exc))
             continue
         out.append(obj)
     return out
