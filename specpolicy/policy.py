@@ -9,18 +9,20 @@ through the ``specpolicy.policies`` entry-point group with a ``PolicyEntry``.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from .errors import ConfigError, format_validation_error, short_str
+from .config_files import load_file, loads_json
+from .errors import ConfigError, FieldError, format_validation_error, short_repr, short_str
 from .mode import SpecMode
 from .stats import StepStats
 
@@ -79,6 +81,19 @@ class PolicyConfig(BaseModel):
 
     name: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        """A bool or a string where only a number makes sense is a mistake, not 1 or 3: pydantic's lax mode
+        would turn ``num_steps: true`` into 1 and ``"3"`` into 3. (Lists still become tuples.)"""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                bad = None if field is None else _not_a_number(field.annotation, value, key)
+                if bad is not None:
+                    raise FieldError(*bad)
+        return data
+
     def candidate_steps(self) -> tuple[int, ...]:
         """Every depth this config can return, ascending (0 = off); engines pre-build one state each."""
         raise NotImplementedError
@@ -89,6 +104,26 @@ class PolicyConfig(BaseModel):
             return cls.description
         doc = (cls.__doc__ or "").strip().splitlines()
         return doc[0] if doc else ""
+
+
+def _not_a_number(annotation: Any, value: Any, path: str) -> tuple[str, str] | None:
+    """(field path, message) when ``value`` is a bool or a string where ``annotation`` wants a number."""
+    if annotation is int or annotation is float:
+        if isinstance(value, (bool, str, bytes)):
+            kind = "an integer" if annotation is int else "a number"
+            return path, f"must be {kind}, got {short_repr(value)} ({type(value).__name__})"
+        return None
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Union or origin is types.UnionType:
+        kinds = [a for a in args if a is not type(None)]
+        return None if value is None or len(kinds) != 1 else _not_a_number(kinds[0], value, path)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        elems = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        for i, (a, v) in enumerate(zip(elems, value, strict=False)):
+            bad = _not_a_number(a, v, f"{path}.{i}")
+            if bad is not None:
+                return bad
+    return None
 
 
 PolicyFactory = Callable[[Any], Policy]
@@ -151,7 +186,7 @@ class _Registry:
             return self.entries[self.aliases.get(name, name)]
         except KeyError:
             known = ", ".join(sorted(self.entries))
-            raise ConfigError(f"name: unknown policy {name!r}; available: {known}") from None
+            raise ConfigError(f"name: unknown policy {short_repr(name)}; available: {known}") from None
 
 
 def _origin(entry: PolicyEntry) -> str:
@@ -257,11 +292,8 @@ def _load_spec(spec: Any) -> dict[str, Any]:
             f"policy spec must be a name, a mapping, a JSON string or a file path, got {type(spec).__name__}"
         )
     text = spec.strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"policy spec is not valid JSON: {exc}") from None
+    if text.startswith(("{", "[")):
+        data = loads_json(text, "policy spec")
         if not isinstance(data, dict):
             raise ConfigError("policy spec JSON must be an object")
         return data
@@ -272,29 +304,7 @@ def _load_spec(spec: Any) -> dict[str, Any]:
 
 
 def _load_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"policy config file not found: {path}")
-    suffix = path.suffix.lower()
-    raw = path.read_bytes()
-    try:
-        if suffix == ".json":
-            data = json.loads(raw)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(raw)
-        elif suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
-            data = tomllib.loads(raw.decode())
-        else:
-            raise ConfigError(f"policy config file {path}: unsupported extension (use .json, .yaml or .toml)")
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(f"policy config file {path}: cannot parse: {exc}") from None
+    data = load_file(path)
     if isinstance(data, dict) and "name" not in data and isinstance(data.get("policy"), dict):
         data = data["policy"]  # allow {"policy": {...}} wrappers, as in engine config files
     if not isinstance(data, dict):
@@ -308,7 +318,11 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
     data.update(overrides)
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise ConfigError("name: missing policy name; available: " + ", ".join(available_policies()))
+        what = (
+            "missing policy name" if name is None
+            else f"must be a policy name (a string), got {short_repr(name)}"
+        )
+        raise ConfigError(f"name: {what}; available: " + ", ".join(available_policies()))
     entry = get_entry(name)
     data["name"] = entry.name
     try:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
+from ..config_files import loads_json
 from ..errors import ConfigError, format_validation_error
 from ..policy import PolicyConfig, parse_config
 
@@ -117,10 +118,7 @@ class AdapterSettings(BaseModel):
         raw = env.get(ENV_CONFIG, "").strip()
         data: dict[str, Any] = {}
         if raw:
-            try:
-                loaded = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{ENV_CONFIG}: not valid JSON: {exc}") from None
+            loaded = loads_json(raw, ENV_CONFIG)
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{ENV_CONFIG}: must be a JSON object")
             data.update(loaded)

@@ -37,14 +37,13 @@ outputs. docs/cost-model.md has the whole design.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from ..costs import StepCostModel
-from ..errors import ConfigError, FieldError
+from ..errors import ConfigError, FieldError, short_repr, short_str
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..stats import MAX_COUNT, StepStats, clean_count, clean_float
@@ -140,14 +139,7 @@ class CostModelConfig(PolicyConfig):
             ref = self.profile.strip()
             if not ref:
                 raise FieldError("profile", "must be a profile name or a JSON path, got an empty string")
-            if not os.path.isfile(ref):
-                from ..sim.profile import available_profiles
-
-                shipped = available_profiles()
-                if ref not in shipped:
-                    raise FieldError(
-                        "profile", f"{ref!r} is neither a file nor a shipped profile ({', '.join(shipped)})"
-                    )
+            _read_profile(ref)  # what make_policy loads, so check-config rejects exactly what it would
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:
@@ -627,20 +619,28 @@ class CostModelPolicy:
         return out
 
 
-def _load_cost_model(spec: str) -> StepCostModel:
+def _read_profile(spec: str) -> StepCostModel:
+    """Load a profile, or FieldError("profile", why): the one loader behind validation and the factory."""
     try:
         from ..sim.profile import load_profile
     except ImportError as exc:  # pragma: no cover - the simulator ships with the package
-        raise ConfigError(f"cost_model.profile: cannot load profiles ({exc})") from None
+        raise FieldError("profile", f"cannot load profiles ({exc})") from None
     try:
         model = load_profile(spec)
     except ConfigError as exc:
-        raise ConfigError(f"cost_model.profile: {exc}") from None
-    except Exception as exc:
-        raise ConfigError(f"cost_model.profile: cannot load {spec!r}: {exc}") from None
+        raise FieldError("profile", str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever a garbage file makes the loader raise
+        raise FieldError("profile", f"cannot load {short_repr(spec)}: {short_str(exc)}") from None
     if not isinstance(model, StepCostModel):
-        raise ConfigError(f"cost_model.profile: {spec!r} did not give a step-cost model")
+        raise FieldError("profile", f"{short_repr(spec)} did not give a step-cost model")
     return model
+
+
+def _load_cost_model(spec: str) -> StepCostModel:
+    try:
+        return _read_profile(spec)
+    except FieldError as exc:
+        raise ConfigError(f"cost_model.profile: {exc}") from None
 
 
 def _factory(config: CostModelConfig) -> CostModelPolicy:
