@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .errors import short_repr
 
-__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "mean_accepted_drafts"]
+__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "clean_sequence", "mean_accepted_drafts"]
 
 
 class _Fields(NamedTuple):
@@ -240,6 +240,18 @@ def clean_float(value: object) -> float | None:
     return f if 0 <= f < _INF else None
 
 
+def clean_sequence(value: object) -> Sequence[Any] | None:
+    """``value`` when it can be a per-request field (a list, a tuple, a numpy array or another sequence),
+    else None: a string, a number or an object that only looks like a container is missing data."""
+    if value is None or value.__class__ is list:
+        return value
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return None
+    if isinstance(value, Sequence) or hasattr(value, "__array__"):
+        return value  # type: ignore[return-value]
+    return None
+
+
 def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | None:
     """Mean accepted drafts per request of the step ``stats`` describes, or None when there is no usable data.
 
@@ -259,15 +271,16 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     if k is None or k <= 0:
         return None
     if m is not None:
-        try:
-            f = float(m)
-        except Exception:  # not a number (a tensor of several values, a string)
-            f = math.nan
-        if 0 <= f < _INF:
+        f = m if m.__class__ is float else clean_float(m)
+        if f is not None and 0.0 <= f < _INF:
             return f if f <= k else float(k)
         # a bad aggregate: fall back to the list, if any
-    if acc is None:
-        return None
+    if acc.__class__ is not list:
+        acc = clean_sequence(acc)
+        if acc is None:
+            return None
+    if drafted is not None and drafted.__class__ is not list:
+        drafted = clean_sequence(drafted)
     try:
         n = len(acc)
         if n == 0:

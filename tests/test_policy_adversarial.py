@@ -139,3 +139,33 @@ def test_small_seeded_corpus_has_no_exception_invalid_output_or_liveness_violati
     for label, t in tallies.items():
         assert (t.exceptions, t.invalid, t.liveness_violations) == (0, 0, 0), (label, t.errors)
         assert t.calls > 6
+
+
+_OPTIONAL = {"mean_seq_len": 2, "accepted_draft_tokens": 4, "drafted_tokens": 5, "last_step_time_s": 6,
+             "mean_accepted": 7}
+_NOT_A_VALUE = (math.inf, math.nan, -1.0, "x", b"x", True, 10**400, bench.Tensorish(), object(), 5)
+
+
+@pytest.mark.parametrize(("label", "spec"), _CONFIGS, ids=[c[0] for c in _CONFIGS])
+@given(
+    field=st.sampled_from(sorted(_OPTIONAL)), bad=st.sampled_from(_NOT_A_VALUE), at=st.integers(0, 150),
+    seed=st.integers(0, 2**16),
+)
+def test_a_malformed_optional_field_acts_exactly_as_if_it_were_missing(
+    label: str, spec: Any, field: str, bad: Any, at: int, seed: int
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    favourable = [rng.random() < 0.5 for _ in range(300)]
+    runs = []
+    for value in (bad, None):
+        policy, k, out = make_policy(spec), 0, []
+        for i, fav in enumerate(favourable):
+            stats = bench.closed_loop_stats(k, i, favourable=fav)
+            if i == at:
+                stats = StepStats.fast(*(value if j == _OPTIONAL[field] else v for j, v in enumerate(stats)))
+            k = policy.decide(stats).num_steps
+            out.append(k)
+        runs.append(out)
+    assert runs[0] == runs[1]

@@ -46,7 +46,7 @@ from ..costs import StepCostModel
 from ..errors import ConfigError, FieldError, short_repr, short_str
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
-from ..stats import MAX_COUNT, StepStats, clean_count, clean_float
+from ..stats import MAX_COUNT, StepStats, clean_count, clean_float, clean_sequence
 from ._cost_acceptance import AcceptanceEstimator
 from ._cost_table import BucketGrid, CostCells
 from ._validate import check_depths
@@ -235,6 +235,8 @@ class CostModelPolicy:
                 c = clean_count(k_obs)
                 k_obs = c if c is not None and c <= MAX_NUM_STEPS else -1  # -1: unknown, no data used
             acc = stats.accepted_draft_tokens
+            if acc is not None and acc.__class__ is not list:
+                acc = clean_sequence(acc)  # a string or a number is no per-request list: missing
             if acc is not None:
                 try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
                     n = len(acc)
@@ -248,6 +250,8 @@ class CostModelPolicy:
                         sample = acc[(step >> 1) % stride :: stride]
                     if n and k_obs > 0:
                         drafted = stats.drafted_tokens
+                        if drafted is not None and drafted.__class__ is not list:
+                            drafted = clean_sequence(drafted)
                         if drafted is None and sample.__class__ is list:
                             self._bufs[k_obs] += bytes(sample)
                             self._acc_steps += 1
@@ -363,8 +367,8 @@ class CostModelPolicy:
     def _take_mean(self, mean: Any, depth: int) -> None:
         """Only the mean accepted count is known (no per-request list): a weak, geometric pseudo-sample."""
         try:
-            m = float(mean)
-            if 0.0 <= m <= depth <= MAX_NUM_STEPS:
+            m = clean_float(mean)
+            if m is not None and 0.0 <= m <= depth <= MAX_NUM_STEPS:
                 self._acc.add_mean(depth, m)
                 self._acc_steps += 1
         except Exception:
