@@ -292,7 +292,7 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
                 drafted = drafted[::stride]
             n = len(acc)
         total = sum(acc)
-        cap = k * n if drafted is None else sum(drafted)
+        cap = k * n if drafted is None else min(sum(drafted), k * n)  # drafted entries are <= k
         if type(total) is not int and type(total) is not float:  # numpy integers from an array
             total = operator.index(total)
             cap = operator.index(cap)

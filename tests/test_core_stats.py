@@ -187,6 +187,11 @@ def test_no_usable_acceptance_reads_as_none(stats: StepStats) -> None:
     assert stats.mean_acceptance_length() is None
 
 
+def test_huge_counts_in_both_lists_do_not_overflow_the_mean() -> None:
+    huge = StepStats.fast(1, last_num_steps=3, accepted_draft_tokens=[10**400], drafted_tokens=[10**400])
+    assert mean_accepted_drafts(huge) is None  # nothing usable: the one entry is not a finite count
+
+
 def test_precomputed_mean_wins_over_the_list_and_is_clipped() -> None:
     s = StepStats(3, last_num_steps=4, accepted_draft_tokens=[0, 0, 0], mean_accepted=2.5)
     assert mean_accepted_drafts(s) == 2.5 and s.has_acceptance
