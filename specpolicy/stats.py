@@ -267,7 +267,7 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
     """
     _, _, _, raw_k, acc, drafted, _, m = stats
-    k = raw_k if type(raw_k) is int else clean_count(raw_k)
+    k = raw_k if type(raw_k) is int and raw_k <= MAX_COUNT else clean_count(raw_k)
     if k is None or k <= 0:
         return None
     if m is not None:

@@ -190,6 +190,8 @@ def test_no_usable_acceptance_reads_as_none(stats: StepStats) -> None:
 def test_huge_counts_in_both_lists_do_not_overflow_the_mean() -> None:
     huge = StepStats.fast(1, last_num_steps=3, accepted_draft_tokens=[10**400], drafted_tokens=[10**400])
     assert mean_accepted_drafts(huge) is None  # nothing usable: the one entry is not a finite count
+    deep = StepStats.fast(1, last_num_steps=10**400, accepted_draft_tokens=[10**399])
+    assert mean_accepted_drafts(deep) is None  # a depth beyond any count is no depth
 
 
 def test_precomputed_mean_wins_over_the_list_and_is_clipped() -> None:
