@@ -71,16 +71,19 @@ class StepStats(_Fields):
         mean_accepted: float | None = None,
     ) -> StepStats:
         # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
-        if type(batch_size) is not int or not 0 <= batch_size <= MAX_COUNT:
+        if (
+            type(batch_size) is not int
+            or type(num_waiting) is not int
+            or type(last_num_steps) is not int
+            or (batch_size | num_waiting | last_num_steps) >> 53  # any negative or > MAX_COUNT: nonzero
+        ):
             batch_size = _valid_count("batch_size", batch_size)
-        if type(num_waiting) is not int or not 0 <= num_waiting <= MAX_COUNT:
             num_waiting = _valid_count("num_waiting", num_waiting)
+            last_num_steps = _valid_count("last_num_steps", last_num_steps)
         if mean_seq_len is not None and (
             mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF
         ):
             mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
-        if type(last_num_steps) is not int or not 0 <= last_num_steps <= MAX_COUNT:
-            last_num_steps = _valid_count("last_num_steps", last_num_steps)
         if last_step_time_s is not None and (
             last_step_time_s.__class__ is not float or not 0.0 <= last_step_time_s < _INF
         ):
@@ -166,7 +169,7 @@ _INF = math.inf
 
 #: Largest count (batch size, queue length, depth) a StepStats field may hold: beyond float precision a
 #: number is not a count, and arithmetic on it would overflow.
-MAX_COUNT = 2**53
+MAX_COUNT = 2**53 - 1
 def _valid_count(name: str, value: object) -> int:
     """An int or an integer type (numpy) in [0, MAX_COUNT]; floats are refused here, as a type error."""
     try:
@@ -174,7 +177,7 @@ def _valid_count(name: str, value: object) -> int:
     except Exception:
         n = None
     if n is None or not 0 <= n <= MAX_COUNT:
-        raise ValueError(f"StepStats.{name} must be an int in [0, 2**53], got {short_repr(value)}")
+        raise ValueError(f"StepStats.{name} must be an int in [0, 2**53), got {short_repr(value)}")
     return n
 
 
@@ -267,7 +270,7 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
     """
     _, _, _, raw_k, acc, drafted, _, m = stats
-    k = raw_k if type(raw_k) is int and raw_k <= MAX_COUNT else clean_count(raw_k)
+    k = raw_k if type(raw_k) is int else clean_count(raw_k)
     if k is None or k <= 0:
         return None
     if m is not None:
@@ -279,8 +282,6 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
         acc = clean_sequence(acc)
         if acc is None:
             return None
-    if drafted is not None and drafted.__class__ is not list:
-        drafted = clean_sequence(drafted)
     try:
         n = len(acc)
         if n == 0:
@@ -299,7 +300,10 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     except Exception:
         return _repair_mean(acc, drafted, k)
     if 0 <= total <= cap and (drafted is None or len(drafted) == n):  # NaN fails both comparisons
-        mean = total / n
+        try:
+            mean = total / n
+        except OverflowError:  # a depth or counts beyond any float: not counts
+            return _repair_mean(acc, drafted, k)
         return mean if mean <= k else float(k)
     return _repair_mean(acc, drafted, k)
 

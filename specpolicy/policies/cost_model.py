@@ -46,7 +46,7 @@ from ..costs import StepCostModel
 from ..errors import ConfigError, FieldError, short_repr, short_str
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
-from ..stats import MAX_COUNT, StepStats, clean_count, clean_float, clean_sequence
+from ..stats import StepStats, clean_count, clean_float, clean_sequence
 from ._cost_acceptance import AcceptanceEstimator
 from ._cost_table import BucketGrid, CostCells
 from ._validate import check_depths
@@ -230,12 +230,11 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            k_obs = stats.last_num_steps
+            batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
             if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
                 c = clean_count(k_obs)
                 k_obs = c if c is not None and c <= MAX_NUM_STEPS else -1  # -1: unknown, no data used
-            acc = stats.accepted_draft_tokens
-            if acc is not None and acc.__class__ is not list:
+            if acc.__class__ is not list and acc is not None:
                 acc = clean_sequence(acc)  # a string or a number is no per-request list: missing
             if acc is not None:
                 try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
@@ -249,7 +248,6 @@ class CostModelPolicy:
                         stride = -(-n // _SAMPLE_CAP)
                         sample = acc[(step >> 1) % stride :: stride]
                     if n and k_obs > 0:
-                        drafted = stats.drafted_tokens
                         if drafted is not None and drafted.__class__ is not list:
                             drafted = clean_sequence(drafted)
                         if drafted is None and sample.__class__ is list:
@@ -259,15 +257,14 @@ class CostModelPolicy:
                             self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                 except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                     pass
-            elif k_obs > 0 and stats.mean_accepted is not None:
-                self._take_mean(stats.mean_accepted, k_obs)
-            t = stats.last_step_time_s
+            elif k_obs > 0 and mean is not None:
+                self._take_mean(mean, k_obs)
+            if t.__class__ is not float and t is not None:
+                t = clean_float(t)
             if t is not None and k_obs >= 0:
-                if t.__class__ is not float:
-                    t = clean_float(t)
                 try:
                     # the same time again: the same step re-reported
-                    if t is not None and 0.0 < t < 1e4 and t != self._last_t:
+                    if 0.0 < t < 1e4 and t != self._last_t:
                         self._last_t = t
                         h1, h2 = self._h1, self._h2
                         if h1[1] != h2[1]:  # the two candidate steps differ: the reported depth says which
@@ -306,15 +303,15 @@ class CostModelPolicy:
                                 self._agg_step = step
                 except Exception:  # NaN, inf, negative, zero or not a number: missing
                     pass
-            batch = stats.batch_size
-            if batch.__class__ is not int or not 0 <= batch <= MAX_COUNT:
-                c = clean_count(batch)
-                batch = self._h1[0] if c is None else c
-            b = self._index[batch] if batch <= 4096 else self._top
+            if batch.__class__ is not int or batch < 0 or batch > 4096:
+                batch = self._odd_batch(batch)
+                b = self._index[batch] if batch <= 4096 else self._top
+            else:
+                b = self._index[batch]
             vis = self._visits[b] = self._visits[b] + 1
             if step >= self._refresh_at[b]:
                 try:
-                    self._refresh(b, _length(stats.mean_seq_len))
+                    self._refresh(b, _length(seq_len))
                 except Exception:  # never retry the same failure every step: drop the queued data
                     self._pending.clear()
                     self._refresh_at[b] = step + self.config.update_interval
@@ -335,10 +332,15 @@ class CostModelPolicy:
                 if self._cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
                     self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it now
             self._h2 = self._h1
-            self._h1 = (batch, self._arms[cur], stats.mean_seq_len)  # read by _length() when used
+            self._h1 = (batch, self._arms[cur], seq_len)  # read through _length() when used
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
+
+    def _odd_batch(self, batch: object) -> int:
+        """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
+        c = clean_count(batch)
+        return self._h1[0] if c is None else c
 
     def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
         """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
