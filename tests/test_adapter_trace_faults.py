@@ -6,15 +6,14 @@ counted as written, each cause is logged once, and close() returns without raisi
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _benchmarks import load
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,6 +21,8 @@ from specpolicy.adapters import trace_writer as tw
 from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import TraceRecord, read_trace, record_dict
+
+faults = load("bench_trace_faults")
 
 
 def _feed(w: TraceWriter, n: int, batch: int = 4, start: int = 1) -> None:
@@ -49,23 +50,17 @@ def _cause_lines(caplog: pytest.LogCaptureFixture, cause: str) -> int:
     return sum(f"dropping records ({cause}" in r.getMessage() for r in caplog.records)
 
 
+def test_every_fault_scenario_of_the_benchmark_accounts_exactly() -> None:
+    lines: list[str] = []
+    assert faults.main(["--records", "600", "--batch", "16"], out=lines.append) == 0, "\n".join(lines)
+
+
 def test_a_full_disk_loses_exactly_the_records_that_did_not_land(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "t.jsonl"
-    room = [6000]  # bytes the "disk" still takes
-    real_write = os.write
-
-    def full_write(fd: int, data: bytes) -> int:
-        if room[0] <= 0:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        n = real_write(fd, data[: room[0]])
-        room[0] -= n
-        return n
-
-    monkeypatch.setattr(tw.os, "write", full_write)
-    w = TraceWriter(path, flush_interval_s=0.01)
-    with caplog.at_level(logging.WARNING, logger="specpolicy.trace"):
+    with faults.full_disk(room=6000), caplog.at_level(logging.WARNING, logger="specpolicy.trace"):
+        w = TraceWriter(path, flush_interval_s=0.01)
         _feed(w, 500)
         assert _close_in_thread(w)
     _check_accounting(w, path)
@@ -75,14 +70,10 @@ def test_a_full_disk_loses_exactly_the_records_that_did_not_land(
 
 
 def test_a_read_only_directory_counts_every_record_as_dropped_and_close_does_not_raise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def refuse(*a: Any, **k: Any) -> int:
-        raise OSError(errno.EROFS, "Read-only file system")
-
-    monkeypatch.setattr(tw.os, "open", refuse)
-    w = TraceWriter(tmp_path / "t.jsonl", flush_interval_s=0.01)
-    with caplog.at_level(logging.WARNING, logger="specpolicy.trace"):
+    with faults.read_only(), caplog.at_level(logging.WARNING, logger="specpolicy.trace"):
+        w = TraceWriter(tmp_path / "t.jsonl", flush_interval_s=0.01)
         _feed(w, 300)
         assert _close_in_thread(w)
     assert (w.offered, w.written, w.drops["write_error"]) == (300, 0, 300)
@@ -112,29 +103,21 @@ def test_a_bad_record_loses_only_itself(tmp_path: Path) -> None:
     assert w.drops["bad_record"] == 1  # step 12: its batch size cannot be written
 
 
-def test_close_returns_when_a_write_never_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_close_returns_when_a_write_never_does(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    release = threading.Event()
-    entered = threading.Event()
-    real_write = os.write
-
-    def stalled(fd: int, data: bytes) -> int:
-        if data.startswith(b'{"step"'):
-            entered.set()
-            release.wait(30)
-        return real_write(fd, data)
-
-    monkeypatch.setattr(tw.os, "write", stalled)
-    w = TraceWriter(path, flush_interval_s=0.01, close_timeout_s=0.2)
-    _feed(w, 50)
-    assert entered.wait(10)
-    _feed(w, 50, start=51)
-    assert _close_in_thread(w)
-    assert w.written == 0 and w.dropped == w.offered == 100
-    assert w.drops["close_timeout"] == 100
-    release.set()
-    w._thread.join(10)
+    release, entered = threading.Event(), threading.Event()
+    with faults.stalled_write(release, entered):
+        w = TraceWriter(path, flush_interval_s=0.01, close_timeout_s=0.2)
+        _feed(w, 50)
+        assert entered.wait(10)
+        _feed(w, 50, start=51)
+        assert _close_in_thread(w)
+        assert w.written == 0 and w.dropped == w.offered == 100
+        assert w.drops["close_timeout"] == 100
+        release.set()
+        w._thread.join(10)
     assert w.written == 0 and w.dropped == 100  # the abandoned write's late return changes nothing
+    assert not list(read_trace(path))  # and it was taken back out of the file
 
 
 def test_the_queue_is_bounded_in_memory_and_counts_what_it_drops(

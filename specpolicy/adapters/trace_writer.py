@@ -15,7 +15,8 @@ is logged at once, and ``close()`` logs one summary line when anything was dropp
 - Writes go through ``os.write`` on an append-mode descriptor, so a full disk or a read-only directory loses
   exactly the records whose bytes did not land (a partial last line is cut off again).
 - ``close()`` never raises and returns within ``close_timeout_s``: a thread stuck in a write is abandoned
-  (it is a daemon) and what it still held is counted as dropped.
+  (it is a daemon) and what it still held is counted as dropped; should that write return later, the thread
+  cuts the file back to its size before it, so the file still holds exactly the records counted as written.
 - The writer thread releases the GIL every ``_YIELD_S`` of serialising work: a thread holding it keeps the
   engine thread waiting up to the interpreter's switch interval (5 ms), which is what made the step path's
   tail latency with the trace on. It wakes every ``flush_interval_s`` (0.1 s): records queued longer survive
@@ -25,6 +26,7 @@ is logged at once, and ``close()`` logs one summary line when anything was dropp
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import json
 import logging
@@ -277,6 +279,9 @@ class TraceWriter:
                 if n <= 0:
                     raise OSError(errno.EIO, "write returned 0")
                 done += n
+                if self._abandoned:  # close() gave up on this write and counted it dropped: take it back
+                    self._take_back(fd)
+                    return
         except OSError as exc:
             # count the lines that landed whole; cut off a partial one so the file stays line-aligned
             whole, acc = 0, 0
@@ -297,6 +302,12 @@ class TraceWriter:
         self._size += done
         if not self._abandoned:
             self.written += len(lines)
+
+    def _take_back(self, fd: int) -> None:
+        """Cut the file back to its size before the abandoned write, so it holds what the counts say."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, self._size)
+        self._close_fd()
 
     def _open_file(self) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
