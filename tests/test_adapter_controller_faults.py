@@ -226,3 +226,16 @@ def test_runtime_close_survives_garbage_estimates_and_still_closes_the_trace(tmp
         rt.decide(StepStats(1))
         rt.close()
         assert rt.trace is not None and rt.trace.closed and rt.trace.written == 1
+
+
+def test_budget_and_watchdog_settings_reach_the_controller() -> None:
+    s = AdapterSettings.from_env({"SPECPOLICY_POLICY": "static", "SPECPOLICY_DECIDE_BUDGET_S": "0.005",
+                                  "SPECPOLICY_DECIDE_BUDGET_STEPS": "0", "SPECPOLICY_WATCHDOG_S": "30",
+                                  "SPECPOLICY_METRICS": "0"})
+    assert s is not None
+    rt = AdapterRuntime(s, engine="e", engine_version="1", path="p", allowed_steps=[0, 3], default_steps=3)
+    ctl = rt.controller
+    assert (ctl.decide_budget_s, ctl.budget_steps) == (0.005, 0) and ctl.watchdog is not None
+    assert ctl.watchdog.timeout_s == 30.0
+    rt.close()
+    assert not ctl.watchdog._thread.is_alive()
