@@ -84,6 +84,17 @@ _BIG_GAIN = 1.1
 _NEVER = -(10**9)
 
 
+def _as_list(value: object) -> list[Any] | None:
+    """A per-request field that is not a list, as one (numpy arrays, tuples), or None when it is none."""
+    seq = clean_sequence(value)
+    if seq is None:
+        return None
+    try:
+        return list(seq)
+    except Exception:  # noqa: BLE001 - an array that cannot be iterated
+        return None
+
+
 def _length(value: object) -> float | None:
     """A context length as a finite float > 0, else None (missing): the check where it enters the state."""
     if value.__class__ is float:
@@ -233,10 +244,12 @@ class CostModelPolicy:
             batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
             if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
                 c = clean_count(k_obs)
-                k_obs = c if c is not None and c <= MAX_NUM_STEPS else -1  # -1: unknown, no data used
-            if acc.__class__ is not list and acc is not None:
-                acc = clean_sequence(acc)  # a string or a number is no per-request list: missing
-            if acc is not None:
+                if c is None or c > MAX_NUM_STEPS:
+                    k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
+                else:
+                    k_obs = c
+            # a list, or another sequence copied into one; a string, a number or an object: missing
+            if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
                 try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
                     n = len(acc)
                     if n <= _SAMPLE_CAP:
@@ -250,7 +263,7 @@ class CostModelPolicy:
                     if n and k_obs > 0:
                         if drafted is not None and drafted.__class__ is not list:
                             drafted = clean_sequence(drafted)
-                        if drafted is None and sample.__class__ is list:
+                        if drafted is None:
                             self._bufs[k_obs] += bytes(sample)
                             self._acc_steps += 1
                         else:
@@ -261,7 +274,7 @@ class CostModelPolicy:
                 self._take_mean(mean, k_obs)
             if t.__class__ is not float and t is not None:
                 t = clean_float(t)
-            if t is not None and k_obs >= 0:
+            if t is not None:
                 try:
                     # the same time again: the same step re-reported
                     if 0.0 < t < 1e4 and t != self._last_t:
