@@ -260,6 +260,8 @@ class TraceWriter:
                     fresh = True
                     continue
                 self._write_chunk(lines[i:j])
+                if self._abandoned:  # close() has counted the rest; the file is no longer ours
+                    return
                 i, fresh = j, False
         except _Partial as exc:
             self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
