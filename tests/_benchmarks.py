@@ -11,7 +11,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def load(name: str) -> ModuleType:
-    """benchmarks/<name>.py as a module (loaded once per session)."""
+    """benchmarks/<name>.py as a module (loaded once per test run)."""
     key = f"_specpolicy_bench_{name}"
     if key in sys.modules:
         return sys.modules[key]
