@@ -1,12 +1,51 @@
-"""Errors specpolicy raises at configuration time."""
+"""Errors specpolicy raises at configuration time, and the bounded rendering of bad values in messages."""
 
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigError", "FieldError", "MissingExtraError", "format_validation_error"]
+__all__ = [
+    "ConfigError",
+    "FieldError",
+    "MissingExtraError",
+    "format_validation_error",
+    "short_repr",
+    "short_str",
+]
+
+#: What a bad value's repr is cut to in messages (a huge value must not make the error path expensive).
+REPR_LIMIT = 80
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = REPR_LIMIT
+
+
+def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises (a broken ``__repr__`` reads as its type)."""
+    if type(value) is int and value.bit_length() > 4 * limit:  # repr of a huge int is quadratic
+        return f"<int of {value.bit_length()} bits>"
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > limit:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    try:
+        text = _REPR.repr(value)  # bounded depth and items: nested containers cannot explode
+    except BaseException:  # noqa: BLE001 - a repr that raises anything is still reported, by its type
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_str(exc: BaseException, limit: int = 200) -> str:
+    """``str(exc)`` cut to ``limit`` characters; never raises (an exception whose ``__str__`` fails too)."""
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001
+        return f"<{type(exc).__name__}: str() failed>"
+    if type(text) is not str:
+        return f"<{type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class ConfigError(ValueError):
@@ -48,7 +87,7 @@ def format_validation_error(exc: Any, prefix: str = "", fields: Iterable[str] = 
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, ") :]
             if err.get("type") not in ("missing", "extra_forbidden", "value_error") and "input" in err:
-                got = f" (got {err['input']!r})"
+                got = f" (got {short_repr(err['input'])})"
         # Drop the discriminator tag pydantic puts first in union locations ("hysteresis.disable_at").
         path = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
         if err.get("type") == "extra_forbidden":

@@ -9,9 +9,10 @@ through the ``specpolicy.policies`` entry-point group with a ``PolicyEntry``.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -20,7 +21,8 @@ from typing import Annotated, Any, ClassVar, Protocol, Union, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from .errors import ConfigError, FieldError, format_validation_error
+from .config_files import load_file, loads_json
+from .errors import ConfigError, FieldError, format_validation_error, short_repr, short_str
 from .mode import SpecMode
 from .stats import StepStats
 
@@ -98,10 +100,23 @@ class PolicyConfig(BaseModel):
         if not isinstance(claimed, list | tuple) or list(claimed) != derived:
             raise FieldError(
                 "candidate_steps",
-                f"{claimed!r} differs from the depths the other fields allow, {derived}: it is derived, "
-                "not a setting; drop it or make it match",
+                f"{short_repr(claimed)} differs from the depths the other fields allow, {derived}: it is "
+                "derived, not a setting; drop it or make it match",
             )
         return config
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        """A bool or a string where only a number makes sense is a mistake, not 1 or 3: pydantic's lax mode
+        would turn ``num_steps: true`` into 1 and ``"3"`` into 3. (Lists still become tuples.)"""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                bad = None if field is None else _not_a_number(field.annotation, value, key)
+                if bad is not None:
+                    raise FieldError(*bad)
+        return data
 
     def candidate_steps(self) -> tuple[int, ...]:
         """Every depth this config can return, ascending (0 = off); engines pre-build one state each."""
@@ -113,6 +128,26 @@ class PolicyConfig(BaseModel):
             return cls.description
         doc = (cls.__doc__ or "").strip().splitlines()
         return doc[0] if doc else ""
+
+
+def _not_a_number(annotation: Any, value: Any, path: str) -> tuple[str, str] | None:
+    """(field path, message) when ``value`` is a bool or a string where ``annotation`` wants a number."""
+    if annotation is int or annotation is float:
+        if isinstance(value, (bool, str, bytes)):
+            kind = "an integer" if annotation is int else "a number"
+            return path, f"must be {kind}, got {short_repr(value)} ({type(value).__name__})"
+        return None
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Union or origin is types.UnionType:
+        kinds = [a for a in args if a is not type(None)]
+        return None if value is None or len(kinds) != 1 else _not_a_number(kinds[0], value, path)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        elems = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        for i, (a, v) in enumerate(zip(elems, value, strict=False)):
+            bad = _not_a_number(a, v, f"{path}.{i}")
+            if bad is not None:
+                return bad
+    return None
 
 
 PolicyFactory = Callable[[Any], Policy]
@@ -141,39 +176,83 @@ class PolicyEntry:
 
 
 class _Registry:
-    """Immutable snapshot of the registered policies (built-ins first, then entry points)."""
+    """Immutable snapshot of the registered policies (built-ins first, then entry points).
+
+    A name or alias already taken keeps its first owner, so a plugin can never take over a built-in's name
+    or alias (nor an earlier plugin's): the clash is logged naming the plugin and its own name still works.
+    """
 
     def __init__(self, entries: list[PolicyEntry]) -> None:
         self.entries: dict[str, PolicyEntry] = {}
         self.aliases: dict[str, str] = {}
         for entry in entries:
             if entry.name in self.entries or entry.name in self.aliases:
-                log.warning("specpolicy: policy %r registered twice; keeping the first", entry.name)
+                owner = self.aliases.get(entry.name, entry.name)
+                log.warning(
+                    "specpolicy: policy %r (%s) is already registered (by %s); keeping the first",
+                    entry.name, _origin(entry), _origin(self.entries[owner]),
+                )
                 continue
             self.entries[entry.name] = entry
             for alias in entry.aliases:
-                self.aliases.setdefault(alias, entry.name)
+                if alias in self.entries or alias in self.aliases:
+                    owner = self.aliases.get(alias, alias)
+                    log.warning(
+                        "specpolicy: policy plugin %r (%s) declares the alias %r, which is taken by %r (%s); "
+                        "%r keeps meaning %r",
+                        entry.name, _origin(entry), alias, owner, _origin(self.entries[owner]), alias, owner,
+                    )
+                    continue
+                self.aliases[alias] = entry.name
 
     def resolve(self, name: str) -> PolicyEntry:
-        key = self.aliases.get(name, name)
         try:
-            return self.entries[key]
+            return self.entries[self.aliases.get(name, name)]
         except KeyError:
             known = ", ".join(sorted(self.entries))
-            raise ConfigError(f"name: unknown policy {name!r}; available: {known}") from None
+            raise ConfigError(f"name: unknown policy {short_repr(name)}; available: {known}") from None
+
+
+def _origin(entry: PolicyEntry) -> str:
+    """Where an entry's config class comes from, for messages about clashes."""
+    return f"{entry.config.__module__}.{entry.config.__qualname__}"
+
+
+def _plugin_entry_points() -> list[metadata.EntryPoint]:
+    """The group's entry points, one installed distribution at a time: a package whose metadata cannot be
+    parsed (a malformed entry_points.txt) is skipped with one log line instead of failing every lookup."""
+    out: list[metadata.EntryPoint] = []
+    seen: set[str] = set()
+    for dist in metadata.distributions():
+        try:
+            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+            if name in seen:  # the first on sys.path wins, as importlib.metadata.entry_points() does
+                continue
+            seen.add(name)
+            eps = dist.entry_points.select(group=ENTRY_POINT_GROUP)
+        except Exception as exc:  # noqa: BLE001 - someone else's broken metadata
+            where = getattr(dist, "_path", None) or "a distribution"
+            log.error("specpolicy: skipping the entry points of %s: cannot parse them (%s)", where,
+                      short_str(exc))
+            continue
+        out.extend(eps)
+    return out
 
 
 def _load_entry_points() -> list[PolicyEntry]:
     out: list[PolicyEntry] = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _plugin_entry_points():
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, PolicyEntry):
                 obj = obj()
             if not isinstance(obj, PolicyEntry):
                 raise TypeError(f"expected a specpolicy.PolicyEntry, got {type(obj).__name__}")
-        except Exception as exc:  # a broken plugin must not take down the others
-            log.error("specpolicy: cannot load policy plugin %r (%s): %s", ep.name, ep.value, exc)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit()) is skipped
+            log.error("specpolicy: skipping policy plugin %r (%s): %s: %s", ep.name, ep.value,
+                      type(exc).__name__, short_str(exc))
             continue
         out.append(obj)
     return out
@@ -237,11 +316,8 @@ def _load_spec(spec: Any) -> dict[str, Any]:
             f"policy spec must be a name, a mapping, a JSON string or a file path, got {type(spec).__name__}"
         )
     text = spec.strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"policy spec is not valid JSON: {exc}") from None
+    if text.startswith(("{", "[")):
+        data = loads_json(text, "policy spec")
         if not isinstance(data, dict):
             raise ConfigError("policy spec JSON must be an object")
         return data
@@ -259,29 +335,7 @@ _SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 
 
 def _load_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"policy config file not found: {path}")
-    suffix = path.suffix.lower()
-    raw = path.read_bytes()
-    try:
-        if suffix == ".json":
-            data = json.loads(raw)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(raw)
-        elif suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
-            data = tomllib.loads(raw.decode())
-        else:
-            raise ConfigError(f"policy config file {path}: unsupported extension (use .json, .yaml or .toml)")
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(f"policy config file {path}: cannot parse: {exc}") from None
+    data = load_file(path)
     if isinstance(data, dict) and "name" not in data and isinstance(data.get("policy"), dict):
         data = data["policy"]  # allow {"policy": {...}} wrappers, as in engine config files
     if not isinstance(data, dict):
@@ -295,7 +349,11 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
     data.update(overrides)
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise ConfigError("name: missing policy name; available: " + ", ".join(available_policies()))
+        what = (
+            "missing policy name" if name is None
+            else f"must be a policy name (a string), got {short_repr(name)}"
+        )
+        raise ConfigError(f"name: {what}; available: " + ", ".join(available_policies()))
     entry = get_entry(name)
     data["name"] = entry.name
     try:

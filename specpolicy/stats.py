@@ -2,8 +2,9 @@
 
 Built on every decode step, so it is a tuple subclass: construction is one ``tuple.__new__``. The public
 constructor validates the scalar fields and raises a ``ValueError`` naming the field; ``StepStats.fast`` skips
-validation for adapters that already hold well-formed values (policies never trust either: decide() treats
-NaN, negative or missing values as missing data).
+validation for adapters that already hold well-formed values (policies never trust either: decide() reads
+each field through an inline type check with ``clean_count`` / ``clean_float`` behind it, so numpy numbers
+are understood and anything malformed is missing data for that field only).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["StepStats", "clean_count", "clean_float", "mean_accepted_drafts"]
+from .errors import short_repr
+
+__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "clean_sequence", "mean_accepted_drafts"]
 
 
 class _Fields(NamedTuple):
@@ -67,20 +70,24 @@ class StepStats(_Fields):
         last_step_time_s: float | None = None,
         mean_accepted: float | None = None,
     ) -> StepStats:
-        if type(batch_size) is not int or batch_size < 0:
-            raise ValueError(f"StepStats.batch_size must be an int >= 0, got {batch_size!r}")
-        if type(num_waiting) is not int or num_waiting < 0:
-            raise ValueError(f"StepStats.num_waiting must be an int >= 0, got {num_waiting!r}")
-        if mean_seq_len is not None and not (mean_seq_len >= 0 and math.isfinite(mean_seq_len)):
-            raise ValueError(
-                f"StepStats.mean_seq_len must be a finite float >= 0 or None, got {mean_seq_len!r}"
-            )
-        if type(last_num_steps) is not int or last_num_steps < 0:
-            raise ValueError(f"StepStats.last_num_steps must be an int >= 0, got {last_num_steps!r}")
-        if last_step_time_s is not None and not (last_step_time_s >= 0 and math.isfinite(last_step_time_s)):
-            raise ValueError(
-                f"StepStats.last_step_time_s must be a finite float >= 0 or None, got {last_step_time_s!r}"
-            )
+        # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
+        if (
+            type(batch_size) is not int
+            or type(num_waiting) is not int
+            or type(last_num_steps) is not int
+            or (batch_size | num_waiting | last_num_steps) >> 53  # any negative or > MAX_COUNT: nonzero
+        ):
+            batch_size = _valid_count("batch_size", batch_size)
+            num_waiting = _valid_count("num_waiting", num_waiting)
+            last_num_steps = _valid_count("last_num_steps", last_num_steps)
+        if mean_seq_len is not None and (
+            mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF
+        ):
+            mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
+        if last_step_time_s is not None and (
+            last_step_time_s.__class__ is not float or not 0.0 <= last_step_time_s < _INF
+        ):
+            last_step_time_s = _valid_float("last_step_time_s", last_step_time_s)
         if accepted_draft_tokens is not None and last_num_steps == 0:
             raise ValueError(
                 "StepStats.accepted_draft_tokens must be None when last_num_steps is 0 (a step without "
@@ -89,16 +96,20 @@ class StepStats(_Fields):
         if mean_accepted is not None:
             if last_num_steps == 0:
                 raise ValueError("StepStats.mean_accepted must be None when last_num_steps is 0")
-            if not (0 <= mean_accepted <= last_num_steps and math.isfinite(mean_accepted)):
+            m = clean_float(mean_accepted)
+            if m is None or m > last_num_steps:
                 raise ValueError(
                     f"StepStats.mean_accepted must be a finite float in [0, last_num_steps={last_num_steps}] "
-                    f"or None, got {mean_accepted!r}"
+                    f"or None, got {short_repr(mean_accepted)}"
                 )
-        if drafted_tokens is not None and accepted_draft_tokens is not None:
-            if len(drafted_tokens) != len(accepted_draft_tokens):
+            mean_accepted = m
+        if drafted_tokens is not None or accepted_draft_tokens.__class__ is not list:
+            n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
+            n_drafted = _valid_len("drafted_tokens", drafted_tokens)
+            if n_drafted >= 0 and n_acc >= 0 and n_drafted != n_acc:
                 raise ValueError(
                     "StepStats.drafted_tokens must have one entry per request of accepted_draft_tokens "
-                    f"({len(drafted_tokens)} != {len(accepted_draft_tokens)})"
+                    f"({n_drafted} != {n_acc})"
                 )
         return _new(
             cls,
@@ -156,39 +167,92 @@ class StepStats(_Fields):
 
 _INF = math.inf
 
+#: Largest count (batch size, queue length, depth) a StepStats field may hold: beyond float precision a
+#: number is not a count, and arithmetic on it would overflow.
+MAX_COUNT = 2**53 - 1
+def _valid_count(name: str, value: object) -> int:
+    """An int or an integer type (numpy) in [0, MAX_COUNT]; floats are refused here, as a type error."""
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except Exception:
+        n = None
+    if n is None or not 0 <= n <= MAX_COUNT:
+        raise ValueError(f"StepStats.{name} must be an int in [0, 2**53), got {short_repr(value)}")
+    return n
+
+
+def _valid_float(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    f = clean_float(value)
+    if f is None:
+        raise ValueError(f"StepStats.{name} must be a finite float >= 0 or None, got {short_repr(value)}")
+    return f
+
+
+def _valid_len(name: str, value: object) -> int:
+    """len() of a per-request field (-1 for None); ValueError naming the field when it has none."""
+    if value is None:
+        return -1
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"StepStats.{name} must be a sequence of ints or None, got {short_repr(value)}")
+    try:
+        return len(value)  # type: ignore[arg-type]
+    except Exception:
+        raise ValueError(
+            f"StepStats.{name} must be a sequence of ints or None, got {short_repr(value)}"
+        ) from None
+
 
 def clean_count(value: object) -> int | None:
-    """``value`` as an int >= 0, or None when it is not one (NaN, negative, fractional, not a number).
+    """``value`` as an int in [0, MAX_COUNT], or None when it is not one (NaN, negative, fractional, huge, a
+    bool, a string, an object whose conversion raises).
 
     The slow path behind the policies' inline ``type(x) is int`` check: accepts numpy integers and integral
-    floats, so an adapter passing ``np.int64`` or ``3.0`` is understood rather than ignored.
+    floats (and 0-d tensors that convert), so an adapter passing ``np.int64`` or ``3.0`` is understood rather
+    than ignored. Never raises.
     """
     if type(value) is int:
-        return value if value >= 0 else None
+        return value if 0 <= value <= MAX_COUNT else None
     if value is None or isinstance(value, (bool, str, bytes)):
         return None
     try:
-        n = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
         try:
+            n = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
             f = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if not (f >= 0 and f < _INF) or f != int(f):
-            return None
-        n = int(f)
-    return n if n >= 0 else None
+            if not (0 <= f <= MAX_COUNT) or f != int(f):
+                return None
+            n = int(f)
+        return n if type(n) is int and 0 <= n <= MAX_COUNT else None
+    except Exception:  # ValueError, OverflowError, a tensor's RuntimeError: not a count
+        return None
 
 
 def clean_float(value: object) -> float | None:
-    """``value`` as a finite float >= 0 (a time, a length), or None when it is missing or not one."""
-    if value is None or isinstance(value, (str, bytes)):
+    """``value`` as a finite float >= 0 (a time, a length), or None when it is missing or not one (a bool, a
+    string, an int too large for a float, an object whose ``float()`` raises). Never raises."""
+    if value.__class__ is float:
+        return value if 0.0 <= value < _INF else None
+    if value is None or isinstance(value, (bool, str, bytes)):
         return None
     try:
         f = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+    except Exception:  # TypeError, ValueError, OverflowError, a tensor's RuntimeError: missing
         return None
     return f if 0 <= f < _INF else None
+
+
+def clean_sequence(value: object) -> Sequence[Any] | None:
+    """``value`` when it can be a per-request field (a list, a tuple, a numpy array or another sequence),
+    else None: a string, a number or an object that only looks like a container is missing data."""
+    if value is None or value.__class__ is list:
+        return value
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return None
+    if isinstance(value, Sequence) or hasattr(value, "__array__"):
+        return value  # type: ignore[return-value]
+    return None
 
 
 def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | None:
@@ -210,15 +274,14 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     if k is None or k <= 0:
         return None
     if m is not None:
-        try:
-            f = float(m)
-        except (TypeError, ValueError, OverflowError):
-            f = math.nan
-        if 0 <= f < _INF:
+        f = m if m.__class__ is float else clean_float(m)
+        if f is not None and 0.0 <= f < _INF:
             return f if f <= k else float(k)
         # a bad aggregate: fall back to the list, if any
-    if acc is None:
-        return None
+    if acc.__class__ is not list:
+        acc = clean_sequence(acc)
+        if acc is None:
+            return None
     try:
         n = len(acc)
         if n == 0:
@@ -230,14 +293,17 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
                 drafted = drafted[::stride]
             n = len(acc)
         total = sum(acc)
-        cap = k * n if drafted is None else sum(drafted)
+        cap = k * n if drafted is None else min(sum(drafted), k * n)  # drafted entries are <= k
         if type(total) is not int and type(total) is not float:  # numpy integers from an array
             total = operator.index(total)
             cap = operator.index(cap)
     except Exception:
         return _repair_mean(acc, drafted, k)
     if 0 <= total <= cap and (drafted is None or len(drafted) == n):  # NaN fails both comparisons
-        mean = total / n
+        try:
+            mean = total / n
+        except OverflowError:  # a depth or counts beyond any float: not counts
+            return _repair_mean(acc, drafted, k)
         return mean if mean <= k else float(k)
     return _repair_mean(acc, drafted, k)
 
@@ -258,7 +324,7 @@ def _repair_mean(acc: object, drafted: object, k: int) -> float | None:
     for i, v in enumerate(values):
         try:
             f = float(v)
-        except (TypeError, ValueError, OverflowError):
+        except Exception:
             continue
         if not (0 <= f < _INF):
             continue

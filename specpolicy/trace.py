@@ -18,7 +18,7 @@ from typing import Any
 
 from .stats import StepStats
 
-__all__ = ["TRACE_FORMAT", "TraceRecord", "read_trace", "iter_trace_lines"]
+__all__ = ["TRACE_FORMAT", "TraceRecord", "dumps_record", "iter_trace_lines", "read_trace", "record_dict"]
 
 TRACE_FORMAT = "specpolicy-trace/1"
 
@@ -88,7 +88,7 @@ class TraceRecord:
         d = asdict(self)
         if not d["extra"]:
             del d["extra"]
-        return json.dumps(d, separators=(",", ":"), allow_nan=False, default=_default)
+        return dumps_record(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TraceRecord:
@@ -101,6 +101,26 @@ class TraceRecord:
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"trace record field {key} must be a finite number >= 0 or null, got {v!r}")
         return cls(**known)
+
+
+def dumps_record(d: dict[str, Any]) -> str:
+    """One trace line's JSON (compact, no NaN / inf, numpy arrays and scalars as plain JSON)."""
+    return json.dumps(d, separators=(",", ":"), allow_nan=False, default=_default)
+
+
+def record_dict(
+    step: int, stats: StepStats, num_steps: int, step_time_s: float | None, **kw: Any
+) -> dict[str, Any]:
+    """The fields of ``TraceRecord.from_stats(...)`` in its order, without building the record or copying
+    the per-request lists: what the trace writer serialises on its thread (fewer allocations, less GIL)."""
+    b, w, L, k, acc, drafted, lt, m = stats
+    d = {
+        "step": step, "batch_size": b, "num_steps": num_steps, "step_time_s": step_time_s, "num_waiting": w,
+        "mean_seq_len": L, "last_num_steps": k, "accepted_draft_tokens": acc, "drafted_tokens": drafted,
+        "last_step_time_s": lt, "mean_accepted": m,
+    }
+    d.update(kw)
+    return d
 
 
 def _default(obj: Any) -> Any:

@@ -60,6 +60,23 @@ def test_counts_switches_errors_and_estimates_reach_the_registry() -> None:
     assert _value(reg, "specpolicy_estimate", name="tokens_per_s@3", **lab) == 1234.0
 
 
+def test_over_budget_decide_calls_are_counted_and_bad_estimates_skipped() -> None:
+    reg = prom.CollectorRegistry()
+
+    class Odd(_Estimating):
+        def estimates(self) -> Mapping[str, float]:
+            return {"good": 1.0, "text": "n/a", "obj": object()}  # type: ignore[dict-item]
+
+    obs = MetricsObserver(engine="e", rank=0, policy=Odd(), registry=reg, decide_budget_s=1e-3)
+    for i, dt in enumerate([1e-6, 2e-3, 5e-4, 0.05]):
+        obs.on_decision(i, StepStats(1), 3, dt, False)
+    obs.close()
+    lab = {"engine": "e", "rank": "0"}
+    assert _value(reg, "specpolicy_decide_over_budget_total", **lab) == 2
+    assert _value(reg, "specpolicy_estimate", name="good", **lab) == 1.0
+    assert _value(reg, "specpolicy_estimate", name="text", **lab) is None
+
+
 def test_nothing_is_pushed_between_push_intervals() -> None:
     reg = prom.CollectorRegistry()
     obs = MetricsObserver(engine="vllm", registry=reg, push_every=100)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from specpolicy import available_policies
+from _benchmarks import load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decide.py"
+from specpolicy import available_policies
 
 
 def test_benchmark_reports_every_policy_at_every_batch_size(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_decide", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_decide")
     out = tmp_path / "bench.json"
     assert bench.main(["--steps", "4", "--repeats", "1", "--distinct", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["per_step_s"]

@@ -39,6 +39,40 @@ def test_constructor_rejects_bad_values_naming_the_field(kwargs: dict[str, objec
         StepStats(**kwargs)  # type: ignore[arg-type]
 
 
+class _Tensorish:
+    def __float__(self) -> float:
+        raise RuntimeError("a Tensor with 2 elements cannot be converted to Scalar")
+
+    __int__ = __index__ = __float__
+
+
+_FIELDS = ("batch_size", "num_waiting", "mean_seq_len", "last_num_steps", "last_step_time_s")
+_BAD = ("3", b"3", 10**400, True, math.inf, -1, _Tensorish(), object(), [1], "x" * 10**6)
+
+
+@pytest.mark.parametrize("field", _FIELDS)
+@pytest.mark.parametrize("value", _BAD, ids=lambda v: type(v).__name__)
+def test_every_bad_value_raises_value_error_naming_field_and_range(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=rf"StepStats\.{field} must be .*(\[0, |>= 0)") as info:
+        StepStats(**{"batch_size": 1, field: value})  # type: ignore[arg-type]
+    assert len(str(info.value)) < 300  # the bad value's repr is bounded
+
+
+@pytest.mark.parametrize("field", ["accepted_draft_tokens", "drafted_tokens"])
+@pytest.mark.parametrize("value", ["abc", 5, object()], ids=lambda v: type(v).__name__)
+def test_per_request_fields_must_be_sequences(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=rf"StepStats\.{field} must be a sequence"):
+        StepStats(**{"batch_size": 1, "last_num_steps": 2, field: value})  # type: ignore[arg-type]
+
+
+def test_constructor_converts_numpy_numbers_to_python_ones() -> None:
+    np = pytest.importorskip("numpy")
+    s = StepStats(np.int64(4), np.int32(1), np.float32(100.0), np.int64(2), [1, 2], None, np.float64(0.5),
+                  np.float64(1.5))
+    assert s == (4, 1, 100.0, 2, [1, 2], None, 0.5, 1.5)
+    assert [type(v) for v in s[:4]] == [int, int, float, int] and type(s.last_step_time_s) is float
+
+
 _valid_stats = st.builds(
     lambda b, w, L, k, acc_seed, t: (b, w, L, k, None if k == 0 or acc_seed is None else
                                      [x % (k + 1) for x in acc_seed], None, t),
@@ -153,6 +187,13 @@ def test_no_usable_acceptance_reads_as_none(stats: StepStats) -> None:
     assert stats.mean_acceptance_length() is None
 
 
+def test_huge_counts_in_both_lists_do_not_overflow_the_mean() -> None:
+    huge = StepStats.fast(1, last_num_steps=3, accepted_draft_tokens=[10**400], drafted_tokens=[10**400])
+    assert mean_accepted_drafts(huge) is None  # nothing usable: the one entry is not a finite count
+    deep = StepStats.fast(1, last_num_steps=10**400, accepted_draft_tokens=[10**399])
+    assert mean_accepted_drafts(deep) is None  # a depth beyond any count is no depth
+
+
 def test_precomputed_mean_wins_over_the_list_and_is_clipped() -> None:
     s = StepStats(3, last_num_steps=4, accepted_draft_tokens=[0, 0, 0], mean_accepted=2.5)
     assert mean_accepted_drafts(s) == 2.5 and s.has_acceptance
@@ -166,7 +207,7 @@ def test_precomputed_mean_wins_over_the_list_and_is_clipped() -> None:
 @pytest.mark.parametrize(
     ("value", "want"),
     [(3, 3), (0, 0), (-1, None), (3.0, 3), (2.5, None), (math.nan, None), (math.inf, None), (None, None),
-     (True, None), ("x", None), ("4", None)],
+     (True, None), ("x", None), ("4", None), (10**400, None), (2.0**60, None), (_Tensorish(), None)],
 )
 def test_clean_count(value: object, want: int | None) -> None:
     assert clean_count(value) == want
@@ -179,7 +220,8 @@ def test_clean_count_accepts_numpy_integers() -> None:
 
 @pytest.mark.parametrize(
     ("value", "want"),
-    [(0.25, 0.25), (0, 0.0), (-0.1, None), (math.nan, None), (math.inf, None), (None, None), ("0.5", None)],
+    [(0.25, 0.25), (0, 0.0), (-0.1, None), (math.nan, None), (math.inf, None), (None, None), ("0.5", None),
+     (True, None), (10**400, None), (_Tensorish(), None)],
 )
 def test_clean_float(value: object, want: float | None) -> None:
     assert clean_float(value) == want

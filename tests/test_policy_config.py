@@ -54,9 +54,9 @@ def test_file_with_a_policy_table_and_overrides(tmp_path: Path) -> None:
     [
         ("no_such_policy", {}, r"^name: unknown policy 'no_such_policy'; available: .*threshold"),
         ({"disable_at": 3}, {}, r"^name: missing policy name"),
-        ({"name": 7}, {}, r"^name: missing policy name"),
+        ({"name": 7}, {}, r"^name: must be a policy name \(a string\), got 7"),
         ("threshold", {"max_batch_size": -1}, r"^threshold\.max_batch_size: .*greater than or equal to 0"),
-        ("threshold", {"max_batch_size": "many"}, r"^threshold\.max_batch_size: .*valid integer"),
+        ("threshold", {"max_batch_size": "many"}, r"^threshold\.max_batch_size: must be an integer, got"),
         ("threshold", {"num_steps": 0}, r"^threshold\.num_steps: .*greater than or equal to 1"),
         ("threshold", {"num_steps": 65}, r"^threshold\.num_steps: .*less than or equal to 64"),
         ("threshold", {"max_batch": 4}, r"^threshold\.max_batch: unknown field"),

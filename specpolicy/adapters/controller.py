@@ -1,18 +1,27 @@
 """StepController: the one place where a policy meets an engine.
 
 Every adapter owns one controller per engine process (per rank). It calls decide() once per step, contains
-failures (an exception or an invalid mode is logged once with its traceback, counted, and the step runs at the
-engine's configured default depth), keeps depths inside what the engine pre-built, and tells observers
-(metrics, the JSONL trace) what happened. The policy itself stays a small pure object.
+failures (any exception but KeyboardInterrupt / SystemExit, or an invalid mode, is logged once with its
+traceback, counted, and the step runs at the engine's configured default depth), keeps depths inside what the
+engine pre-built, and tells observers (metrics, the JSONL trace) what happened. The policy itself stays a
+small pure object.
+
+It also times every decide() call: one over ``decide_budget_s`` is logged once; after ``budget_steps``
+consecutive ones the engine default runs and the policy is consulted only every ``RETRY_INTERVAL`` steps
+until a call fits the budget again (a slow policy must not slow every step). A policy that hangs cannot be
+pre-empted inside the step (Python cannot interrupt a running call safely): ``watchdog_s`` starts a
+``DecideWatchdog`` that logs the stuck thread's stack so the hang can be found.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..errors import short_repr, short_str
 from ..mode import SpecMode
 from ..policy import Policy
 from ..stats import StepStats
@@ -20,6 +29,12 @@ from ..stats import StepStats
 __all__ = ["StepController", "StepObserver", "Decision"]
 
 log = logging.getLogger("specpolicy.adapter")
+
+#: While over budget, the policy is consulted once per this many steps to see whether it has recovered.
+RETRY_INTERVAL = 256
+#: Distinct error kinds logged (with a traceback) per controller; later ones are only counted.
+MAX_LOGGED = 16
+_FATAL = (KeyboardInterrupt, SystemExit)
 
 
 class StepObserver(Protocol):
@@ -54,6 +69,9 @@ class StepController:
         default_steps: the engine's configured depth, used whenever the policy fails.
         rank: this process's rank, for logs and the trace.
         observers: metrics, trace writers.
+        decide_budget_s: a decide() call slower than this is over budget (logged once, counted).
+        budget_steps: after this many consecutive over-budget calls the default depth runs (0 = never).
+        watchdog_s: log the deciding thread's stack when one decide() call runs longer than this (None = off).
     """
 
     def __init__(
@@ -65,43 +83,79 @@ class StepController:
         rank: int = 0,
         observers: Sequence[StepObserver] = (),
         policy_name: str = "",
+        decide_budget_s: float = 1e-3,
+        budget_steps: int = 16,
+        watchdog_s: float | None = None,
     ) -> None:
         allowed = frozenset(int(k) for k in allowed_steps)
         if default_steps not in allowed:
             raise ValueError(
                 f"default_steps={default_steps} is not among the engine's allowed depths {sorted(allowed)}"
             )
+        if not decide_budget_s > 0:
+            raise ValueError(f"decide_budget_s must be > 0, got {decide_budget_s!r}")
+        if budget_steps < 0:
+            raise ValueError(f"budget_steps must be >= 0, got {budget_steps!r}")
         self.policy = policy
         self.policy_name = policy_name or type(policy).__name__
         self.allowed_steps = allowed
         self.default_steps = default_steps
         self.rank = rank
         self.observers = tuple(observers)
+        self.decide_budget_s = decide_budget_s
+        self.budget_steps = budget_steps
         self.step = 0
         self.errors = 0
         self.switches = 0
+        #: decide() calls over decide_budget_s, and steps that ran the default because of it.
+        self.over_budget = 0
+        self.budget_fallbacks = 0
         self.steps_by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self.last = Decision()
         self.last.num_steps = default_steps
-        self._logged: set[str] = set()
+        self._logged: set[tuple[str, str, str]] = set()
+        self._slow_run = 0  # consecutive over-budget calls
+        #: perf_counter() when the running decide() started (0.0: none running), and the deciding thread;
+        #: read by the watchdog.
+        self.busy_since = 0.0
+        self.thread_id = 0
+        self.watchdog = None
+        if watchdog_s is not None:
+            from .watchdog import DecideWatchdog
+
+            self.watchdog = DecideWatchdog(self, watchdog_s)
 
     def decide(self, stats: StepStats) -> int:
-        """The depth the engine must run this step. Never raises."""
-        t0 = time.perf_counter()
+        """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
+        if self._slow_run >= self.budget_steps > 0 and self.step % RETRY_INTERVAL:
+            self.budget_fallbacks += 1
+            return self._commit(stats, self.default_steps, 0.0, True)
+        if not self.thread_id:
+            self.thread_id = threading.get_ident()
+        t0 = self.busy_since = time.perf_counter()
         fallback = False
         try:
             mode = self.policy.decide(stats)
             k = mode.num_steps if type(mode) is SpecMode else None
             if k is None or k not in self.allowed_steps:
                 raise ValueError(
-                    f"policy {self.policy_name} returned {mode!r}; this engine runs only depths "
+                    f"policy {self.policy_name} returned {short_repr(mode)}; this engine runs only depths "
                     f"{sorted(self.allowed_steps)}"
                 )
-        except Exception as exc:  # contained: the engine keeps serving
+        except _FATAL:
+            self.busy_since = 0.0
+            raise
+        except BaseException as exc:  # contained: the engine keeps serving
             k = self.default_steps
             fallback = True
-            self._on_error(exc)
+            self.errors += 1
+            self._on_error(exc, "policy", f"running the default depth {k}")
         dt = time.perf_counter() - t0
+        self.busy_since = 0.0
+        if dt > self.decide_budget_s:
+            self._over_budget(dt)
+        elif self._slow_run:
+            self._back_in_budget()
         return self._commit(stats, k, dt, fallback)
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool) -> int:
@@ -117,8 +171,10 @@ class StepController:
         for obs in self.observers:
             try:
                 obs.on_decision(self.step, stats, k, dt, fallback)
-            except Exception as exc:
-                self._on_error(exc, where="observer")
+            except _FATAL:
+                raise
+            except BaseException as exc:
+                self._on_error(exc, "observer", f"the step keeps its depth {k}")
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
@@ -132,16 +188,59 @@ class StepController:
         for obs in self.observers:
             try:
                 obs.on_step_time(which, step_time_s)
-            except Exception as exc:
-                self._on_error(exc, where="observer")
+            except _FATAL:
+                raise
+            except BaseException as exc:
+                self._on_error(exc, "observer", "the step time is not recorded")
 
-    def _on_error(self, exc: BaseException, where: str = "policy") -> None:
-        self.errors += where == "policy"
-        key = f"{where}:{type(exc).__name__}:{exc}"
-        if key not in self._logged and len(self._logged) < 16:
-            self._logged.add(key)
-            log.error(
-                "specpolicy rank %d: %s error (step %d); running the default depth %d and continuing. "
-                "Further identical errors are counted, not logged.",
-                self.rank, where, self.step + 1, self.default_steps, exc_info=exc,
+    def close(self) -> None:
+        """Stop the watchdog, if any (observers are closed by their owner)."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+
+    def _over_budget(self, dt: float) -> None:
+        self.over_budget += 1
+        n = self._slow_run = self._slow_run + 1
+        if self.over_budget == 1:
+            log.warning(
+                "specpolicy rank %d: policy %s took %.3f ms in decide() (step %d), over the budget of %.3f "
+                "ms; after %d consecutive slow calls the default depth %d runs. Logged once.",
+                self.rank, self.policy_name, dt * 1e3, self.step + 1, self.decide_budget_s * 1e3,
+                self.budget_steps, self.default_steps,
             )
+        if n == self.budget_steps:
+            log.warning(
+                "specpolicy rank %d: policy %s over its decide() budget for %d consecutive steps (last %.3f "
+                "ms); running the default depth %d, consulting the policy once every %d steps",
+                self.rank, self.policy_name, n, dt * 1e3, self.default_steps, RETRY_INTERVAL,
+            )
+
+    def _back_in_budget(self) -> None:
+        if self._slow_run >= self.budget_steps > 0:
+            log.warning(
+                "specpolicy rank %d: policy %s is back within its decide() budget; it decides again",
+                self.rank, self.policy_name,
+            )
+        self._slow_run = 0
+
+    def _on_error(self, exc: BaseException, where: str, outcome: str) -> None:
+        """Log an error once per (where, type, message) with its traceback; bounded cost whatever ``exc``
+        holds (a message of megabytes, a ``__str__`` that raises)."""
+        logged = self._logged
+        if len(logged) >= MAX_LOGGED:
+            return
+        key = (where, type(exc).__name__, short_str(exc))
+        if key in logged:
+            return
+        logged.add(key)
+        try:
+            log.error(
+                "specpolicy rank %d: %s error (step %d): %s: %s; %s and continuing. Further identical errors "
+                "are counted, not logged.",
+                self.rank, where, self.step + 1, key[1], key[2], outcome, exc_info=exc,
+            )
+        except _FATAL:
+            raise
+        except BaseException:  # noqa: BLE001 - a traceback that cannot be rendered: the line without it
+            log.error("specpolicy rank %d: %s error (step %d): %s; %s", self.rank, where, self.step + 1,
+                      key[1], outcome)

@@ -9,8 +9,10 @@ they are pushed into prometheus-client every ``push_every`` steps (and on ``clos
 metric update is an mmap write that does not belong on every step.
 
 Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): ``steps_total{depth}``,
-``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``depth`` (gauge, last decision),
-``estimate{name}`` (gauge, from a policy implementing ``specpolicy.ReportsEstimates``).
+``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``decide_over_budget_total``
+(decide() calls slower than the controller's budget), ``depth`` (gauge, last decision), ``estimate{name}``
+(gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped),
+``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records).
 """
 
 from __future__ import annotations
@@ -18,12 +20,25 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
 from ..stats import StepStats
 
 __all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
+
+
+class TraceCounts(Protocol):
+    """What the metrics read from a trace writer: records written, and dropped by cause."""
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def drops(self) -> dict[str, int]: ...
+
+#: Estimates mirrored per push, at most (a policy returning thousands of names must not flood the registry).
+_MAX_ESTIMATES = 64
 
 DECIDE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2)
 
@@ -56,7 +71,8 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
         ),
         "errors": prom.Counter(
             "specpolicy_policy_errors",
-            "Policy failures (exception or invalid mode); the engine default depth ran instead",
+            "Steps the policy failed (exception, invalid mode, over its decide() budget); the engine default "
+            "depth ran instead",
             labels,
             registry=reg,
         ),
@@ -65,6 +81,18 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             "Wall time of one policy decide() call",
             labels,
             buckets=DECIDE_BUCKETS,
+            registry=reg,
+        ),
+        "over_budget": prom.Counter(
+            "specpolicy_decide_over_budget",
+            "decide() calls slower than the controller's budget (decide_budget_s)",
+            labels,
+            registry=reg,
+        ),
+        "trace": prom.Counter(
+            "specpolicy_trace_records",
+            "Step trace records by outcome: written, or dropped_<cause> (see TraceWriter.DROP_CAUSES)",
+            (*labels, "outcome"),
             registry=reg,
         ),
         "depth": prom.Gauge(
@@ -95,6 +123,8 @@ class MetricsObserver:
         registry: Any = None,
         push_every: int = 64,
         clock: Callable[[], float] | None = None,
+        decide_budget_s: float = 1e-3,
+        trace: TraceCounts | None = None,
     ) -> None:
         if push_every < 1:
             raise ValueError(f"MetricsObserver.push_every must be >= 1, got {push_every}")
@@ -105,6 +135,11 @@ class MetricsObserver:
         self._switches = fams["switches"].labels(*lv)
         self._errors = fams["errors"].labels(*lv)
         self._decide = fams["decide"].labels(*lv)
+        self._over_budget = fams["over_budget"].labels(*lv)
+        self._budget = decide_budget_s
+        self._trace = trace
+        self._trace_family = fams["trace"]
+        self._trace_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
         self._estimate_family = fams["estimate"]
         self._estimates = policy if isinstance(policy, ReportsEstimates) else None
@@ -145,19 +180,45 @@ class MetricsObserver:
         if self._n_errors:
             self._errors.inc(self._n_errors)
             self._n_errors = 0
+        over = 0
         for t in self._decide_times:
             self._decide.observe(t)
+            over += t > self._budget
+        if over:
+            self._over_budget.inc(over)
         self._decide_times = []
         if self._last_k >= 0:
             self._depth.set(self._last_k)
         self._pending = 0
+        if self._trace is not None:
+            self._push_trace(self._trace)
         if self._estimates is not None:
+            self._push_estimates()
+
+    def _push_trace(self, trace: TraceCounts) -> None:
+        counts = {"written": trace.written, **{f"dropped_{c}": n for c, n in trace.drops.items()}}
+        seen = self._trace_seen
+        for outcome, n in counts.items():
+            delta = n - seen.get(outcome, 0)
+            if delta > 0:
+                self._trace_family.labels(*self._lv, outcome).inc(delta)
+                seen[outcome] = n
+
+    def _push_estimates(self) -> None:
+        """Mirror the policy's estimates; informative only, so whatever it returns cannot raise here."""
+        assert self._estimates is not None
+        try:
+            items = list(dict(self._estimates.estimates()).items())[:_MAX_ESTIMATES]
+        except Exception:  # noqa: BLE001 - not a mapping, or estimates() raised
+            return
+        for name, value in items:
             try:
-                values = self._estimates.estimates()
-            except Exception:  # estimates are informative only
-                values = {}
-            for name, value in values.items():
-                self._estimate_family.labels(*self._lv, str(name)).set(float(value))
+                f = float(value)
+                if type(name) is not str or len(name) > 64:
+                    continue
+                self._estimate_family.labels(*self._lv, name).set(f)
+            except Exception:  # noqa: BLE001 - a value that is not a number is skipped
+                continue
 
     def close(self) -> None:
         self.push()

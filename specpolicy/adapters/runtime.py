@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import short_str
 from ..policy import get_entry
 from ..stats import StepStats
 from .controller import StepController, StepObserver
@@ -96,7 +97,8 @@ class AdapterRuntime:
                 from .metrics import MetricsObserver
 
                 self.metrics = MetricsObserver(
-                    engine=engine, rank=rank, policy=self.policy, registry=metrics_registry
+                    engine=engine, rank=rank, policy=self.policy, registry=metrics_registry,
+                    decide_budget_s=settings.decide_budget_s, trace=self.trace,
                 )
                 observers.append(self.metrics)
             except ImportError:
@@ -108,6 +110,9 @@ class AdapterRuntime:
             rank=rank,
             observers=observers,
             policy_name=config.name,
+            decide_budget_s=settings.decide_budget_s,
+            budget_steps=settings.decide_budget_steps,
+            watchdog_s=settings.watchdog_s,
         )
         self.mode = agreement_mode(settings.tp_agreement, config, world_size)
         sync = sync_factory() if self.mode == "broadcast" and sync_factory is not None else None
@@ -137,7 +142,13 @@ class AdapterRuntime:
         )
 
     def close(self) -> None:
-        if self.metrics is not None:
-            self.metrics.close()
-        if self.trace is not None:
-            self.trace.close()
+        """Close metrics, trace and watchdog; never raises, and one failing does not skip the others."""
+        # the trace first: its final counts reach the metrics' last push
+        closers = (("trace", self.trace), ("metrics", self.metrics), ("controller", self.controller))
+        for what, closer in closers:
+            if closer is None:
+                continue
+            try:
+                closer.close()
+            except Exception as exc:  # noqa: BLE001 - shutdown must finish
+                log.error("specpolicy rank %d: closing the %s failed: %s", self.rank, what, short_str(exc))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
+from ..config_files import loads_json
 from ..errors import ConfigError, format_validation_error
 from ..policy import PolicyConfig, parse_config
 
@@ -38,6 +39,9 @@ ENV_VARS: dict[str, str] = {
     "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
     "off_step": "SPECPOLICY_OFF_STEP",
     "draft_catch_up": "SPECPOLICY_DRAFT_CATCH_UP",
+    "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
+    "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
+    "watchdog_s": "SPECPOLICY_WATCHDOG_S",
 }
 
 OnInstallFailure = Literal["refuse", "warn"]
@@ -75,6 +79,15 @@ class AdapterSettings(BaseModel):
     tp_agreement: TpAgreement = "auto"
     off_step: OffStep = "decode"
     draft_catch_up: DraftCatchUp = "auto"
+    decide_budget_s: float = Field(
+        1e-3, gt=0.0, le=60.0, description="a decide() call slower than this is logged (once) and counted"
+    )
+    decide_budget_steps: int = Field(
+        16, ge=0, le=10**9, description="over-budget calls in a row before the default depth runs; 0 = never"
+    )
+    watchdog_s: float | None = Field(
+        None, gt=0.0, description="log the stack of a decide() call running longer than this; none = off"
+    )
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -117,10 +130,7 @@ class AdapterSettings(BaseModel):
         raw = env.get(ENV_CONFIG, "").strip()
         data: dict[str, Any] = {}
         if raw:
-            try:
-                loaded = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{ENV_CONFIG}: not valid JSON: {exc}") from None
+            loaded = loads_json(raw, ENV_CONFIG)
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{ENV_CONFIG}: must be a JSON object")
             data.update(loaded)

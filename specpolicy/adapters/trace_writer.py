@@ -1,16 +1,33 @@
 """TraceWriter: a StepObserver that writes the JSONL step trace without ever blocking the engine step.
 
 The step path only appends a small tuple to a bounded deque (a few hundred nanoseconds); a daemon thread turns
-tuples into ``TraceRecord`` JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ...
-``FILE.N``) when it passes ``max_bytes``. Every file starts with a header line (engine, version, worker path,
-policy). When the writer falls behind by more than ``max_pending`` steps, further steps are dropped and
-counted
-rather than slowing the engine down.
+tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
+passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy).
+
+Accounting is exact: every record offered is either written (all its bytes reached the file) or dropped with
+a cause (``DROP_CAUSES``), so after ``close()`` ``written + dropped == offered``; the first drop of each cause
+is logged at once, and ``close()`` logs one summary line when anything was dropped.
+
+- The queue is bounded in records (``max_pending``) and in estimated memory (``max_pending_bytes``): a stalled
+  disk costs dropped records, never unbounded memory or a slower step.
+- A record that cannot be serialised keeps its valid fields (the bad ones written as null and named in
+  ``extra.invalid``); only when step, batch size or depth are unusable is it dropped, alone.
+- Writes go through ``os.write`` on an append-mode descriptor, so a full disk or a read-only directory loses
+  exactly the records whose bytes did not land (a partial last line is cut off again).
+- ``close()`` never raises and returns within ``close_timeout_s``: a thread stuck in a write is abandoned
+  (it is a daemon) and what it still held is counted as dropped; should that write return later, the thread
+  cuts the file back to its size before it, so the file still holds exactly the records counted as written.
+- The writer thread releases the GIL every ``_YIELD_S`` of serialising work: a thread holding it keeps the
+  engine thread waiting up to the interpreter's switch interval (5 ms), which is what made the step path's
+  tail latency with the trace on. It wakes every ``flush_interval_s`` (0.1 s): records queued longer survive
+  into the collector's oldest generation and make its full collections, run on the engine thread, longer.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -19,17 +36,34 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from ..errors import short_repr, short_str
 from ..stats import StepStats
-from ..trace import TRACE_FORMAT, TraceRecord
+from ..trace import TRACE_FORMAT, dumps_record, record_dict
 
-__all__ = ["TraceWriter", "rank_path"]
+__all__ = ["DROP_CAUSES", "TraceWriter", "rank_path"]
 
 log = logging.getLogger("specpolicy.trace")
 
 # (step, stats, num_steps, decide_s, fallback, wall-clock ts)
 _Pending = tuple[int, StepStats, int, float, bool, float]
+
+#: Why a record was not written: the queue was full (the writer fell behind or the disk stalled), the write
+#: failed (full disk, read-only directory), the record could not be serialised, it arrived after close(), or
+#: close() timed out with the record still queued or in a stuck write.
+DROP_CAUSES = ("queue_full", "write_error", "bad_record", "after_close", "close_timeout")
+
+#: Serialising work between two GIL releases of the writer thread, and the release: a real sleep (a
+#: ``sleep(0)`` returns before a waiting thread is scheduled, and the writer takes the GIL straight back).
+_YIELD_S = 2e-4
+_YIELD_SLEEP_S = 1e-5
+#: Records taken from the queue per write.
+_BATCH = 256
+#: Estimated memory of one queued record besides its per-request lists (tuple, StepStats, floats).
+_RECORD_BYTES = 400
+#: Fields a written record cannot do without (read_trace requires them).
+_REQUIRED = ("step", "batch_size", "num_steps")
 
 
 def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
@@ -62,36 +96,79 @@ class TraceWriter:
         rank: int = 0,
         max_bytes: int = 64 * 2**20,
         backups: int = 3,
-        flush_interval_s: float = 0.5,
+        flush_interval_s: float = 0.1,
         max_pending: int = 100_000,
+        max_pending_bytes: int = 64 * 2**20,
+        close_timeout_s: float = 2.0,
     ) -> None:
         if max_bytes < 1024:
             raise ValueError(f"TraceWriter.max_bytes must be >= 1024, got {max_bytes}")
         if backups < 0:
             raise ValueError(f"TraceWriter.backups must be >= 0, got {backups}")
+        if max_pending < 1 or max_pending_bytes < 1:
+            raise ValueError("TraceWriter.max_pending and max_pending_bytes must be >= 1")
         self.path = rank_path(path, rank)
         self.rank = rank
         self.max_bytes = max_bytes
         self.backups = backups
         self.flush_interval_s = flush_interval_s
+        self.close_timeout_s = close_timeout_s
         self.header = {"kind": "header", "format": TRACE_FORMAT, "rank": rank, **(header or {})}
-        self.dropped = 0
-        self.written = 0
         self.rotations = 0
-        self._queue: deque[tuple[_Pending, float | None]] = deque()
+        # Counters: each is written by one thread only (the engine thread or the writer thread), so no lock.
+        self.offered = 0
+        self.written = 0
+        self._drops = dict.fromkeys(DROP_CAUSES, 0)  # queue_full, after_close, close_timeout: engine thread
+        self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)  # write_error, bad_record: writer thread
+        self._queue: deque[tuple[_Pending, float | None, int]] = deque()
         self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
+        self._bytes_in = 0  # engine thread: estimated bytes queued, ever
+        self._bytes_out = 0  # writer thread: estimated bytes taken off the queue, ever
+        self._inflight = 0  # records the writer thread has taken and not yet accounted for
         # Decisions still waiting for their step time, oldest first. Engines report a step's time up to a
         # couple of decisions late (overlap, async scheduling); older than MAX_TIME_LAG: written without one.
         self._open: deque[_Pending] = deque()
-        self._fh: TextIO | None = None
+        self._fd: int | None = None
         self._size = 0
         self._wake = threading.Event()
         self._stop = False
+        self._closed = False
+        self._abandoned = False
         self._io_lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # the writes will fail and be counted; the engine still starts
+            log.error("specpolicy: cannot create the trace directory %s: %s", self.path.parent, exc)
         self._thread = threading.Thread(target=self._run, name=f"specpolicy-trace-{rank}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
+
+    # -- accounting --
+    @property
+    def dropped(self) -> int:
+        """Records offered and not written, all causes."""
+        return sum(self._drops.values()) + sum(self._writer_drops.values())
+
+    @property
+    def drops(self) -> dict[str, int]:
+        """Dropped records by cause (``DROP_CAUSES``)."""
+        return {c: self._drops[c] + self._writer_drops[c] for c in DROP_CAUSES}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _drop(self, counts: dict[str, int], cause: str, n: int, detail: str = "") -> None:
+        if n <= 0 or (self._abandoned and counts is self._writer_drops):  # close() counted those already
+            return
+        first = self._drops[cause] + self._writer_drops[cause] == 0
+        counts[cause] += n
+        if first:
+            log.warning(
+                "specpolicy: the step trace %s is dropping records (%s%s); counted per cause, summed up at "
+                "close", self.path, cause, f": {detail}" if detail else "",
+            )
 
     # -- StepObserver (engine thread; must stay cheap and never raise) --
     def on_decision(
@@ -110,78 +187,154 @@ class TraceWriter:
             self._push(open_.popleft(), step_time_s)
 
     def _push(self, pending: _Pending, step_time_s: float | None) -> None:
-        if len(self._queue) >= self._max_pending:
-            self.dropped += 1
+        self.offered += 1
+        if self._closed:
+            self._drop(self._drops, "after_close", 1)
             return
-        self._queue.append((pending, step_time_s))
+        acc = pending[1][4]
+        size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
+        if (
+            len(self._queue) >= self._max_pending
+            or self._bytes_in - self._bytes_out + size > self._max_pending_bytes
+        ):
+            self._drop(self._drops, "queue_full", 1, "the writer fell behind or the disk stalled")
+            return
+        self._bytes_in += size
+        self._queue.append((pending, step_time_s, size))
 
     # -- background thread --
     def _run(self) -> None:
-        while not self._stop:
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
+        while True:
+            stopping = self._stop
+            if not stopping:
+                self._wake.wait(self.flush_interval_s)
+                self._wake.clear()
             try:
                 self.flush()
-            except Exception:  # a full disk must not kill the engine; say so once per burst
-                log.exception("specpolicy: cannot write the step trace %s", self.path)
-                time.sleep(5 * self.flush_interval_s)
+            except Exception as exc:  # noqa: BLE001 - flush accounts for its records; this is a last resort
+                log.error("specpolicy: the trace writer failed: %s", short_str(exc))
+            if stopping or self._abandoned:
+                return
 
     def flush(self) -> None:
-        """Write everything queued so far (called by the background thread, and by ``close``)."""
+        """Write everything queued so far (the background thread's work; also safe to call directly)."""
         with self._io_lock:
             q = self._queue
-            if not q:
-                if self._fh is not None:
-                    self._fh.flush()
-                return
-            lines = []
-            while q:
-                (step, stats, k, decide_s, fallback, ts), t = q.popleft()
-                rec = TraceRecord.from_stats(
-                    step,
-                    stats,
-                    k,
-                    t,
-                    rank=self.rank,
-                    ts=round(ts, 6),
-                    decide_us=round(decide_s * 1e6, 3),
-                    fallback=fallback,
-                )
-                try:
-                    lines.append(rec.to_json() + "\n")
-                except (
-                    TypeError,
-                    ValueError,
-                ):  # NaN or odd types in stats: keep the step, drop the bad field
-                    lines.append(_safe_json(rec) + "\n")
-            for line in lines:
-                self._write(line)
-            if self._fh is not None:
-                self._fh.flush()
+            while q and not self._abandoned:
+                batch = [q.popleft() for _ in range(min(len(q), _BATCH))]
+                self._inflight = len(batch)
+                self._write_batch(batch)
+                self._inflight = 0
 
-    def _write(self, line: str) -> None:
-        data = line.encode()
-        if self._fh is None:
-            self._open_file()
-        elif self._size + len(data) > self.max_bytes and self._size > 0:
-            self._rotate()
-        assert self._fh is not None
-        self._fh.write(line)
-        self._size += len(data)
-        self.written += 1
+    def _write_batch(self, batch: list[tuple[_Pending, float | None, int]]) -> None:
+        lines: list[bytes] = []
+        perf = time.perf_counter
+        mark = perf()
+        rank = self.rank
+        for (step, stats, k, decide_s, fallback, ts), t, size in batch:
+            self._bytes_out += size
+            line = _encode(step, stats, k, t, rank, ts, decide_s, fallback)
+            if line is None:
+                self._drop(self._writer_drops, "bad_record", 1, f"step {short_repr(step)}")
+            else:
+                lines.append(line)
+            if perf() - mark > _YIELD_S:
+                time.sleep(_YIELD_SLEEP_S)  # hand the GIL to a waiting engine thread now, not in 5 ms
+                mark = perf()
+        self._write_lines(lines)
+
+    def _write_lines(self, lines: list[bytes]) -> None:
+        """Write whole lines, rotating at max_bytes; counts exactly what landed and what did not."""
+        i = j = 0
+        fresh = False  # just rotated: the next line goes in even if it alone is over max_bytes
+        try:
+            if lines and self._fd is None:
+                self._open_file()
+            while i < len(lines):
+                j, size = i, self._size
+                while j < len(lines) and (size + len(lines[j]) <= self.max_bytes or (j == i and fresh)):
+                    size += len(lines[j])
+                    j += 1
+                if j == i:
+                    self._rotate()
+                    fresh = True
+                    continue
+                self._write_chunk(lines[i:j])
+                if self._abandoned:  # close() has counted the rest; the file is no longer ours
+                    return
+                i, fresh = j, False
+        except _Partial as exc:
+            self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
+            self._close_fd()  # reopen on the next batch: the disk may have room again
+        except OSError as exc:
+            self._drop(self._writer_drops, "write_error", len(lines) - i, _os_error(exc))
+            self._close_fd()
+
+    def _write_chunk(self, lines: list[bytes]) -> None:
+        fd = self._fd
+        assert fd is not None
+        data = b"".join(lines)
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(fd, data[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "write returned 0")
+                done += n
+                if self._abandoned:  # close() gave up on this write and counted it dropped: take it back
+                    self._take_back(fd)
+                    return
+        except OSError as exc:
+            # count the lines that landed whole; cut off a partial one so the file stays line-aligned
+            whole, acc = 0, 0
+            for line in lines:
+                if acc + len(line) > done:
+                    break
+                acc += len(line)
+                whole += 1
+            if acc < done:
+                try:
+                    os.ftruncate(fd, self._size + acc)
+                except OSError:
+                    pass
+            self._size += acc
+            if not self._abandoned:
+                self.written += whole
+            raise _Partial(lines[whole:], exc) from None
+        self._size += done
+        if not self._abandoned:
+            self.written += len(lines)
+
+    def _take_back(self, fd: int) -> None:
+        """Cut the file back to its size before the abandoned write, so it holds what the counts say."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, self._size)
+        self._close_fd()
 
     def _open_file(self) -> None:
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across flushes
-        self._size = self.path.stat().st_size
-        if self._size == 0:
-            head = json.dumps(self.header, separators=(",", ":"), default=str) + "\n"
-            self._fh.write(head)
-            self._size += len(head.encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                head = (json.dumps(self.header, separators=(",", ":"), default=str) + "\n").encode()
+                os.write(fd, head)
+                size = len(head)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._size = size
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _rotate(self) -> None:
-        assert self._fh is not None
-        self._fh.close()
-        self._fh = None
+        self._close_fd()
         if self.backups == 0:
             self.path.unlink(missing_ok=True)
         else:
@@ -194,26 +347,77 @@ class TraceWriter:
         self._open_file()
 
     def close(self) -> None:
-        """Flush what is queued (including a step still waiting for its time) and stop the thread."""
-        if self._stop:
+        """Write what is queued (including steps still waiting for their time) and stop the thread.
+
+        Never raises; returns within about ``close_timeout_s``. Called again (the exit hook), it does nothing.
+        """
+        if self._closed:
             return
-        while self._open:
-            self._push(self._open.popleft(), None)
-        self._stop = True
-        self._wake.set()
-        self._thread.join(timeout=5)
         try:
-            self.flush()
-        finally:
-            with self._io_lock:
-                if self._fh is not None:
-                    self._fh.close()
-                    self._fh = None
-        if self.dropped:
-            log.warning("specpolicy: the trace writer dropped %d steps (it fell behind)", self.dropped)
+            while self._open:
+                self._push(self._open.popleft(), None)
+            self._closed = True
+            self._stop = True
+            self._wake.set()
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                self._thread.join(timeout=self.close_timeout_s)
+            if self._thread.is_alive():  # stuck in a write: abandon it, count what it and the queue held
+                self._abandoned = True
+                stuck = self._inflight + len(self._queue)
+                self._queue.clear()
+                self._drop(self._drops, "close_timeout", stuck, f"no return in {self.close_timeout_s} s")
+            else:
+                if self._queue:  # the thread ended early: write the rest here
+                    self.flush()
+                self._close_fd()
+            if self.dropped:
+                causes = ", ".join(f"{c} {n}" for c, n in self.drops.items() if n)
+                log.warning(
+                    "specpolicy: step trace %s: %d records offered, %d written, %d dropped (%s)",
+                    self.path, self.offered, self.written, self.dropped, causes,
+                )
+        except Exception as exc:  # noqa: BLE001 - shutdown must finish
+            log.error("specpolicy: closing the step trace %s failed: %s", self.path, short_str(exc))
 
 
-def _safe_json(rec: TraceRecord) -> str:
-    d = {k: getattr(rec, k) for k in ("step", "batch_size", "num_steps", "rank", "ts", "fallback")}
-    d["extra"] = {"error": "record had non-serialisable fields"}
-    return json.dumps(d, separators=(",", ":"), default=str)
+class _Partial(OSError):
+    """A write that stopped part-way: ``lines`` did not land (their count is what gets dropped)."""
+
+    def __init__(self, lines: list[bytes], cause: OSError) -> None:
+        super().__init__(cause.errno or errno.EIO, _os_error(cause))
+        self.lines = lines
+
+
+def _os_error(exc: OSError) -> str:
+    return exc.strerror or short_str(exc, 80)
+
+
+def _encode(
+    step: int, stats: StepStats, k: int, t: float | None, rank: int, ts: float, decide_s: float,
+    fallback: bool,
+) -> bytes | None:
+    """The record's JSON line; a field that cannot be serialised is written as null and named in
+    ``extra.invalid``; None when a required field is among them (the record is then dropped)."""
+    try:
+        d = record_dict(step, stats, k, t, rank=rank, ts=round(ts, 6), decide_us=round(decide_s * 1e6, 3),
+                        fallback=fallback)
+    except Exception:  # noqa: BLE001 - stats is not even a tuple of 8
+        return None
+    try:
+        return (dumps_record(d) + "\n").encode()
+    except Exception:  # noqa: BLE001 - NaN, inf or an odd type in some field: find which
+        pass
+    bad = []
+    for key, value in d.items():
+        try:
+            dumps_record({key: value})
+        except Exception:  # noqa: BLE001
+            bad.append(key)
+            d[key] = None
+    if any(key in _REQUIRED for key in bad):
+        return None
+    d["extra"] = {"invalid": bad}
+    try:
+        return (dumps_record(d) + "\n").encode()
+    except Exception:  # noqa: BLE001
+        return None

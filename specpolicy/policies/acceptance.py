@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..errors import FieldError
+from ..errors import FieldError, short_repr
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..stats import StepStats, mean_accepted_drafts
@@ -66,7 +66,9 @@ class AcceptanceConfig(PolicyConfig):
         steps = self.steps
         check_depths(steps)
         if self.initial_steps is not None and self.initial_steps not in steps:
-            raise FieldError("initial_steps", f"must be one of steps {list(steps)}, got {self.initial_steps}")
+            raise FieldError(
+                "initial_steps", f"must be one of steps {short_repr(list(steps))}, got {self.initial_steps}"
+            )
         if self.min_accept_length >= 1 + steps[0]:
             raise FieldError(
                 "min_accept_length",

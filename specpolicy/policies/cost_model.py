@@ -37,17 +37,16 @@ outputs. docs/cost-model.md has the whole design.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from ..costs import StepCostModel
-from ..errors import ConfigError, FieldError
+from ..errors import ConfigError, FieldError, short_repr, short_str
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
-from ..stats import StepStats
+from ..stats import StepStats, clean_count, clean_float, clean_sequence
 from ._cost_acceptance import AcceptanceEstimator
 from ._cost_table import BucketGrid, CostCells
 from ._validate import check_depths
@@ -83,6 +82,25 @@ _CLAMP_VOTES = 4
 #: A switch this much better (predicted) does not wait for the dwell time.
 _BIG_GAIN = 1.1
 _NEVER = -(10**9)
+
+
+def _as_list(value: object) -> list[Any] | None:
+    """A per-request field that is not a list, as one (numpy arrays, tuples), or None when it is none."""
+    seq = clean_sequence(value)
+    if seq is None:
+        return None
+    try:
+        return list(seq)
+    except Exception:  # noqa: BLE001 - an array that cannot be iterated
+        return None
+
+
+def _length(value: object) -> float | None:
+    """A context length as a finite float > 0, else None (missing): the check where it enters the state."""
+    if value.__class__ is float:
+        return value if 0.0 < value < math.inf else None
+    f = clean_float(value)
+    return f if f else None
 _FAR = 1 << 62
 
 
@@ -134,14 +152,7 @@ class CostModelConfig(PolicyConfig):
             ref = self.profile.strip()
             if not ref:
                 raise FieldError("profile", "must be a profile name or a JSON path, got an empty string")
-            if not os.path.isfile(ref):
-                from ..sim.profile import available_profiles
-
-                shipped = available_profiles()
-                if ref not in shipped:
-                    raise FieldError(
-                        "profile", f"{ref!r} is neither a file nor a shipped profile ({', '.join(shipped)})"
-                    )
+            _read_profile(ref)  # what make_policy loads, so check-config rejects exactly what it would
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:
@@ -230,9 +241,17 @@ class CostModelPolicy:
     def decide(self, stats: StepStats) -> SpecMode:
         try:
             step = self._step = self._step + 1
-            k_obs = stats.last_num_steps
-            acc = stats.accepted_draft_tokens
-            if acc is not None:
+            # Each field is read once here, at the boundary: anything but a well-formed value is converted
+            # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
+            batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
+            if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
+                c = clean_count(k_obs)
+                if c is None or c > MAX_NUM_STEPS:
+                    k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
+                else:
+                    k_obs = c
+            # a list, or another sequence copied into one; a string, a number or an object: missing
+            if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
                 try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
                     n = len(acc)
                     if n <= _SAMPLE_CAP:
@@ -243,21 +262,24 @@ class CostModelPolicy:
                     else:
                         stride = -(-n // _SAMPLE_CAP)
                         sample = acc[(step >> 1) % stride :: stride]
-                    if n and k_obs.__class__ is int and 0 < k_obs <= MAX_NUM_STEPS:
-                        drafted = stats.drafted_tokens
-                        if drafted is None and sample.__class__ is list:
+                    if n and k_obs > 0:
+                        if drafted is not None and drafted.__class__ is not list:
+                            drafted = clean_sequence(drafted)
+                        if drafted is None:
                             self._bufs[k_obs] += bytes(sample)
                             self._acc_steps += 1
                         else:
                             self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                 except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                     pass
-            elif k_obs.__class__ is int and k_obs > 0 and stats.mean_accepted is not None:
-                self._take_mean(stats.mean_accepted, k_obs)
-            t = stats.last_step_time_s
+            elif k_obs > 0 and mean is not None:
+                self._take_mean(mean, k_obs)
+            if t.__class__ is not float and t is not None:
+                t = clean_float(t)
             if t is not None:
                 try:
-                    if 0.0 < t < 1e4 and t != self._last_t:  # the same time again: the same step re-reported
+                    # the same time again: the same step re-reported
+                    if 0.0 < t < 1e4 and t != self._last_t:
                         self._last_t = t
                         h1, h2 = self._h1, self._h2
                         if h1[1] != h2[1]:  # the two candidate steps differ: the reported depth says which
@@ -290,19 +312,24 @@ class CostModelPolicy:
                                 self._flush_time()
                                 self._agg_batch = nb
                                 self._agg_k = k_obs
-                                self._agg_len = h[2]
+                                self._agg_len = _length(h[2])
                                 self._agg_t = t
                                 self._agg_n = 1
                                 self._agg_step = step
                 except Exception:  # NaN, inf, negative, zero or not a number: missing
                     pass
-            batch = stats.batch_size
-            if batch.__class__ is not int or batch < 0:
-                batch = self._h1[0]
-            b = self._index[batch] if batch <= 4096 else self._top
+            if batch.__class__ is not int or batch < 0 or batch > 4096:
+                batch = self._odd_batch(batch)
+                b = self._index[batch] if batch <= 4096 else self._top
+            else:
+                b = self._index[batch]
             vis = self._visits[b] = self._visits[b] + 1
             if step >= self._refresh_at[b]:
-                self._refresh(b, stats.mean_seq_len)
+                try:
+                    self._refresh(b, _length(seq_len))
+                except Exception:  # never retry the same failure every step: drop the queued data
+                    self._pending.clear()
+                    self._refresh_at[b] = step + self.config.update_interval
             cur = self._cur
             best = self._best[b]
             if best != cur:
@@ -320,10 +347,15 @@ class CostModelPolicy:
                 if self._cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
                     self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it now
             self._h2 = self._h1
-            self._h1 = (batch, self._arms[cur], stats.mean_seq_len)
+            self._h1 = (batch, self._arms[cur], seq_len)  # read through _length() when used
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
+
+    def _odd_batch(self, batch: object) -> int:
+        """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
+        c = clean_count(batch)
+        return self._h1[0] if c is None else c
 
     def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
         """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
@@ -352,8 +384,8 @@ class CostModelPolicy:
     def _take_mean(self, mean: Any, depth: int) -> None:
         """Only the mean accepted count is known (no per-request list): a weak, geometric pseudo-sample."""
         try:
-            m = float(mean)
-            if 0.0 <= m <= depth <= MAX_NUM_STEPS:
+            m = clean_float(mean)
+            if m is not None and 0.0 <= m <= depth <= MAX_NUM_STEPS:
                 self._acc.add_mean(depth, m)
                 self._acc_steps += 1
         except Exception:
@@ -391,7 +423,7 @@ class CostModelPolicy:
             self._acc.add_full(depth, bytes(full))
 
     # -- periodic work ---------------------------------------------------------------------------------------
-    def _refresh(self, b: int, seq_len: Any) -> None:
+    def _refresh(self, b: int, seq_len: float | None) -> None:
         step = self._step
         acc = self._acc
         acc.data_steps += self._acc_steps
@@ -408,7 +440,7 @@ class CostModelPolicy:
             self._disabled = [False] * len(self._arms)
             self._clamp_votes = [0] * len(self._arms)
             self._disabled_at = _NEVER
-        self._table(b, seq_len if isinstance(seq_len, (int, float)) and seq_len > 0 else None)
+        self._table(b, seq_len)
         self._refresh_at[b] = step + self.config.update_interval
 
     def _refresh_expected(self) -> None:
@@ -608,20 +640,28 @@ class CostModelPolicy:
         return out
 
 
-def _load_cost_model(spec: str) -> StepCostModel:
+def _read_profile(spec: str) -> StepCostModel:
+    """Load a profile, or FieldError("profile", why): the one loader behind validation and the factory."""
     try:
         from ..sim.profile import load_profile
     except ImportError as exc:  # pragma: no cover - the simulator ships with the package
-        raise ConfigError(f"cost_model.profile: cannot load profiles ({exc})") from None
+        raise FieldError("profile", f"cannot load profiles ({exc})") from None
     try:
         model = load_profile(spec)
     except ConfigError as exc:
-        raise ConfigError(f"cost_model.profile: {exc}") from None
-    except Exception as exc:
-        raise ConfigError(f"cost_model.profile: cannot load {spec!r}: {exc}") from None
+        raise FieldError("profile", str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever a garbage file makes the loader raise
+        raise FieldError("profile", f"cannot load {short_repr(spec)}: {short_str(exc)}") from None
     if not isinstance(model, StepCostModel):
-        raise ConfigError(f"cost_model.profile: {spec!r} did not give a step-cost model")
+        raise FieldError("profile", f"{short_repr(spec)} did not give a step-cost model")
     return model
+
+
+def _load_cost_model(spec: str) -> StepCostModel:
+    try:
+        return _read_profile(spec)
+    except FieldError as exc:
+        raise ConfigError(f"cost_model.profile: {exc}") from None
 
 
 def _factory(config: CostModelConfig) -> CostModelPolicy:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..errors import FieldError
+from ..errors import FieldError, short_repr
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..stats import StepStats, clean_count
@@ -42,12 +42,15 @@ def table_from_draft_len_schedule(schedule: Mapping[Any, Any]) -> list[list[int]
         try:
             bs = int(key)
         except (TypeError, ValueError):
-            raise ValueError(f"draft_len_schedule key {key!r} is not an integer batch size") from None
+            raise ValueError(
+                f"draft_len_schedule key {short_repr(key)} is not an integer batch size"
+            ) from None
         if bs < 1 or str(bs) != str(key).strip():
-            raise ValueError(f"draft_len_schedule key {key!r} must be an integer batch size >= 1")
+            raise ValueError(f"draft_len_schedule key {short_repr(key)} must be an integer batch size >= 1")
         if type(value) is not int or not 0 <= value <= MAX_NUM_STEPS:
             raise ValueError(
-                f"draft_len_schedule[{key!r}] = {value!r}: num_steps must be an int in [0, {MAX_NUM_STEPS}]"
+                f"draft_len_schedule[{short_repr(key)}] = {short_repr(value)}: num_steps must be an int in "
+                f"[0, {MAX_NUM_STEPS}]"
             )
         items.append((bs, value))
     items.sort()

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError, format_validation_error
+from ..config_files import loads_json, read_text
+from ..errors import ConfigError, format_validation_error, short_repr
 
 __all__ = [
     "PROFILE_FORMAT",
@@ -544,15 +545,17 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> CostProfile:
     if isinstance(name_or_path, str) and text_name in _shipped_names():
         return _load_shipped(text_name)
     path = Path(text_name)
-    if not path.is_file():
+    if not path.exists():
         raise ProfileError(
-            f"unknown profile {text_name!r}: not a shipped profile "
+            f"unknown profile {short_repr(text_name)}: not a shipped profile "
             f"(known: {', '.join(available_profiles())}) and no such file"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: not JSON: {exc}") from None
+    try:  # bounded: size, nesting, duplicate keys (a profile is a config file too)
+        data = loads_json(read_text(path, "profile"), f"profile {path}")
+    except ProfileError:
+        raise
+    except ConfigError as exc:
+        raise ProfileError(str(exc)) from None
     return profile_from_dict(data, origin=str(path))
 
 

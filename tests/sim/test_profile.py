@@ -328,7 +328,7 @@ def test_grid_shape_errors() -> None:
 def test_not_json_and_not_an_object(tmp_path: Path) -> None:
     f = tmp_path / "bad.json"
     f.write_text("{nope")
-    with pytest.raises(ProfileError, match="not JSON"):
+    with pytest.raises(ProfileError, match="not valid JSON"):
         load_profile(f)
     f.write_text("[1, 2]")
     with pytest.raises(ProfileError, match="JSON object"):

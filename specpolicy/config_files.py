@@ -1,0 +1,183 @@
+"""Bounded parsing of configuration text (policy configs, settings, profiles): JSON, YAML and TOML.
+
+A configuration comes from users, environment variables and files that anyone may have written, so reading one
+must cost little whatever it holds: files are limited to ``MAX_FILE_BYTES`` and must be regular files (a
+directory is said to be one, a pipe is not read), nesting is limited to ``MAX_DEPTH`` levels, YAML aliases
+(``*name``: a 500-byte file of nested aliases expands to gigabytes once rendered) are refused, and a key given
+twice in one mapping is an error naming the key instead of "the last one wins". Every problem is a
+``ConfigError`` that says where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, short_repr, short_str
+
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "load_file", "loads_json", "read_text"]
+
+#: Largest configuration file read (a policy config is a few hundred bytes; a profile a few hundred KiB).
+MAX_FILE_BYTES = 4 * 2**20
+#: Deepest nesting of mappings and lists accepted.
+MAX_DEPTH = 32
+
+
+def read_text(path: str | os.PathLike[str], what: str = "config file") -> str:
+    """The text of a regular file of at most MAX_FILE_BYTES, UTF-8; ConfigError saying what is wrong."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found: {p}") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {p}: cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{what} {p} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} {p} is not a regular file (a pipe, socket or device is not read)")
+    if st.st_size > MAX_FILE_BYTES:
+        raise ConfigError(f"{what} {p} is {st.st_size} bytes; the limit is {MAX_FILE_BYTES}")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {p}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{what} {p} is over the limit of {MAX_FILE_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(short_str(exc, limit).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Iterative, so a deeply nested value cannot exhaust the stack while being checked."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+
+
+def _pairs_no_duplicates(where: str) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ConfigError(f"{where}: key {short_repr(key)} is given twice")
+            out[key] = value
+        return out
+
+    return hook
+
+
+def loads_json(text: str | bytes, where: str = "JSON") -> Any:
+    """Parse JSON text: duplicate keys and nesting beyond MAX_DEPTH are ConfigErrors, as is invalid JSON."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ConfigError(f"{where}: {len(text)} bytes; the limit is {MAX_FILE_BYTES}")
+    try:
+        data = json.loads(text, object_pairs_hook=_pairs_no_duplicates(where))
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        raise ConfigError(f"{where}: not valid JSON: {exc}") from None
+    _check_depth(data, where)
+    return data
+
+
+def _yaml_loader() -> type[Any]:
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        """SafeLoader without aliases, duplicate keys or deep nesting."""
+
+        where = "YAML"
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise ConfigError(
+                    f"{self.where}: line {mark.line + 1}: YAML aliases (*name) are not supported; write the "
+                    "value out"
+                )
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise ConfigError(f"{self.where}: nested more than {MAX_DEPTH} levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if duplicate:
+                    line = key_node.start_mark.line + 1
+                    raise ConfigError(f"{self.where}: line {line}: key {short_repr(key)} is given twice")
+            return super().construct_mapping(node, deep=deep)
+
+    return BoundedLoader
+
+
+def loads_yaml(text: str, where: str = "YAML") -> Any:
+    import yaml
+
+    loader = _yaml_loader()(text)
+    loader.where = where
+    try:
+        return loader.get_single_data()
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: cannot parse: {_one_line(exc)}") from None
+    finally:
+        loader.dispose()
+
+
+def load_file(path: str | os.PathLike[str], what: str = "policy config file") -> Any:
+    """Parse a .json, .yaml / .yml or .toml file within the limits above."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml", ".toml"):
+        raise ConfigError(f"{what} {p}: unsupported extension (use .json, .yaml or .toml)")
+    text = read_text(p, what)
+    where = f"{what} {p}"
+    if suffix == ".json":
+        return loads_json(text, where)
+    if suffix in (".yaml", ".yml"):
+        return loads_yaml(text, where)
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(text)  # duplicate keys are already an error in TOML
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
+    except Exception as exc:  # noqa: BLE001 - TOMLDecodeError and friends
+        raise ConfigError(f"{where}: cannot parse: {_one_line(exc)}") from None
+    _check_depth(data, where)
+    return data

@@ -1,0 +1,241 @@
+"""StepController under hostile policies: odd exceptions, huge messages, slow and hung decide() calls."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.controller import RETRY_INTERVAL, StepController
+from specpolicy.adapters.runtime import AdapterRuntime
+from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.adapters.watchdog import DecideWatchdog
+
+
+class _Raises:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.calls = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.calls += 1
+        raise self.exc
+
+    def reset(self) -> None:
+        pass
+
+
+class _StrRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+class _NotAnException(BaseException):
+    pass
+
+
+@pytest.mark.parametrize(
+    "exc", [_StrRaises(), _NotAnException("odd"), GeneratorExit(), RuntimeError("x" * 2**20)],
+    ids=["str-raises", "base-exception", "generator-exit", "1MiB-message"],
+)
+def test_odd_policy_exceptions_fall_back_to_the_default_and_are_logged_once(
+    exc: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctl = StepController(_Raises(exc), allowed_steps=[0, 3], default_steps=3)
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        assert [ctl.decide(StepStats(1)) for _ in range(50)] == [3] * 50
+    assert ctl.errors == 50
+    records = [r for r in caplog.records if "policy error" in r.getMessage()]
+    assert len(records) == 1
+    assert len(records[0].getMessage()) < 600  # the message is cut, whatever the exception holds
+    assert "running the default depth 3" in records[0].getMessage()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(1)])
+def test_keyboard_interrupt_and_system_exit_still_propagate(exc: BaseException) -> None:
+    ctl = StepController(_Raises(exc), allowed_steps=[0, 3], default_steps=3)
+    with pytest.raises(type(exc)):
+        ctl.decide(StepStats(1))
+    assert ctl.busy_since == 0.0
+
+
+def test_error_kinds_logged_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    class Varying:
+        n = 0
+
+        def decide(self, stats: StepStats) -> SpecMode:
+            self.n += 1
+            raise ValueError(f"message {self.n}")
+
+        def reset(self) -> None:
+            pass
+
+    ctl = StepController(Varying(), allowed_steps=[3], default_steps=3)
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        for _ in range(200):
+            ctl.decide(StepStats(1))
+    assert ctl.errors == 200 and len(caplog.records) == 16
+
+
+def test_an_invalid_mode_with_a_huge_repr_is_reported_briefly(caplog: pytest.LogCaptureFixture) -> None:
+    class Huge:
+        def decide(self, stats: StepStats) -> Any:
+            return ["x"] * 10**6
+
+        def reset(self) -> None:
+            pass
+
+    ctl = StepController(Huge(), allowed_steps=[0, 3], default_steps=0)
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        assert ctl.decide(StepStats(1)) == 0
+    assert "<list of 1000000 items>" in caplog.records[0].getMessage()
+
+
+def test_observer_errors_say_the_step_kept_its_depth(caplog: pytest.LogCaptureFixture) -> None:
+    class Bad:
+        def on_decision(self, *a: Any) -> None:
+            raise OSError("disk full")
+
+        def on_step_time(self, *a: Any) -> None:
+            raise _StrRaises()
+
+    class On1:
+        def decide(self, stats: StepStats) -> SpecMode:
+            return SpecMode.on(1)
+
+        def reset(self) -> None:
+            pass
+
+    ctl = StepController(On1(), allowed_steps=[0, 1, 3], default_steps=3, observers=[Bad()])
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        assert ctl.decide(StepStats(1)) == 1
+        ctl.step_time(0.01)
+    text = [r.getMessage() for r in caplog.records]
+    assert len(text) == 2 and ctl.errors == 0
+    assert all("default depth" not in t for t in text)
+    assert "keeps its depth 1" in text[0] and "step time is not recorded" in text[1]
+
+
+class _Slow:
+    """Sleeps ``sleep_s`` in each of its first ``slow_calls`` calls, then answers at once."""
+
+    def __init__(self, slow_calls: int, sleep_s: float = 2e-3) -> None:
+        self.slow_calls = slow_calls
+        self.sleep_s = sleep_s
+        self.calls = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.calls += 1
+        if self.calls <= self.slow_calls:
+            time.sleep(self.sleep_s)
+        return SpecMode.on(1)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_slow_policy_is_logged_once_then_replaced_by_the_default_until_it_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = _Slow(slow_calls=5)
+    ctl = StepController(
+        policy, allowed_steps=[0, 1, 3], default_steps=3, decide_budget_s=1e-4, budget_steps=4
+    )
+    with caplog.at_level(logging.WARNING, logger="specpolicy.adapter"):
+        got = [ctl.decide(StepStats(1)) for _ in range(2 * RETRY_INTERVAL + 10)]
+    # four slow calls decide (over budget but within the allowed run), then the default runs; the policy is
+    # consulted again at the retry step (still slow: the fifth call), and at the next one it is fast again.
+    assert got[:4] == [1] * 4 and ctl.over_budget == 5
+    assert policy.calls == 4 + 1 + 10  # the run, the slow retry, then every step from the fast retry on
+    assert got[4:RETRY_INTERVAL] == [3] * (RETRY_INTERVAL - 4)
+    assert got[2 * RETRY_INTERVAL:] == [1] * 10
+    assert ctl.budget_fallbacks == len(got) - policy.calls
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("over the budget" in m for m in messages) == 1
+    assert sum("consecutive steps" in m for m in messages) == 1
+    assert sum("back within" in m for m in messages) == 1
+
+
+def test_budget_steps_zero_never_replaces_the_policy() -> None:
+    ctl = StepController(_Slow(slow_calls=20), allowed_steps=[1, 3], default_steps=3, decide_budget_s=1e-4,
+                         budget_steps=0)
+    assert [ctl.decide(StepStats(1)) for _ in range(20)] == [1] * 20 and ctl.over_budget == 20
+
+
+def test_the_watchdog_logs_the_stack_of_a_hung_decide(caplog: pytest.LogCaptureFixture) -> None:
+    release = threading.Event()
+
+    class Hangs:
+        def decide(self, stats: StepStats) -> SpecMode:
+            release.wait(10)
+            return SpecMode.on(1)
+
+        def reset(self) -> None:
+            pass
+
+    ctl = StepController(Hangs(), allowed_steps=[1, 3], default_steps=3)
+    dog = DecideWatchdog(ctl, timeout_s=0.05, poll_s=0.01)
+    worker = threading.Thread(target=ctl.decide, args=(StepStats(1),))
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        worker.start()
+        deadline = time.monotonic() + 5
+        while dog.dumps == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        release.set()
+        worker.join(5)
+        dog.stop()
+    assert dog.dumps == 1  # once per stuck call, however long it stays stuck
+    text = caplog.records[0].getMessage()
+    assert "inside decide()" in text and "release.wait(10)" in text
+    assert not dog.check()  # nothing running now
+
+
+def test_runtime_close_survives_garbage_estimates_and_still_closes_the_trace(tmp_path: Path) -> None:
+    prom = pytest.importorskip("prometheus_client")
+
+    class Garbage:
+        def __init__(self, out: Any) -> None:
+            self.out = out
+
+        def decide(self, stats: StepStats) -> SpecMode:
+            return SpecMode.on(3)
+
+        def reset(self) -> None:
+            pass
+
+        def estimates(self) -> Any:
+            if isinstance(self.out, BaseException):
+                raise self.out
+            return self.out
+
+    for garbage in ({"a": "not a number", "b": object(), 7: 1.0, "ok": 2.0}, ["x"], None, RuntimeError("no")):
+        trace = tmp_path / f"t{id(garbage)}.jsonl"
+        s = AdapterSettings.build("static", trace_path=trace)
+        rt = AdapterRuntime(
+            s, engine="e", engine_version="1", path="p", allowed_steps=[0, 3], default_steps=3,
+            metrics_registry=prom.CollectorRegistry(),
+        )
+        rt.policy = Garbage(garbage)
+        assert rt.metrics is not None
+        rt.metrics._estimates = rt.policy  # type: ignore[assignment]
+        rt.decide(StepStats(1))
+        rt.close()
+        assert rt.trace is not None and rt.trace.closed and rt.trace.written == 1
+
+
+def test_budget_and_watchdog_settings_reach_the_controller() -> None:
+    s = AdapterSettings.from_env({"SPECPOLICY_POLICY": "static", "SPECPOLICY_DECIDE_BUDGET_S": "0.005",
+                                  "SPECPOLICY_DECIDE_BUDGET_STEPS": "0", "SPECPOLICY_WATCHDOG_S": "30",
+                                  "SPECPOLICY_METRICS": "0"})
+    assert s is not None
+    rt = AdapterRuntime(s, engine="e", engine_version="1", path="p", allowed_steps=[0, 3], default_steps=3)
+    ctl = rt.controller
+    assert (ctl.decide_budget_s, ctl.budget_steps) == (0.005, 0) and ctl.watchdog is not None
+    assert ctl.watchdog.timeout_s == 30.0
+    rt.close()
+    assert not ctl.watchdog._thread.is_alive()

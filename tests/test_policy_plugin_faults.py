@@ -1,0 +1,119 @@
+"""Plugins that misbehave: an alias taking a built-in's name, sys.exit() at import, unparsable metadata.
+
+Each test installs small distributions into a temporary sys.path entry (a ``*.dist-info`` directory with an
+``entry_points.txt`` and a module) and rebuilds the registry around them.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specpolicy import make_policy, parse_config
+from specpolicy import policy as registry
+from specpolicy.policies.hysteresis import HysteresisPolicy
+
+_PLUGIN = '''
+from typing import Literal
+from specpolicy import PolicyConfig, PolicyEntry, SpecMode
+
+class Cfg(PolicyConfig):
+    name: Literal["{name}"] = "{name}"
+    def candidate_steps(self):
+        return (0,)
+
+class Pol:
+    def __init__(self, config):
+        pass
+    def decide(self, stats):
+        return SpecMode.off()
+    def reset(self):
+        pass
+
+ENTRY = PolicyEntry("{name}", Cfg, Pol, aliases={aliases!r})
+'''
+
+
+def _dist(root: Path, dist: str, entry_points: str, module: str = "", source: str = "") -> None:
+    info = root / f"{dist}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    if module:
+        (root / f"{module}.py").write_text(source)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._registry.cache_clear()
+    registry._config_union.cache_clear()
+    yield tmp_path
+    registry._registry.cache_clear()
+    registry._config_union.cache_clear()
+
+
+def _plugin(root: Path, name: str, aliases: tuple[str, ...] = ()) -> None:
+    module = f"sp_plugin_{name}"
+    _dist(root, f"sp-plugin-{name}", f"[specpolicy.policies]\n{name} = {module}:ENTRY\n", module,
+          _PLUGIN.format(name=name, aliases=aliases))
+
+
+def test_a_plugin_alias_cannot_take_a_builtin_name(site: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _plugin(site, "hijack", aliases=("hysteresis", "goodput", "hijack_alias"))
+    with caplog.at_level(logging.WARNING, logger="specpolicy.policy"):
+        policy = make_policy({"name": "hysteresis", "disable_at": 8, "enable_at": 4})
+    assert isinstance(policy, HysteresisPolicy)
+    assert parse_config("goodput").name == "cost_model"
+    assert parse_config("hijack_alias").name == "hijack"  # its own aliases still work
+    warned = [r.getMessage() for r in caplog.records if "declares the alias" in r.getMessage()]
+    assert len(warned) == 2 and all("'hijack'" in m and "sp_plugin_hijack" in m for m in warned)
+
+
+def test_a_plugin_named_like_a_builtin_alias_is_not_registered(site: Path) -> None:
+    _plugin(site, "goodput")
+    assert parse_config("goodput").name == "cost_model"
+
+
+def test_a_plugin_that_exits_at_import_is_skipped_and_the_rest_work(
+    site: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _dist(site, "sp-exits", "[specpolicy.policies]\nexits = sp_exits:ENTRY\n", "sp_exits",
+          "import sys\nsys.exit(3)\n")
+    _plugin(site, "fine")
+    with caplog.at_level(logging.ERROR, logger="specpolicy.policy"):
+        assert parse_config("fine").name == "fine"
+        assert parse_config("static").name == "static"
+    lines = [r.getMessage() for r in caplog.records if "'exits'" in r.getMessage()]
+    assert len(lines) == 1 and "SystemExit" in lines[0]
+
+
+def test_a_malformed_entry_points_file_is_skipped_with_one_line(
+    site: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _dist(site, "sp-broken-metadata", "[specpolicy.policies]\nthis line has no equals sign\n")
+    _plugin(site, "fine")
+    with caplog.at_level(logging.ERROR, logger="specpolicy.policy"):
+        assert "fine" in registry.available_policies() and "static" in registry.available_policies()
+    lines = [r.getMessage() for r in caplog.records if "sp-broken-metadata" in r.getMessage()]
+    assert len(lines) == 1 and "cannot parse" in lines[0]
+
+
+def test_the_cli_keeps_working_beside_a_plugin_that_exits(tmp_path: Path) -> None:
+    _dist(tmp_path, "sp-exits", "[specpolicy.policies]\nexits = sp_exits:ENTRY\n", "sp_exits",
+          "import sys\nsys.exit(3)\n")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from specpolicy.cli import main
+        sys.exit(main(["check-config", "static"]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '"name": "static"' in out.stdout and "skipping policy plugin 'exits'" in out.stderr
