@@ -137,7 +137,7 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
             "dflash",
         ):
             why = (
-                f" (vLLM drops it on the V1 model runner for method {facts.method!r}; use "
+                f" (vLLM 0.33 drops it on the V1 model runner for method {facts.method!r}; use "
                 "VLLM_USE_V2_MODEL_RUNNER=1 or an EAGLE/MTP/draft-model method)"
             )
         raise AdapterInstallError(
