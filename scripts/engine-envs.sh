@@ -26,7 +26,7 @@ declare -A EXTRA=(
  prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
   [vllm-0.26.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.5.3,<5.21.0
  openai>=2.0.0 openai-harmony pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
- prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
+ prometheus_client>=0.18.0 llguidance>=1.7.0,<1.8.0 einops"
 )
 declare -A NODEPS=(
   [sglang-0.5.23]="sglang==0.5.23 triton==3.7.1"
