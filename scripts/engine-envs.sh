@@ -5,7 +5,7 @@
 # pure-Python packages its speculative, scheduler and config modules import (docs/testing.md explains why).
 # Everything runs under a constraints file that pins torch and blocks torchvision/torchaudio, so no
 # dependency can ever pull a CUDA build. Usage: scripts/engine-envs.sh [ENGINE ...]  (default: all)
-#   engines: sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0
+#   engines: sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0 vllm-0.26.0
 # Venvs land in ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an existing complete venv is reused.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,12 +24,16 @@ declare -A EXTRA=(
   [vllm-0.33.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.16.1,<5.21.0
  openai>=2.25.0 oss-harmony>=0.0.11 pillow>=13.0.0 pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
  prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
+  [vllm-0.26.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.5.3,<5.21.0
+ openai>=2.0.0 openai-harmony pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
+ prometheus_client>=0.18.0 llguidance>=1.7.0,<1.8.0 einops"
 )
 declare -A NODEPS=(
   [sglang-0.5.23]="sglang==0.5.23 triton==3.7.1"
   [sglang-0.5.12.post1]="sglang==0.5.12.post1 triton==3.7.1"
   [sglang-0.5.10.post1]="sglang==0.5.10.post1 triton==3.7.1"
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
+  [vllm-0.26.0]="vllm==0.26.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
 )
 
 # pip's resolver reports every dependency the --no-deps engines declare but do not get (CUDA torch, ...):
@@ -62,7 +66,7 @@ build() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0)
+[ ${#targets[@]} -eq 0 ] && targets=(sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0 vllm-0.26.0)
 for t in "${targets[@]}"; do
   [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${!NODEPS[*]}" >&2; exit 2; }
   build "$t"

@@ -49,7 +49,7 @@ def test_not_installed_reads_the_same_for_both(capsys: pytest.CaptureFixture[str
     assert "NOT supported" not in out
     lines = out.splitlines()
     assert lines[0].startswith("SGLang: not installed (tested: ")
-    assert "vLLM: not installed (tested: 0.33.0)" in lines
+    assert "vLLM: not installed (tested: 0.26.0, 0.33.0)" in lines
     problems = [ln for ln in lines if "PROBLEM" in ln]
     assert len(problems) == 2 and all("; fix: pip install '" in p for p in problems)
 
@@ -68,6 +68,6 @@ def test_every_problem_carries_its_fix(capsys: pytest.CaptureFixture[str]) -> No
     sglang_doctor.report(engine="all", out=out)
     text = out.getvalue()
     assert "SGLang: 0.5.99, not a tested release (tested: " in text
-    assert "vLLM: 0.34.0, not a tested release (tested: 0.33.0)" in text
+    assert "vLLM: 0.34.0, not a tested release (tested: 0.26.0, 0.33.0)" in text
     assert text.count("  plugin entry point: MISSING") == 2
     assert text.count("  hooked engine internals: ") == 2

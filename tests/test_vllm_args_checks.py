@@ -84,16 +84,33 @@ def test_version_key(text: str, key: tuple[int, int, int]) -> None:
 
 def test_versions() -> None:
     assert check_version("0.33.0") == "0.33.0"
+    assert check_version("0.26.0") == "0.26.0"
     with pytest.raises(UnsupportedVersion, match="vLLM is not installed"):
         check_version(None, allow_untested=True)
-    with pytest.raises(UnsupportedVersion, match="tested with vLLM 0.33.0"):
+    with pytest.raises(UnsupportedVersion, match="tested with vLLM 0.26.0, 0.33.0"):
         check_version("0.32.0")
+    with pytest.raises(UnsupportedVersion, match="tested with"):
+        check_version("0.25.1")
     assert check_version("0.32.0", allow_untested=True) == "0.32.0"
     assert check_version("0.24.0", allow_untested=True) == "0.24.0"
     with pytest.raises(UnsupportedVersion, match="predates"):
         check_version("0.23.0", allow_untested=True)
     with pytest.raises(UnsupportedVersion, match="predates"):
         check_version("nightly", allow_untested=True)
+
+
+def test_a_v2_runner_that_drafts_every_token_is_refused_sync_and_warned_async() -> None:
+    """0.26's V2 model runner drafts num_speculative_tokens whatever the depth (versions.RELEASES)."""
+    old = dataclasses.replace(FACTS, version="0.26.0")
+    (warning,) = check_engine(old, [0, 1, 3])
+    assert "saves verification, not drafting" in warning and "VLLM_USE_V2_MODEL_RUNNER=0" in warning
+    with pytest.raises(AdapterInstallError, match="depth would be ignored"):
+        check_engine(dataclasses.replace(old, async_scheduling=False), [0, 1, 3])
+    v1 = dataclasses.replace(old, use_v2_model_runner=False, async_scheduling=False)
+    assert check_engine(v1, [0, 1, 3]) == []
+    # the rule is the 0.26 row's, not a blanket one: 0.33 and untested releases are not touched by it
+    assert check_engine(dataclasses.replace(FACTS, async_scheduling=False), [0, 1, 3]) == []
+    assert check_engine(dataclasses.replace(old, version="0.25.1"), [0, 1, 3]) == []
 
 
 def test_a_well_formed_engine_passes_and_uncaptured_depths_warn() -> None:

@@ -5,7 +5,8 @@ Each refusal says what to change. The rules come from how vLLM 0.33 applies a pe
 the scheduler's ``num_spec_tokens_to_schedule`` only reaches proposers that take a variable K, vLLM's dynamic
 speculation plumbing (per-K CUDA graphs, no uniform padding of new decodes) is switched on only by a
 ``num_speculative_tokens_per_batch_size`` schedule, and data-parallel ranks must draft the same number of
-steps or their collectives deadlock.
+steps or their collectives deadlock. An older tested release adds the rules its row in ``versions.RELEASES``
+calls for: 0.26's V2 model runner drafts ``num_speculative_tokens`` tokens whatever the depth.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ...errors import ConfigError
 from ..runtime import AdapterInstallError, check_candidate_steps
 from ..settings import AdapterSettings
 from .config import SECTION, settings_from
-from .versions import check_version
+from .versions import check_version, release
 
 __all__ = [
     "EngineFacts",
@@ -136,13 +137,22 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
             "dflash",
         ):
             why = (
-                f" (vLLM drops it on the V1 model runner for method {facts.method!r}; use "
+                f" (vLLM 0.33 drops it on the V1 model runner for method {facts.method!r}; use "
                 "VLLM_USE_V2_MODEL_RUNNER=1 or an EAGLE/MTP/draft-model method)"
             )
         raise AdapterInstallError(
             "speculative_config.num_speculative_tokens_per_batch_size is not set" + why + ". vLLM prepares "
             "per-step speculative lengths (CUDA graphs per K, no uniform padding of new decodes) only with "
             f"that schedule; list every depth the policy may choose in it ({fix})"
+        )
+    row = release(facts.version)
+    mrv2_drafts_all = facts.use_v2_model_runner and row is not None and not row.mrv2_drafts_k
+    if mrv2_drafts_all and not facts.async_scheduling:
+        raise AdapterInstallError(
+            f"vLLM {facts.version}'s V2 model runner drafts num_speculative_tokens tokens every step, and "
+            "with sync scheduling the scheduler then verifies all of them: the policy's depth would be "
+            "ignored. Use VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner drafts the policy's depth), or async "
+            "scheduling"
         )
     k_max = facts.num_speculative_tokens
     check_candidate_steps(
@@ -155,6 +165,12 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
         warnings.append(
             f"depth(s) {missing} are not in num_speculative_tokens_per_batch_size, so vLLM captures no "
             f"{graphs} for them and they run slower (eager/piecewise); {fix}"
+        )
+    if mrv2_drafts_all:
+        warnings.append(
+            f"vLLM {facts.version}'s V2 model runner drafts num_speculative_tokens={k_max} tokens every "
+            "step whatever the depth; the policy's depth only sets how many of them are verified, so a lower "
+            "depth saves verification, not drafting. VLLM_USE_V2_MODEL_RUNNER=0 drafts the policy's depth"
         )
     if facts.pipeline_parallel_size > 1:
         warnings.append(

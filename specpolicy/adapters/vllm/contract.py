@@ -1,14 +1,18 @@
 """Every vLLM-internal name the adapter overrides, reads or calls, resolvable without running an engine.
 
 The contract tests and ``specpolicy doctor`` both resolve this list against the installed vLLM, so a release
-that renames one of them is caught before a server starts serving without the policy.
+that renames one of them is caught before a server starts serving without the policy. A tested release
+without one of them lists it as ``absent`` in its row of ``versions.RELEASES`` (0.26 has no
+``SchedulerOutput.skip_drafts``, vLLM's own flag for a step whose drafts nothing would use).
 """
 
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["TARGETS", "resolve", "check_targets"]
+from .versions import installed_version, release
+
+__all__ = ["TARGETS", "targets_for", "resolve", "check_targets"]
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
 TARGETS: tuple[str, ...] = (
@@ -28,6 +32,12 @@ TARGETS: tuple[str, ...] = (
 )
 
 
+def targets_for(version: str | None) -> tuple[str, ...]:
+    """The names a release must have: TARGETS, less its ``absent`` ones when it is a tested release."""
+    row = release(version)
+    return TARGETS if row is None else tuple(t for t in TARGETS if t not in row.absent)
+
+
 def resolve(dotted: str) -> object:
     """Import the longest module prefix of ``dotted`` and walk the remaining attributes."""
     parts = dotted.split(".")
@@ -43,9 +53,9 @@ def resolve(dotted: str) -> object:
 
 
 def check_targets() -> dict[str, str | None]:
-    """name -> None when it resolves, else the problem."""
+    """name -> None when it resolves in the installed vLLM, else the problem."""
     out: dict[str, str | None] = {}
-    for name in TARGETS:
+    for name in targets_for(installed_version()):
         try:
             resolve(name)
             out[name] = None

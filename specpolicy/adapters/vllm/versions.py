@@ -12,22 +12,50 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import re
+from dataclasses import dataclass
 
 from ..runtime import AdapterInstallError
 
 __all__ = [
+    "Release",
+    "RELEASES",
     "SUPPORTED",
     "FIRST_DYNAMIC",
     "UnsupportedVersion",
     "installed_version",
     "check_version",
+    "release",
     "version_key",
 ]
 
 log = logging.getLogger("vllm.specpolicy")
 
-#: Releases the adapter is tested against.
-SUPPORTED: tuple[str, ...] = ("0.33.0",)
+
+@dataclass(frozen=True)
+class Release:
+    """How one tested release differs from the newest, where the adapter has to know.
+
+    ``absent``: names of ``contract.TARGETS`` the release does not have. ``mrv2_drafts_k``: whether the V2
+    model runner drafts ``num_spec_tokens_to_schedule`` tokens; where it does not (0.26), it always drafts
+    ``num_speculative_tokens``, which the sync scheduler then schedules whatever the policy chose, and which
+    the async scheduler trims to the policy's depth only at verification.
+    """
+
+    version: str
+    absent: tuple[str, ...] = ()
+    mrv2_drafts_k: bool = True
+
+
+#: The releases the adapter is tested against, oldest first.
+RELEASES: tuple[Release, ...] = (
+    Release(
+        "0.26.0",
+        absent=("vllm.v1.core.sched.output.SchedulerOutput.skip_drafts",),
+        mrv2_drafts_k=False,
+    ),
+    Release("0.33.0"),
+)
+SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)
 #: First release with ``num_speculative_tokens_per_batch_size`` (vLLM PR #32374); nothing older can vary K.
 FIRST_DYNAMIC = "0.24.0"
 
@@ -51,6 +79,11 @@ def version_key(version: str) -> tuple[int, int, int]:
         raise ValueError(f"not a vLLM version string: {version!r}")
     major, minor, patch = (int(g) if g else 0 for g in m.groups())
     return major, minor, patch
+
+
+def release(version: str | None) -> Release | None:
+    """The table row of a tested release; None for any other (untested releases get no per-release rule)."""
+    return next((r for r in RELEASES if r.version == version), None)
 
 
 def check_version(version: str | None, allow_untested: bool = False) -> str:

@@ -1,10 +1,11 @@
-"""Helpers for the vLLM contract tests (imported by conftest.py and the tests): real vLLM 0.33.0 on CPU.
+"""Helpers for the vLLM contract tests (imported by conftest.py and the tests): a tested vLLM release on CPU.
 
 Everything here is real vLLM code (EngineArgs -> VllmConfig, the scheduler, SchedulerOutput,
 ModelRunnerOutput, Request); only the model runner is replaced by ``FakeRunner``, which returns sampled
 tokens with a chosen number of accepted drafts per request. ``drive`` reproduces the call order of
 ``EngineCore.step`` (sync scheduling) and ``EngineCore.step_with_batch_queue`` (async scheduling, two
-batches in flight).
+batches in flight). ``RELEASE`` is the row of the installed release in ``versions.RELEASES``: tests gate on
+its fields, never on version strings.
 """
 
 from __future__ import annotations
@@ -26,10 +27,33 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from pydantic import Field  # noqa: E402
 
+
+def _use_cpu_platform() -> None:
+    """Make vLLM's platform its CPU one.
+
+    vLLM 0.33 picks the CPU platform from ``VLLM_TARGET_DEVICE=cpu`` (set above); 0.26 picks it only for a CPU
+    build (a ``+cpu`` version) or on macOS, so with the CUDA wheel on a machine without a GPU it resolves
+    the empty ``UnspecifiedPlatform`` while ``import vllm`` runs, and every ``create_engine_config`` then
+    fails ("Device string must not be empty"). Only ``vllm.platforms`` holds that object, so replacing it
+    there gives both releases the same platform; on 0.33 this changes nothing.
+    """
+    import vllm.platforms as platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    if not isinstance(platforms.current_platform, CpuPlatform):
+        platforms._current_platform = CpuPlatform()
+
+
+_use_cpu_platform()
+
 from specpolicy import PolicyConfig, SpecMode, StepStats  # noqa: E402
+from specpolicy.adapters.vllm.versions import installed_version, release  # noqa: E402
 
 K_MAX = 3
 BLOCK = 16
+VERSION = installed_version()
+RELEASE = release(VERSION)
+assert RELEASE is not None, f"vLLM {VERSION} is not a tested release"
 
 
 # ---------------------------------------------------------------- a scripted policy, registered for the tests
@@ -60,6 +84,20 @@ class ScriptedPolicy:
 
     def reset(self) -> None:
         self.seen.clear()
+
+
+def use_model_runner(monkeypatch: pytest.MonkeyPatch, runner: str) -> None:
+    """Make the configurations built next use the model runner ``runner`` ("MRV1" or "MRV2").
+
+    Forced to MRV2, vLLM 0.26 refuses the configuration when Triton is missing (0.33 only falls back to MRV1
+    when it picks the default itself). The environments have no Triton and the scheduler never runs it, so
+    for MRV2 the check is told Triton is there.
+    """
+    import vllm.config.vllm as config_vllm
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "MRV2" else "0")
+    if runner == "MRV2":
+        monkeypatch.setattr(config_vllm, "HAS_TRITON", True)
 
 
 # ---------------------------------------------------------------- model config dirs and engine configs
@@ -112,6 +150,7 @@ def engine_args(model_dirs: tuple[Path, Path], **kw: Any) -> Any:
         max_model_len=512,
         max_num_seqs=8,
         max_num_batched_tokens=512,
+        block_size=BLOCK,  # the KV cache below has 16-token blocks; 0.26 on CPU defaults to 128
         speculative_config=spec,
         scheduler_cls="specpolicy.adapters.vllm.Scheduler",
         additional_config={"specpolicy": {"policy": {"name": "scripted"}, "metrics": False}},
@@ -148,6 +187,20 @@ def build_scheduler(vllm_config: Any, cls: Any = None, num_blocks: int = 256) ->
     )
 
 
+def block_hasher(vllm_config: Any) -> Any:
+    """The prefix-cache block hasher EngineCore gives every request (prefix caching is on by default).
+
+    vLLM 0.33 caches only the blocks a request has hashes for, so a request without a hasher simply caches
+    nothing; 0.26 indexes the hashes of every full block and fails on a request that has none.
+    """
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(fn)
+    return get_request_block_hasher(BLOCK, fn)
+
+
 def add_request(sched: Any, req_id: str, prompt_len: int = 20, max_tokens: int = 200) -> Any:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
@@ -157,6 +210,7 @@ def add_request(sched: Any, req_id: str, prompt_len: int = 20, max_tokens: int =
         prompt_token_ids=[10 + (i % 200) for i in range(prompt_len)],
         sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
         pooling_params=None,
+        block_hasher=block_hasher(sched.vllm_config),
     )
     sched.add_request(req)
     return req
@@ -198,7 +252,9 @@ class FakeRunner:
 
         reqs = self.sched.requests
         ids = [r for r in so.num_scheduled_tokens if r in reqs and not reqs[r].is_prefill_chunk]
-        k = 0 if so.skip_drafts else so.num_spec_tokens_to_schedule
+        # MRV1's drafter proposes the scheduled depth; 0.33's MRV2 proposes nothing for a step vLLM marks
+        # skip_drafts (0.26 has no such flag, and its MRV2 with sync scheduling is refused by the adapter).
+        k = 0 if getattr(so, "skip_drafts", False) else so.num_spec_tokens_to_schedule
         return DraftTokenIds(req_ids=ids, draft_token_ids=[[5] * k for _ in ids])
 
 

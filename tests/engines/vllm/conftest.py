@@ -19,6 +19,7 @@ from _vllm_harness import ScriptedConfig, ScriptedPolicy, engine_args, write_mod
 
 import specpolicy.policy as policy_mod  # noqa: E402
 from specpolicy import PolicyEntry  # noqa: E402
+from specpolicy.adapters.vllm.config import SCHEDULER_CLS  # noqa: E402
 from specpolicy.policies import BUILTIN_ENTRIES  # noqa: E402
 
 
@@ -40,8 +41,14 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture
 def make_config(model_dirs: tuple[Path, Path]) -> Callable[..., Any]:
     def make(*, async_scheduling: bool = False, **kw: Any) -> Any:
-        vc = engine_args(model_dirs, **kw).create_engine_config()
+        """A finished VllmConfig. On CPU vLLM resolves async scheduling off, so an async one is finished
+        without the specpolicy scheduler (the front-end check would judge a sync engine, where on a GPU it
+        sees the resolved async one), then given it: the engine-core checks run when it is built."""
+        cls = kw.pop("scheduler_cls", SCHEDULER_CLS)
+        args = engine_args(model_dirs, scheduler_cls=None if async_scheduling else cls, **kw)
+        vc = args.create_engine_config()
         vc.scheduler_config.async_scheduling = async_scheduling
+        vc.scheduler_config.scheduler_cls = cls
         vc.cache_config.num_gpu_blocks = 256
         return vc
 

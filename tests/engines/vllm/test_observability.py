@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _vllm_harness import FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import RELEASE, VERSION, FakeRunner, add_request, build_scheduler, drive, use_model_runner
 
 from specpolicy.trace import read_trace
 
@@ -21,15 +21,18 @@ class _Capture(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-@pytest.mark.parametrize("runner", ["0", "1"])
+@pytest.mark.parametrize("runner", ["MRV1", "MRV2"])
 def test_startup_line_names_version_model_runner_policy_and_depths(
     make_config: Any, monkeypatch: pytest.MonkeyPatch, runner: str
 ) -> None:
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", runner)
+    use_model_runner(monkeypatch, runner)
+    # a V2 runner that drafts every token whatever the depth is refused with sync scheduling (test_startup)
+    drafts_all = runner == "MRV2" and not RELEASE.mrv2_drafts_k
     cfg = make_config(
+        async_scheduling=drafts_all,
         additional_config={
             "specpolicy": {"policy": {"name": "scripted", "candidates": [0, 1, 3]}, "metrics": False}
-        }
+        },
     )
     cap = _Capture()
     logger = logging.getLogger("vllm.specpolicy")
@@ -42,10 +45,12 @@ def test_startup_line_names_version_model_runner_policy_and_depths(
         logger.removeHandler(cap)
         logger.setLevel(old_level)
     line = next(x for x in cap.lines if x.startswith("specpolicy active"))
-    assert "vllm 0.33.0" in line
-    assert ("MRV2" if runner == "1" else "MRV1") in line
+    assert f"vllm {VERSION}" in line
+    assert runner in line
     assert '"name":"scripted"' in line and "candidate_steps=[0, 1, 3]" in line
-    assert "sync-scheduler" in line
+    assert ("async-scheduler" if drafts_all else "sync-scheduler") in line
+    warned = [x for x in cap.lines if "saves verification, not drafting" in x]
+    assert len(warned) == (1 if drafts_all else 0)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

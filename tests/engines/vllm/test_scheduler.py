@@ -1,4 +1,4 @@
-"""The specpolicy scheduler inside real vLLM 0.33.0 scheduling code, stepped on CPU.
+"""The specpolicy scheduler inside real vLLM scheduling code (each tested release), stepped on CPU.
 
 Timeline (docs/vllm.md): the depth chosen when step S is scheduled is drafted after step S and verified in
 step S+1; the verify counts reach the scheduler in update_from_output(S+1). With sync scheduling that is
@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _vllm_harness import K_MAX, FakeRunner, add_request, build_scheduler, drive
+from _vllm_harness import K_MAX, RELEASE, FakeRunner, add_request, build_scheduler, drive, use_model_runner
 
+from specpolicy.adapters.runtime import AdapterInstallError
 from specpolicy.adapters.vllm import PolicyAsyncScheduler, PolicyScheduler
 
 MODES = ["sync", "async"]
@@ -48,8 +49,13 @@ def test_scheduler_cls_picks_the_base_vllm_would_have_chosen(make_config: Any) -
 def test_policy_depths_become_the_next_steps_scheduled_draft_tokens(
     make_config: Any, monkeypatch: pytest.MonkeyPatch, mode: str, runner: str
 ) -> None:
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "MRV2" else "0")
+    use_model_runner(monkeypatch, runner)
     depths = [3, 0, 2, 0, 1, 3, 1, 2]
+    if runner == "MRV2" and mode == "sync" and not RELEASE.mrv2_drafts_k:
+        # that runner drafts K_max every step and sync scheduling would verify all of them
+        with pytest.raises(AdapterInstallError, match="depth would be ignored"):
+            scripted(make_config, mode, depths=depths)
+        return
     sched = scripted(make_config, mode, depths=depths)
     for i in range(2):
         add_request(sched, f"r{i}")
