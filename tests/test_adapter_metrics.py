@@ -77,6 +77,28 @@ def test_over_budget_decide_calls_are_counted_and_bad_estimates_skipped() -> Non
     assert _value(reg, "specpolicy_estimate", name="text", **lab) is None
 
 
+def test_engine_counts_reach_the_registry_as_increments_and_a_failing_report_is_skipped() -> None:
+    reg = prom.CollectorRegistry()
+    totals = {"forced_steps": 3, "draft_catch_ups": 1}
+    fail = [False]
+
+    def counts() -> Mapping[str, int]:
+        if fail[0]:
+            raise RuntimeError("engine state gone")
+        return dict(totals)
+
+    obs = MetricsObserver(engine="sglang", registry=reg, push_every=1, engine_counts=counts)
+    obs.on_decision(1, StepStats(1), 0, 1e-6, False)
+    totals.update(forced_steps=5, draft_catch_ups=1, draft_positions_caught_up=40)
+    obs.on_decision(2, StepStats(1), 0, 1e-6, False)
+    fail[0] = True
+    obs.on_decision(3, StepStats(1), 0, 1e-6, False)  # a failing report changes nothing and raises nothing
+    lab = {"engine": "sglang", "rank": "0"}
+    assert _value(reg, "specpolicy_engine_events_total", event="forced_steps", **lab) == 5
+    assert _value(reg, "specpolicy_engine_events_total", event="draft_catch_ups", **lab) == 1
+    assert _value(reg, "specpolicy_engine_events_total", event="draft_positions_caught_up", **lab) == 40
+
+
 def test_nothing_is_pushed_between_push_intervals() -> None:
     reg = prom.CollectorRegistry()
     obs = MetricsObserver(engine="vllm", registry=reg, push_every=100)

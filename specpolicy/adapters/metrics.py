@@ -12,14 +12,16 @@ Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): `
 ``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``decide_over_budget_total``
 (decide() calls slower than the controller's budget), ``depth`` (gauge, last decision), ``estimate{name}``
 (gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped),
-``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records).
+``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records),
+``engine_events_total{event}`` (what the adapter did inside the engine: steps forced to speculate, draft
+positions skipped and caught up, ...; running totals an adapter reports through ``engine_counts``).
 """
 
 from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
@@ -95,6 +97,13 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             (*labels, "outcome"),
             registry=reg,
         ),
+        "engine_events": prom.Counter(
+            "specpolicy_engine_events",
+            "What the adapter did inside the engine, by event (e.g. forced_steps, draft_catch_ups), as "
+            "reported through MetricsObserver.engine_counts",
+            (*labels, "event"),
+            registry=reg,
+        ),
         "depth": prom.Gauge(
             "specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw
         ),
@@ -125,6 +134,7 @@ class MetricsObserver:
         clock: Callable[[], float] | None = None,
         decide_budget_s: float = 1e-3,
         trace: TraceCounts | None = None,
+        engine_counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if push_every < 1:
             raise ValueError(f"MetricsObserver.push_every must be >= 1, got {push_every}")
@@ -140,6 +150,9 @@ class MetricsObserver:
         self._trace = trace
         self._trace_family = fams["trace"]
         self._trace_seen: dict[str, int] = {}
+        self.engine_counts = engine_counts
+        self._events_family = fams["engine_events"]
+        self._events_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
         self._estimate_family = fams["estimate"]
         self._estimates = policy if isinstance(policy, ReportsEstimates) else None
@@ -192,17 +205,31 @@ class MetricsObserver:
         self._pending = 0
         if self._trace is not None:
             self._push_trace(self._trace)
+        if self.engine_counts is not None:
+            self._push_engine_counts()
         if self._estimates is not None:
             self._push_estimates()
 
     def _push_trace(self, trace: TraceCounts) -> None:
         counts = {"written": trace.written, **{f"dropped_{c}": n for c, n in trace.drops.items()}}
-        seen = self._trace_seen
-        for outcome, n in counts.items():
-            delta = n - seen.get(outcome, 0)
+        self._push_totals(self._trace_family, counts, self._trace_seen)
+
+    def _push_engine_counts(self) -> None:
+        """Mirror the adapter's running totals; a failing or malformed report is skipped, never raised."""
+        assert self.engine_counts is not None
+        try:
+            counts = {str(k): int(v) for k, v in dict(self.engine_counts()).items()}
+        except Exception:  # noqa: BLE001 - informative only
+            return
+        self._push_totals(self._events_family, counts, self._events_seen)
+
+    def _push_totals(self, family: Any, totals: Mapping[str, int], seen: dict[str, int]) -> None:
+        """Increment ``family`` by how far each running total moved since the last push."""
+        for label, n in totals.items():
+            delta = n - seen.get(label, 0)
             if delta > 0:
-                self._trace_family.labels(*self._lv, outcome).inc(delta)
-                seen[outcome] = n
+                family.labels(*self._lv, label).inc(delta)
+                seen[label] = n
 
     def _push_estimates(self) -> None:
         """Mirror the policy's estimates; informative only, so whatever it returns cannot raise here."""

@@ -59,6 +59,7 @@ class AdapterRuntime:
         sync_factory: Callable[[], DecisionSync] | None = None,
         header: Mapping[str, Any] | None = None,
         metrics_registry: Any = None,
+        engine_counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
@@ -99,6 +100,7 @@ class AdapterRuntime:
                 self.metrics = MetricsObserver(
                     engine=engine, rank=rank, policy=self.policy, registry=metrics_registry,
                     decide_budget_s=settings.decide_budget_s, trace=self.trace,
+                    engine_counts=engine_counts,
                 )
                 observers.append(self.metrics)
             except ImportError:

@@ -271,7 +271,7 @@ def test_graph_capture_failure_falls_back_to_eager(caplog: pytest.LogCaptureFixt
 def test_attach_logs_the_live_path_policy_and_depths(
     sglang_version: str, caplog: pytest.LogCaptureFixture, clean: Any
 ) -> None:
-    legacy.install(_settings(policy='{"name": "static", "num_steps": 0}'))
+    legacy.install(AdapterSettings.build('{"name": "static", "num_steps": 0}', metrics=True))
     names = FieldNames.detect()
     setup = _v1_worker(names)
     with caplog.at_level(logging.INFO, logger="specpolicy.sglang.legacy"):
@@ -282,6 +282,11 @@ def test_attach_logs_the_live_path_policy_and_depths(
     assert "v1 worker (EAGLEWorker, non-overlap scheduling)" in line
     assert "static" in line and "policy depths [0] run as [0]" in line and "CUDA graph" in line
     assert rt.begin_decode(2, 10) is True  # static 0: every step off
+    # The metrics read the off path's running totals: a forced step (e.g. logprobs) is counted as such.
+    rt.end_decode()
+    assert rt.begin_decode(2, 10, forced_on=True) is False
+    counts = setup.worker._specpolicy_runtime.metrics.engine_counts()
+    assert (counts["decode_steps"], counts["off_steps"], counts["forced_steps"]) == (2, 1, 1)
 
 
 @LEGACY

@@ -265,6 +265,7 @@ def attach(scheduler: Any) -> StepRuntime | None:
         _fail(settings, f"cannot build the off-step state: {type(exc).__name__}: {exc}")
         return None
     cfg = settings.policy
+    runtimes: list[StepRuntime] = []  # filled below; the metrics read the totals of the runtime once built
     # The shared runtime checks the policy's depths against what the engine can run: every depth maps to
     # {off, launch depth} here, so all of them are accepted; the controller is then narrowed to the depths
     # that actually run, so that traces and metrics record the executed depth.
@@ -279,6 +280,7 @@ def attach(scheduler: Any) -> StepRuntime | None:
         world_size=world,
         sync_factory=_tp_sync,
         header={"launch_depth": launch, "legacy_on_off": True, "off_step": off.label},
+        engine_counts=lambda: off.counts(runtimes[0]) if runtimes else {},
     )
     controller = art.controller
     controller.policy = OnOffAtDepth(art.policy, launch)
@@ -291,6 +293,7 @@ def attach(scheduler: Any) -> StepRuntime | None:
         path=path,  # type: ignore[arg-type]
         gpu_timer=_gpu_timer(worker) if path == "v2" else None,
     )
+    runtimes.append(rt)
     setattr(worker, hooks.OT, off)
     setattr(worker, hooks.RT, rt)
     worker._specpolicy_runtime = art

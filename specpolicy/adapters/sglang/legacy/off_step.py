@@ -38,6 +38,25 @@ class OffPath:
     topk: int = 1
     prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
 
+    def counts(self, runtime: Any) -> dict[str, int]:
+        """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
+        speculate (logprobs, hidden states, grammars), and the drafter's skipped and caught-up positions."""
+        out = {
+            "decode_steps": runtime.decode_steps,
+            "off_steps": runtime.skipped_steps,
+            "forced_steps": runtime.forced_steps,
+        }
+        lag = self.lag
+        if lag is not None:
+            out["draft_positions_skipped"] = lag.skipped_positions
+            out["draft_positions_caught_up"] = lag.caught_up_positions
+            out["draft_catch_ups"] = lag.catch_ups
+            out["draft_unrecoverable"] = lag.unrecoverable
+        timer = getattr(runtime, "gpu_timer", None)
+        if timer is not None:
+            out["step_times_not_ready"] = timer.incomplete
+        return out
+
     @property
     def label(self) -> str:
         if self.decode is None:

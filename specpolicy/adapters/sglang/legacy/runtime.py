@@ -83,6 +83,7 @@ class StepRuntime:
         "_t_last_interval",
         "skipped_steps",
         "decode_steps",
+        "forced_steps",
         "gpu_timer",
     )
 
@@ -111,6 +112,7 @@ class StepRuntime:
         self._t_last_interval: float | None = None
         self.skipped_steps = 0
         self.decode_steps = 0
+        self.forced_steps = 0
         self.gpu_timer = gpu_timer
 
     def begin_decode(self, batch_size: int, seq_lens_sum: int | None, forced_on: bool = False) -> bool:
@@ -145,6 +147,7 @@ class StepRuntime:
         )
         if forced_on:
             self.controller.force(stats, self.launch_depth)
+            self.forced_steps += 1
             skip = False
         else:
             skip = self.decide(stats) == 0
