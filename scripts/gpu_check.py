@@ -87,13 +87,19 @@ def cmd_build_models(args: argparse.Namespace) -> int:
 
     models = Path(args.work) / "models"
     meta_path = models / "meta.json"
+    eagle3 = getattr(args, "eagle3", False)
     if meta_path.exists():
-        print(f"models already in {models}")
-        return 0
+        meta = json.loads(meta_path.read_text())
+        if not eagle3 or "eagle3" in meta:
+            print(f"models already in {models}")
+            return 0
+        return _build_eagle3(models, meta, meta_path)
     t0 = time.time()
     target, draft = bm.TARGET, bm.DRAFT
     if args.tiny:
         target, draft = bm.TINY, bm.ModelShape(**{**bm.TINY.__dict__, "layers": 1})
+        if eagle3:  # SGLang needs 3 distinct capture layers, at most L - 2 (eagle3_model.aux_layer_ids)
+            target = bm.ModelShape(**{**bm.TINY.__dict__, "layers": 4})
     (models / "tokenizer").mkdir(parents=True, exist_ok=True)
     n_tok = min(bm.train_tokenizer(str(models / "tokenizer")), target.vocab)
     pi = bm.bigram_map(n_tok, seed=1)
@@ -129,6 +135,30 @@ def cmd_build_models(args: argparse.Namespace) -> int:
     print(
         f"models built in {meta['build_s']} s: target {meta['target_params'] / 1e9:.2f} B params, "
         f"draft {meta['draft_params'] / 1e9:.2f} B, chain vocab {n_tok}, agree {args.agree}"
+    )
+    return _build_eagle3(models, meta, meta_path) if eagle3 else 0
+
+
+def _build_eagle3(models: Path, meta: dict[str, Any], meta_path: Path) -> int:
+    """The EAGLE-3 head for the bigram target (scripts/gpu/eagle3_model.py) in ``models/eagle3``; its
+    capture layers, hidden-sensitive token set and proposal maps go to ``meta["eagle3"]``."""
+    import eagle3_model as em
+    import numpy as np
+
+    t0 = time.time()
+    info = em.write_checkpoint(
+        str(models / "eagle3"),
+        str(models / "target"),
+        np.asarray(meta["pi"]),
+        np.asarray(meta["pi_draft"]),
+        seed=4,
+    )
+    info["build_s"] = round(time.time() - t0, 1)
+    meta["eagle3"] = info
+    meta_path.write_text(json.dumps(meta))
+    print(
+        f"EAGLE-3 head built in {info['build_s']} s: capture layers {info['layer_ids']}, "
+        f"{len(info['hidden_set'])} hidden-sensitive tokens"
     )
     return 0
 
@@ -585,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--device", default="cpu")
     b.add_argument("--agree", type=float, default=0.7, help="fraction of tokens where the draft agrees")
     b.add_argument("--tiny", action="store_true", help="tiny shapes (CPU tests)")
+    b.add_argument(
+        "--eagle3",
+        action="store_true",
+        help="also write the EAGLE-3 head (models/eagle3); with --tiny the target gets 4 layers",
+    )
     e = sub.add_parser("engine", help="run one engine through its phases (internal)")
     e.add_argument("--run", required=True)
     e.add_argument("--work", required=True)

@@ -150,6 +150,22 @@ def test_build_models_tiny_writes_loadable_target_and_draft(tmp_path: Path) -> N
     assert G.main(["build-models", "--work", str(tmp_path), "--tiny"]) == 0  # second call keeps them
 
 
+@pytest.mark.skipif(
+    not _HAVE_TORCH, reason="needs torch, transformers, safetensors and tokenizers (CPU is enough)"
+)
+def test_build_models_eagle3_adds_the_head_beside_the_draft(tmp_path: Path) -> None:
+    assert G.main(["build-models", "--work", str(tmp_path), "--tiny"]) == 0
+    assert not (tmp_path / "models" / "eagle3").exists()  # not built by default
+    work = tmp_path / "e"
+    assert G.main(["build-models", "--work", str(work), "--tiny", "--eagle3"]) == 0
+    meta = json.loads((work / "models" / "meta.json").read_text())
+    cfg = json.loads((work / "models" / "eagle3" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and meta["target"]["layers"] == 4
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == meta["eagle3"]["layer_ids"]
+    assert len(meta["eagle3"]["with_hidden"]) == meta["chain_vocab"]
+    assert (work / "models" / "draft" / "config.json").exists()
+
+
 def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
     """The driver's own plumbing on CPU: engine processes per path, phases, control file, packing."""
     import os
