@@ -267,6 +267,36 @@ def test_graph_capture_failure_falls_back_to_eager(caplog: pytest.LogCaptureFixt
     assert build_one_token_target(_model_runner(sa), sa, graphs=True).mode == "eager"
 
 
+@pytest.mark.parametrize("eagle", [False, True])
+def test_decode_target_is_built_as_a_speculation_free_engine_builds_it(eagle: bool) -> None:
+    """Backend and graphs are built with the runner's spec_algorithm NONE (decode shapes), an EAGLE target's
+    graphs capture hidden states, and the launch state is restored afterwards."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from specpolicy.adapters.sglang.legacy.decode_target import build_decode_target
+
+    seen: list[tuple[Any, Any, bool]] = []
+
+    class Runner:
+        def __init__(self, model_runner: Any, attn_backend: Any = None) -> None:
+            sa = model_runner.server_args
+            seen.append((model_runner.spec_algorithm, attn_backend, sa.enable_return_hidden_states))
+
+    sa = ls.make_server_args()
+    sa.enable_return_hidden_states = False
+    mr = _model_runner(sa)
+    mr.spec_algorithm = SpeculativeAlgorithm.EAGLE
+    mr.graph_runner = object.__new__(Runner)
+    launch = mr.graph_runner
+    mode = CaptureHiddenMode.FULL if eagle else CaptureHiddenMode.NULL
+    dt = build_decode_target(mr, sa, graphs=True, capture_hidden_mode=mode)
+    assert dt.mode == "graph" and dt.capture_hidden_mode == mode
+    assert seen == [(SpeculativeAlgorithm.NONE, dt.attn_backend, eagle)]
+    assert mr.spec_algorithm == SpeculativeAlgorithm.EAGLE and mr.graph_runner is launch
+    assert mr.attn_backend == "launch-attn" and sa.enable_return_hidden_states is False
+
+
 @LEGACY
 def test_attach_logs_the_live_path_policy_and_depths(
     sglang_version: str, caplog: pytest.LogCaptureFixture, clean: Any

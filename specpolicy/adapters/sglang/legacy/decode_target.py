@@ -17,9 +17,10 @@ backend and graph runner around one forward: plain attribute assignments, nothin
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from typing import Any
+
+from .one_token import capture_like
 
 __all__ = ["DecodeTarget", "build_decode_target"]
 
@@ -122,25 +123,10 @@ def build_decode_target(
     try:
         attn = mr._get_attention_backend(init_new_workspace=True)
         graph_runner = None
-        launch_runner = saved[2]
-        if graphs and launch_runner is not None and not server_args.disable_cuda_graph:
-            runner_cls = type(launch_runner)
-            params = inspect.signature(runner_cls.__init__).parameters
-            kwargs: dict[str, Any] = {}
-            if "attn_backend" in params:
-                kwargs["attn_backend"] = attn
-            mr.attn_backend = attn  # runners that take no attn_backend argument capture with the runner's
+        if graphs and saved[2] is not None and not server_args.disable_cuda_graph:
             if capture_hidden_mode == CaptureHiddenMode.FULL:
                 mr.server_args.enable_return_hidden_states = True  # read once, to capture hidden states
-            try:
-                graph_runner = runner_cls(mr, **kwargs)
-            except Exception:
-                log.warning(
-                    "specpolicy: capturing the decode CUDA graphs for off steps failed; off steps run the "
-                    "target's decode eagerly (correct, slower)",
-                    exc_info=True,
-                )
-                graph_runner = None
+            graph_runner = capture_like(saved[2], mr, attn, {}, what="the decode CUDA graphs for off steps")
         return DecodeTarget(attn, graph_runner, capture_hidden_mode)
     finally:
         mr.spec_algorithm, mr.attn_backend, mr.graph_runner = saved[0], saved[1], saved[2]

@@ -26,6 +26,7 @@ __all__ = [
     "OneTokenTarget",
     "build_one_token_target",
     "build_verify_input",
+    "capture_like",
     "pad_v2_result",
     "sizes_only_target",
 ]
@@ -193,27 +194,14 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
     try:
         attn = mr._get_attention_backend(init_new_workspace=True)
         graph_runner = None
-        launch_runner = saved[1]
-        if graphs and launch_runner is not None and not server_args.disable_cuda_graph:
-            runner_cls = type(launch_runner)
-            params = inspect.signature(runner_cls.__init__).parameters
-            kwargs: dict[str, Any] = {}
-            if "attn_backend" in params:
-                kwargs["attn_backend"] = attn
-            if "speculative_num_steps" in params:
-                kwargs["speculative_num_steps"] = 0
-            if "speculative_num_draft_tokens" in params:
-                kwargs["speculative_num_draft_tokens"] = 1
-            mr.attn_backend = attn  # runners that take no attn_backend argument capture with the runner's
-            try:
-                graph_runner = runner_cls(mr, **kwargs)
-            except Exception:
-                log.warning(
-                    "specpolicy: capturing the one-token verify CUDA graph failed; off steps run the target "
-                    "eagerly (correct, slower)",
-                    exc_info=True,
-                )
-                graph_runner = None
+        if graphs and saved[1] is not None and not server_args.disable_cuda_graph:
+            graph_runner = capture_like(
+                saved[1],
+                mr,
+                attn,
+                {"speculative_num_steps": 0, "speculative_num_draft_tokens": 1},
+                what="the one-token verify CUDA graph",
+            )
         return OneTokenTarget(attn, graph_runner, arg_objs)
     finally:
         for a, (steps, tokens) in zip(arg_objs, saved_args, strict=True):
@@ -221,6 +209,29 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
         mr.attn_backend, mr.graph_runner = saved[0], saved[1]
         if hasattr(mr, "init_new_workspace"):
             mr.init_new_workspace = saved[2]
+
+
+def capture_like(
+    launch_runner: Any, model_runner: Any, attn_backend: Any, sizes: dict[str, int], *, what: str
+) -> Any:
+    """A new graph runner of the launch runner's class, captured with ``attn_backend`` (and the ``sizes``
+    keyword arguments the class accepts), or None after a logged capture failure: the caller then runs that
+    forward eagerly. Leaves ``attn_backend`` installed on the runner; callers restore it."""
+    runner_cls = type(launch_runner)
+    params = inspect.signature(runner_cls.__init__).parameters
+    kwargs: dict[str, Any] = {k: v for k, v in sizes.items() if k in params}
+    if "attn_backend" in params:
+        kwargs["attn_backend"] = attn_backend
+    model_runner.attn_backend = attn_backend  # runners that take no attn_backend argument capture with it
+    try:
+        return runner_cls(model_runner, **kwargs)
+    except Exception:
+        log.warning(
+            "specpolicy: capturing %s failed; that forward runs eagerly (correct, slower)",
+            what,
+            exc_info=True,
+        )
+        return None
 
 
 def sizes_only_target(model_runner: Any, server_args: Any) -> OneTokenTarget:
