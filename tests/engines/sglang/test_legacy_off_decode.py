@@ -195,6 +195,10 @@ def test_v1_lazy_off_steps_skip_the_drafter_and_resume_exactly(
     # The drafter proposes from the current last token, as if it had never been skipped.
     assert seen == [[ls.draft_token_after(v.tokens(i)[-1]) for i in range(3)]]
     assert v.off.lag.missing(v.batch.reqs[0]) == 0 and v.off.lag.catch_ups == 1
+    # With no off step since, the next speculative step checks in O(1) and extends nothing.
+    assert not v.off.lag.behind()
+    hooks.v1_forward(on_step, names)(v.setup.worker, v.batch)
+    assert len(v.draft_runner.extends) == 1 and v.off.lag.catch_ups == 1
 
 
 def test_v1_without_the_catch_up_the_draft_state_is_stale(

@@ -63,7 +63,14 @@ class DraftLag:
     ``catch_ups`` / ``unrecoverable`` are the counters the metrics report.
     """
 
-    __slots__ = ("off_steps", "skipped_positions", "caught_up_positions", "catch_ups", "unrecoverable")
+    __slots__ = (
+        "off_steps",
+        "settled_at",
+        "skipped_positions",
+        "caught_up_positions",
+        "catch_ups",
+        "unrecoverable",
+    )
 
     def __init__(self) -> None:
         self.off_steps = 0
@@ -71,6 +78,7 @@ class DraftLag:
         self.caught_up_positions = 0
         self.catch_ups = 0
         self.unrecoverable = 0
+        self.settled_at = 0  # off-step number at the last catch-up: none since means nothing is behind
 
     # ------------------------------------------------------------------------------------ bookkeeping
     def on_extend(self, reqs: Sequence[Any]) -> None:
@@ -86,6 +94,11 @@ class DraftLag:
     def missing(self, req: Any) -> int:
         return self.off_steps - getattr(req, ATTR, self.off_steps)
 
+    def behind(self) -> bool:
+        """Whether an off step ran since the last catch-up (O(1): checked before every speculative step;
+        every running request is in each decode batch, so a catch-up of the batch settles them all)."""
+        return self.off_steps != self.settled_at
+
     def plan(self, reqs: Sequence[Any], seq_lens_cpu: Sequence[int]) -> CatchUpPlan | None:
         """What to extend before a speculative step, or None when every request's draft state is exact.
 
@@ -95,6 +108,7 @@ class DraftLag:
         """
         now = self.off_steps
         if all(getattr(r, ATTR, now) == now for r in reqs):
+            self.settled_at = now
             return None
         missing: list[int] = []
         known: list[int] = []
@@ -118,6 +132,7 @@ class DraftLag:
         now = self.off_steps
         for r in reqs:
             setattr(r, ATTR, now)
+        self.settled_at = now
         self.catch_ups += 1
         self.caught_up_positions += sum(m for m in plan.missing)
 

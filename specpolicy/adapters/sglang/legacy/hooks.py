@@ -117,7 +117,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
                     topk_p = getattr(batch.spec_info, "topk_p", None)
                     if topk_p is not None:
                         off.prev_draft_dtype = topk_p.dtype
-                else:
+                elif off.lag.behind():
                     runner = self.draft_model_runner
                     catch_up_if_behind(
                         off=off,
@@ -236,7 +236,7 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
                     off.lag.on_off_step(len(mwb.seq_lens))
                 result = v2_off_step(self, mwb, off)
             else:
-                if off.lag is not None and mwb.reqs:
+                if off.lag is not None and off.lag.behind() and mwb.reqs:
                     dw = self.draft_worker
                     catch_up_if_behind(
                         off=off,
