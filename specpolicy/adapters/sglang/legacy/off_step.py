@@ -180,8 +180,7 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         return result
     from .hooks import v2_launch_cache_locs
 
-    mwb.out_cache_loc = out_loc
-    v2_launch_cache_locs(worker, mwb, launch_tokens)
+    v2_launch_cache_locs(worker, mwb, launch_tokens)  # the draft extend writes D positions per request
     pad_v2_result(result, launch_tokens, names)
     dw = worker.draft_worker
     with dw.draft_tp_context(dw.draft_runner.tp_group):
