@@ -298,6 +298,7 @@ def make_v1_worker(names: Any, steps: int = 3) -> SimpleNamespace:
 def make_v1_batch(names: Any, prompt_lens: list[int], first_tokens: list[int], alloc: FakeAllocator) -> Any:
     """A real ``ScheduleBatch`` in decode after prefill (``object.__new__``, the fields verify reads)."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -311,13 +312,14 @@ def make_v1_batch(names: Any, prompt_lens: list[int], first_tokens: list[int], a
     b.seq_lens_cpu = b.seq_lens.clone()
     b.spec_info = EagleDraftInput(**{names.root: torch.tensor(first_tokens, dtype=torch.int32)})
     b.sampling_info = sampling_info(bs)
-    b.tree_cache = SimpleNamespace(token_to_kv_pool_allocator=alloc, is_chunk_cache=lambda: True)
-    b.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(bs + 2, 128, dtype=torch.int32))
+    b.tree_cache = SimpleNamespace(token_to_kv_pool_allocator=alloc, is_chunk_cache=lambda: True, page_size=1)
+    b.req_to_token_pool = pool = object.__new__(ReqToTokenPool)  # the real type: its ``write`` runs
+    pool.req_to_token = torch.zeros(bs + 2, 128, dtype=torch.int32)
     b.req_pool_indices = torch.arange(bs)
     b.return_logprob = False
     b.return_hidden_states = False
     b.has_grammar = False
-    b.model_config = SimpleNamespace(think_end_id=None)
+    b.model_config = SimpleNamespace(think_end_id=None, is_encoder_decoder=False)
     b.device = "cpu"
     b.token_to_kv_pool_allocator = alloc
     b.spec_algorithm = SpeculativeAlgorithm.EAGLE

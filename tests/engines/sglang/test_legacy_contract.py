@@ -64,9 +64,13 @@ def test_the_other_release_table_does_not_match(sglang_version: str) -> None:
 def test_field_names_follow_the_release(sglang_version: str) -> None:
     names = FieldNames.detect()
     if sglang_version == "0.5.12.post1":
-        assert names == FieldNames("bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", True)
+        assert names == FieldNames(
+            "bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", "num_correct_drafts", True
+        )
     else:
-        assert names == FieldNames("verified_id", "retrive_", "accept_length_per_req_cpu", False)
+        assert names == FieldNames(
+            "verified_id", "retrive_", "accept_length_per_req_cpu", "num_accepted_tokens", False
+        )
 
 
 @LEGACY
@@ -395,7 +399,7 @@ def test_pad_v2_result_gives_the_launch_stride() -> None:
         logits_output=SimpleNamespace(hidden_states=torch.tensor([[1.0], [2.0]])),
         speculative_num_draft_tokens=1,
     )
-    pad_v2_result(res, 3, FieldNames("bonus_tokens", "retrieve_", "x", True))
+    pad_v2_result(res, 3, FieldNames("bonus_tokens", "retrieve_", "x", "y", True))
     assert res.next_token_ids.tolist() == [7, 7, 7, 8, 8, 8]
     assert res.logits_output.hidden_states.view(-1).tolist() == [1, 1, 1, 2, 2, 2]
     assert res.speculative_num_draft_tokens == 3

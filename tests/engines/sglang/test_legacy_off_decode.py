@@ -164,6 +164,58 @@ def test_v1_result_goes_through_the_scheduler(names: FieldNames, wrapped: Any) -
     assert [len(r.output_ids) for r in v.batch.reqs] == before  # verify appended; the scheduler did not
 
 
+def test_v1_lazy_off_step_is_a_plain_decode_step(
+    names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the drafter skipped, none of SGLang's draft or verify code runs: one KV slot per request, the
+    engine's sampler, and the bookkeeping verify would have done for the one accepted token."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput, EagleVerifyInput
+
+    def refuse(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("verify-shaped code ran on an off step")
+
+    monkeypatch.setattr(EagleVerifyInput, "verify", refuse)
+    monkeypatch.setattr(EagleVerifyInput, "prepare_for_verify", refuse)
+    v = V1(names, lazy=True)
+    start = v.setup.alloc.next
+    before = [(r.kv_committed_len, r.spec_verify_ct, r.decode_batch_idx) for r in v.batch.reqs]
+    result = v.step(0)
+
+    (call,) = v.target.decode_calls
+    assert call["forward_mode"] == ForwardMode.DECODE and not call["is_verify"]  # the engine samples
+    assert call["capture_hidden_mode"] == CaptureHiddenMode.NULL  # a draft model reads no hidden states
+    assert v.setup.alloc.next - start == 3  # one slot per request, none for drafts
+    rtt = v.batch.req_to_token_pool.req_to_token
+    slots = [int(rtt[i, n]) for i, n in enumerate(PROMPTS)]
+    assert call["out_cache_loc"] == slots == list(range(start, start + 3))
+    assert v.batch.seq_lens.tolist() == v.batch.seq_lens_cpu.tolist() == [n + 1 for n in PROMPTS]
+    assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 1) for i, n in enumerate(PROMPTS)]
+    after = [(r.kv_committed_len, r.spec_verify_ct, r.decode_batch_idx) for r in v.batch.reqs]
+    assert after == [(k + 1, c + 1, d + 1) for k, c, d in before]
+    assert getattr(result, names.accepted_per_req) == [0, 0, 0] and getattr(result, names.accepted_total) == 0
+    spec = v.batch.spec_info
+    assert isinstance(spec, EagleDraftInput) and spec.topk_index.shape == (3, 1)
+    assert getattr(spec, names.root).tolist() == [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert v.extend_calls == [] and v.draft_runner.extends == []
+
+
+def test_v1_lazy_off_step_drops_finished_requests_from_the_draft_input(
+    names: FieldNames, wrapped: Any
+) -> None:
+    """A request that finishes on an off step leaves the next draft input, which then holds the unfinished
+    requests in batch order, as SGLang's verify leaves it (the scheduler filters it as already filtered)."""
+    v = V1(names, lazy=True)
+    middle = v.batch.reqs[1]
+    middle.sampling_params.max_new_tokens = len(middle.output_ids) + 1  # its next token is its last
+    v.step(0)
+    assert middle.finished() and not v.batch.reqs[0].finished() and not v.batch.reqs[2].finished()
+    spec = v.batch.spec_info
+    expected = [ls.token_after(PROMPTS[i], i) for i in (0, 2)]
+    assert getattr(spec, names.root).tolist() == expected and spec.topk_p.shape[0] == 2
+    # The finished request's one token still counts: its KV slot is committed.
+    assert middle.kv_committed_len == PROMPTS[1] + 1
+
+
 @pytest.mark.parametrize("k", [1, 2, 7])
 def test_v1_lazy_off_steps_skip_the_drafter_and_resume_exactly(
     names: FieldNames, wrapped: Any, k: int

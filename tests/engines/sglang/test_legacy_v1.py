@@ -146,7 +146,9 @@ def test_on_step_calls_the_original_draft_and_verify() -> None:
         calls.append("verify")
         return "verified"
 
-    names = FieldNames("bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", True)
+    names = FieldNames(
+        "bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", "num_correct_drafts", True
+    )
     draft = hooks.v1_draft(orig_draft, names)
     verify = hooks.v1_verify(orig_verify)
     rt = make_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v1")
@@ -164,7 +166,9 @@ def test_worker_without_runtime_is_untouched() -> None:
         seen.append(batch)
         return "sglang"
 
-    names = FieldNames("bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", True)
+    names = FieldNames(
+        "bonus_tokens", "retrieve_", "num_correct_drafts_per_req_cpu", "num_correct_drafts", True
+    )
     fwd = hooks.v1_forward(orig, names)
     assert fwd(object(), "batch") == "sglang" and seen == ["batch"]
 

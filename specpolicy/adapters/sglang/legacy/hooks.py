@@ -16,10 +16,11 @@ sync.
 Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
 attaches a runtime to the freshly built worker (see ``attach``).
 
-With the decode off step (``off_step.OffPath.decode``, the default) v1's verify runs its target forward as a
-plain decode, and v2's off step bypasses draft and verify entirely (``off_step.v2_off_step``); with a lazy
-draft (``OffPath.lag``) the draft extend is skipped while off and caught up before the next speculative
-step. The one-token verify described above is the fallback.
+With the decode off step (``off_step.OffPath.decode``, the default) an off step is a plain decode: with a
+lazy draft (``OffPath.lag``) both workers bypass draft and verify entirely (``off_step.v1_off_step``,
+``off_step.v2_off_step``) and the drafter is caught up before the next speculative step; with a per-step
+draft extend (EAGLE) v1's verify runs its target forward as a decode and v2 runs SGLang's draft extend
+after its own decode. The one-token verify described above is the fallback.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .off_step import OffPath, catch_up_if_behind, v1_decode_verify, v1_lazy_draft_input, v2_off_step
+from .off_step import (
+    OffPath,
+    catch_up_if_behind,
+    v1_decode_verify,
+    v1_lazy_draft_input,
+    v1_off_step,
+    v2_off_step,
+)
 from .one_token import FieldNames, build_verify_input, pad_v2_result
 from .runtime import StepRuntime
 
@@ -111,12 +119,15 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch)
         )
         try:
+            result = None
             if off.lag is not None:
                 if skip:
                     off.lag.on_off_step(len(batch.reqs))
                     topk_p = getattr(batch.spec_info, "topk_p", None)
                     if topk_p is not None:
                         off.prev_draft_dtype = topk_p.dtype
+                    if off.decode is not None:
+                        result = v1_off_step(self, batch, off)
                 elif off.lag.behind():
                     runner = self.draft_model_runner
                     catch_up_if_behind(
@@ -129,7 +140,8 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
                         req_to_token=self.req_to_token_pool.req_to_token,
                         tp_context=self.draft_tp_context(runner.tp_group),
                     )
-            result = orig(self, batch, *args, **kwargs)
+            if result is None:
+                result = orig(self, batch, *args, **kwargs)
         finally:
             rt.end_decode()
         rt.on_result(0 if skip else rt.launch_depth, getattr(result, acc_field, None))

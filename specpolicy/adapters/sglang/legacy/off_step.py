@@ -1,10 +1,15 @@
 """What an off step runs on each legacy worker, given the pieces built at start-up.
 
-v1 (``EAGLEWorker``): the step keeps SGLang's one-token verify bookkeeping (slot allocation, accepting the
-one token, appending it to the request, finishing checks, grammar, the result the scheduler reads), but the
-target forward inside it is replaced by a plain decode forward (``DecodeTarget``): the worker's
-``target_worker.forward_batch_generation`` is shadowed for the duration of that one verify call. The verify
-already syncs on this path, so nothing new waits for the GPU.
+v1 (``EAGLEWorker``), drafter skipped (``lazy``): the whole decode step is a speculation-free engine's
+(``v1_off_step``): one KV slot per request as ``ScheduleBatch.prepare_for_decode`` allocates it, a decode
+forward with the engine's sampler, and the per-request bookkeeping SGLang's verify does for an accepted
+token (append, finishing checks, grammar, KV lengths, spec counters), so the scheduler's v1 result
+processing consumes it unchanged. Measured live, keeping SGLang's one-token verify around the decode
+forward cost 3x the kernel launches and 5x the stream syncs of a speculation-free step.
+
+v1 with a per-step draft extend (EAGLE): the step keeps SGLang's one-token verify bookkeeping, which also
+builds the draft extend's input, but the target forward inside it is a plain decode (``DecodeTarget``):
+the worker's ``target_worker.forward_batch_generation`` is shadowed for the duration of that verify call.
 
 v2 (``EAGLEWorkerV2``, overlap): the step is a decode forward with the engine's normal sampler, and the
 result is built in the shape the overlap scheduler consumes (one token per request, accept length 1, the
@@ -24,7 +29,14 @@ from .decode_target import DecodeTarget
 from .draft_lag import DraftLag
 from .one_token import FieldNames, OneTokenTarget, pad_v2_result
 
-__all__ = ["OffPath", "v1_decode_verify", "v1_lazy_draft_input", "v2_off_step", "catch_up_if_behind"]
+__all__ = [
+    "OffPath",
+    "catch_up_if_behind",
+    "v1_decode_verify",
+    "v1_lazy_draft_input",
+    "v1_off_step",
+    "v2_off_step",
+]
 
 
 @dataclasses.dataclass
@@ -97,28 +109,117 @@ def v1_lazy_draft_input(worker: Any, batch: Any, off: OffPath) -> Any:
     0.5.12.post1 hands it an ``EagleDraftExtendInput`` and installs the ``EagleDraftInput`` it returns;
     0.5.10.post1 hands it the ``EagleDraftInput`` itself (roots = the accepted tokens) to update in place.
     """
-    import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     spec = batch.spec_info
-    in_place = isinstance(spec, EagleDraftInput)
-    ids = getattr(spec, off.names.root) if in_place else spec.input_ids
-    n = int(ids.shape[0])
-    dtype = off.prev_draft_dtype or torch.float32
-    topk_p = torch.empty((n, off.topk), dtype=dtype, device=ids.device)
-    topk_index = torch.empty((n, off.topk), dtype=torch.int64, device=ids.device)
-    if in_place:
-        spec.topk_p, spec.topk_index, spec.hidden_states = topk_p, topk_index, None
+    if isinstance(spec, EagleDraftInput):
+        ids = getattr(spec, off.names.root)
+        spec.topk_p, spec.topk_index = _placeholder_proposals(off, int(ids.shape[0]), ids.device)
+        spec.hidden_states = None
         spec.capture_hidden_mode = CaptureHiddenMode.NULL
         return None
+    return _lazy_draft_input(off, spec.input_ids)
+
+
+def _placeholder_proposals(off: OffPath, n: int, device: Any) -> tuple[Any, Any]:
+    import torch
+
+    dtype = off.prev_draft_dtype or torch.float32
+    return (
+        torch.empty((n, off.topk), dtype=dtype, device=device),
+        torch.empty((n, off.topk), dtype=torch.int64, device=device),
+    )
+
+
+def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
+    """An ``EagleDraftInput`` rooted at ``roots`` with placeholder proposals and no hidden states."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    topk_p, topk_index = _placeholder_proposals(off, int(roots.shape[0]), roots.device)
     return EagleDraftInput(
-        **{off.names.root: ids.to(torch.int32)},
+        **{off.names.root: roots.to(torch.int32)},
         hidden_states=None,
         topk_p=topk_p,
         topk_index=topk_index,
         capture_hidden_mode=CaptureHiddenMode.NULL,
     )
+
+
+def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
+    """The whole decode step of a lazy off step on the non-overlap worker; returns its result.
+
+    ``batch`` is the running ``ScheduleBatch`` (``seq_lens`` exclude the root token, whose KV is not
+    written yet). Afterwards it holds what SGLang's verify leaves: ``seq_lens`` one longer, the new token
+    appended to each request, and a draft input for the unfinished requests only (the scheduler filters
+    it as already filtered).
+    """
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.mem_cache.common import alloc_for_decode
+
+    dt = off.decode
+    assert dt is not None
+    names = off.names
+    reqs = batch.reqs
+    bs = len(reqs)
+    root = getattr(batch.spec_info, names.root).to(torch.int64)
+    # The bookkeeping of the draft's preprocessing (SWA eviction runs inside alloc_for_decode).
+    for req in reqs:
+        req.decode_batch_idx += 1
+    penalizer = batch.sampling_info.penalizer_orchestrator
+    if penalizer.is_required:
+        penalizer.cumulate_output_tokens(root)
+    batch.out_cache_loc = alloc_for_decode(batch, token_per_req=1)  # also writes req_to_token[seq_len]
+    batch.input_ids = root
+    batch.return_hidden_states = False
+    mwb = batch.get_model_worker_batch()
+    target = worker.target_worker
+    out = dt.forward(target.forward_batch_generation, target.model_runner, dt.decode_batch(mwb), sample=True)
+    next_ids = out.next_token_ids
+    tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
+    batch.seq_lens.add_(1)
+    batch.seq_lens_cpu.add_(1)
+    orig = getattr(batch, "orig_seq_lens", None)
+    if orig is not None:
+        orig.add_(1)
+    batch.seq_lens_sum = int(batch.seq_lens_sum or 0) + bs
+    unfinished = _accept_one(reqs, tokens, batch.model_config)
+    kept = next_ids if len(unfinished) == bs else next_ids[torch.tensor(unfinished, device=next_ids.device)]
+    batch.spec_info = _lazy_draft_input(off, kept)
+    return GenerationBatchResult(
+        logits_output=out.logits_output,
+        next_token_ids=next_ids,
+        can_run_cuda_graph=out.can_run_cuda_graph,
+        **{names.accepted_total: 0, names.accepted_per_req: [0] * bs},
+    )
+
+
+def _accept_one(reqs: Any, tokens: list[int], model_config: Any) -> list[int]:
+    """Per request, what SGLang's v1 verify does for one accepted token and no correct draft; returns the
+    indices of the requests still running."""
+    think_end_id = getattr(model_config, "think_end_id", None)
+    unfinished = []
+    for i, (req, tok) in enumerate(zip(reqs, tokens, strict=True)):
+        req.output_ids.append(tok)
+        if getattr(req, "require_reasoning", False) and think_end_id is not None:
+            req.update_reasoning_tokens(tok, think_end_id)
+        req.check_finished()
+        if not req.finished() and req.grammar is not None:
+            req.grammar.accept_token(tok)
+            req.check_finished()
+        req.kv_committed_len += 1
+        req.kv_allocated_len = req.kv_committed_len
+        req.spec_verify_ct += 1
+        if hasattr(req, "update_spec_correct_drafts_histogram"):
+            req.update_spec_correct_drafts_histogram(0)
+        else:
+            req.update_spec_acceptance_histogram(0)
+        if not req.finished():
+            unfinished.append(i)
+    return unfinished
 
 
 # ---------------------------------------------------------------------------------------------------- v2

@@ -41,6 +41,7 @@ class FieldNames:
     root: str  # EagleDraftInput: the last verified token per request ("verified_id" / "bonus_tokens")
     retrieve: str  # EagleVerifyInput tree-index prefix ("retrive_" / "retrieve_")
     accepted_per_req: str  # GenerationBatchResult: accepted drafts per request, CPU list
+    accepted_total: str  # GenerationBatchResult: accepted drafts of the whole batch
     has_result_stride: bool  # GenerationBatchResult.speculative_num_draft_tokens exists (0.5.12.post1)
 
     @classmethod
@@ -53,12 +54,10 @@ class FieldNames:
         result_fields = {f.name for f in fields(GenerationBatchResult)}
         root = "bonus_tokens" if "bonus_tokens" in draft_fields else "verified_id"
         retrieve = "retrieve_" if "retrieve_index" in verify_fields else "retrive_"
-        acc = (
-            "num_correct_drafts_per_req_cpu"
-            if "num_correct_drafts_per_req_cpu" in result_fields
-            else "accept_length_per_req_cpu"
-        )
-        return cls(root, retrieve, acc, "speculative_num_draft_tokens" in result_fields)
+        new = "num_correct_drafts_per_req_cpu" in result_fields
+        acc = "num_correct_drafts_per_req_cpu" if new else "accept_length_per_req_cpu"
+        total = "num_correct_drafts" if new else "num_accepted_tokens"
+        return cls(root, retrieve, acc, total, "speculative_num_draft_tokens" in result_fields)
 
 
 def build_verify_input(
