@@ -187,7 +187,11 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
         orig.add_(1)
     batch.seq_lens_sum = int(batch.seq_lens_sum or 0) + bs
     unfinished = _accept_one(reqs, tokens, batch.model_config)
-    kept = next_ids if len(unfinished) == bs else next_ids[torch.tensor(unfinished, device=next_ids.device)]
+    kept = (
+        next_ids
+        if len(unfinished) == bs
+        else next_ids[torch.tensor(unfinished, dtype=torch.int64, device=next_ids.device)]
+    )
     batch.spec_info = _lazy_draft_input(off, kept)
     return GenerationBatchResult(
         logits_output=out.logits_output,
@@ -293,8 +297,15 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
 
 
 def catch_up_if_behind(
-    *, off: OffPath, reqs: Any, seq_lens_cpu: Any, base_mwb: Any, spec_info: Any, draft_runner: Any,
-    req_to_token: Any, tp_context: Any,
+    *,
+    off: OffPath,
+    reqs: Any,
+    seq_lens_cpu: Any,
+    base_mwb: Any,
+    spec_info: Any,
+    draft_runner: Any,
+    req_to_token: Any,
+    tp_context: Any,
 ) -> bool:
     """Before a speculative step: bring the draft state of ``reqs`` up to date; True when it ran."""
     lag = off.lag
