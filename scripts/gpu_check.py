@@ -536,6 +536,10 @@ def doctor_command(models: Path, backend: str) -> list[str]:
     ]
 
 
+def _text(out: bytes | str | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
 def _run_doctor(work: Path, backend: str, timeout: float) -> int:
     d = work / "runs" / "doctor" / backend
     d.mkdir(parents=True, exist_ok=True)
@@ -544,8 +548,8 @@ def _run_doctor(work: Path, backend: str, timeout: float) -> int:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout, stderr = -9, str(exc.stdout or ""), str(exc.stderr or "")
+    except subprocess.TimeoutExpired as exc:  # its output arrives as bytes, whatever ``text`` says
+        rc, stdout, stderr = -9, _text(exc.stdout), _text(exc.stderr)
     (d / "doctor.json").write_text(stdout)
     (d / "doctor.log").write_text(stderr)
     (d / "doctor.rc").write_text(json.dumps({"rc": rc, "seconds": round(time.time() - t0, 1), "cmd": cmd}))
