@@ -16,7 +16,7 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
     (``"warn"``). ``allow_untested`` lets other versions try the nearest hook table, loudly. Trace, metrics
     and rank agreement come from the shared ``specpolicy.adapters.runtime.AdapterRuntime``.
 
-``prepare_launch(settings, server_args=None) -> LaunchPlan``
+``prepare_launch(settings, server_args=None) -> LegacyLaunch``
     Call in the launching process, before starting SGLang. Validates the version and (if given) the parsed
     server args, and returns what to do: ``os.environ.update(plan.env)`` and pass
     ``plan.run_scheduler_process_func`` to ``launch_server(..., run_scheduler_process_func=...)`` or set it as
@@ -28,7 +28,7 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
 from __future__ import annotations
 
 from .install import InstallError, InstallInfo, install, sglang_version
-from .launch import LaunchPlan, prepare_launch, server_args_problems
+from .launch import LaunchPlan, LegacyLaunch, prepare_launch, server_args_problems
 from .targets import SUPPORTED_VERSIONS
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "InstallError",
     "InstallInfo",
     "LaunchPlan",
+    "LegacyLaunch",
     "install",
     "prepare_launch",
     "server_args_problems",
