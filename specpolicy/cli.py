@@ -26,8 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specpolicy",
         description=(
             "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, "
-            "simulate "
-            "and tune them against measured step costs, and check an engine installation."
+            "simulate and tune them against measured step costs, and check an engine installation."
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")

@@ -12,10 +12,9 @@ def register(sub: Any) -> None:
         "doctor",
         help="check the installed engines (and, on a GPU, run a short smoke test)",
         description="Report which engines and versions are installed, whether specpolicy supports them, "
-        "which "
-        "worker paths and hook targets it finds. With --smoke on a GPU machine: run short offline engines "
-        "(speculation-free reference, always on, always off, switching every step) and report greedy token "
-        "agreement and tokens/s per mode. Exit status 1 when something stands in the way.",
+        "which worker paths and hook targets it finds. With --smoke on a GPU machine: run short offline "
+        "engines (speculation-free reference, always on, always off, switching every step) and report greedy "
+        "token agreement and tokens/s per mode. Exit status 1 when something stands in the way.",
     )
     d.add_argument("--engine", choices=("all", "sglang", "vllm"), default="all", help="which engine to check")
     d.add_argument("--smoke", action="store_true", help="run the GPU smoke test (needs --model)")

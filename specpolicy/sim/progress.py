@@ -14,7 +14,7 @@ __all__ = ["ProgressBar"]
 
 
 class ProgressBar:
-    """``label [#####.....] 42%   3.1s``, redrawn at most ten times a second; silent for the first ``delay_s``.
+    """``label [#####.....] 42%   3.1s``, redrawn at most ten times a second, silent for ``delay_s`` first.
 
     ``enabled`` None means "only when the stream is a terminal". ``update`` takes the amount done so far (the
     unit of ``total``, simulated seconds here), because the simulator's worker processes report a running sum.
@@ -43,7 +43,7 @@ class ProgressBar:
             delay=delay_s,
             mininterval=0.1,
             ascii=".#",
-            bar_format="{desc} [{bar:%d}] {percentage:3.0f}%% {elapsed_s:5.1f}s" % width,
+            bar_format="{desc} [{bar:" + str(width) + "}] {percentage:3.0f}% {elapsed_s:5.1f}s",
         )
         # tqdm reads the time from its instance attribute; its start is restarted on the given clock
         self._bar._time = clock
