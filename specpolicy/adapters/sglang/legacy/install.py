@@ -9,13 +9,13 @@ is logged as an error and the worker runs SGLang's own speculation untouched (``
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
+from ..._support import installed_version
 from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
@@ -61,10 +61,10 @@ _STATE = _State()
 
 
 def sglang_version() -> str:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise InstallError("sglang is not installed in this Python") from None
+    version = installed_version("sglang")
+    if version is None:
+        raise InstallError("sglang is not installed in this Python")
+    return version
 
 
 def _fail(settings: AdapterSettings, reason: str) -> str:
