@@ -1,16 +1,17 @@
 """The SGLang releases specpolicy is tested with: one row per release holds everything that differs.
 
 A row says which adapter code drives the release (``route``), every SGLang name it hooks or reads
-(``hooks``, checked before patching, by ``specpolicy doctor`` and by the contract tests), whether SGLang
-loads plugins in its scheduler processes, and the scheduler method that resolves the overlap worker's delayed
-tokens. Field names that moved between releases (``bonus_tokens`` / ``verified_id``, ``retrieve_`` /
-``retrive_``) are not listed: ``legacy.one_token.FieldNames.detect`` reads them from SGLang's own types, and
-the hook table names those fields, so a layout the adapter does not know is refused before anything is
-patched.
+(``hooks``: checked by ``specpolicy doctor``, by the contract tests, and by the legacy installer before it
+patches anything), whether SGLang loads plugins in its scheduler processes, and the scheduler method that
+resolves the overlap worker's delayed tokens. Field names that moved between releases (``bonus_tokens`` /
+``verified_id``, ``retrieve_`` / ``retrive_``) are not listed: ``legacy.one_token.FieldNames.detect`` reads
+them from SGLang's own types, and the hook table names those fields, so a layout the adapter does not know
+is refused before anything is patched.
 
 ``since`` is the first release with the row's code layout. An untested release (allowed with
 ``allow_untested``) runs as the row with the newest ``since`` at or below it; one older than every row is
-refused. Adding a release is one row here and one test environment in ``scripts/engine-envs.sh``.
+refused. Adding a release is one row here and its test environment in ``scripts/engine-envs.sh``
+(``tests/test_adapter_releases.py`` checks that the two agree).
 """
 
 from __future__ import annotations
