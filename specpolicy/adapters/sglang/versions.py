@@ -81,7 +81,7 @@ def worker_path(version: str, overlap: bool) -> str:
 
     Legacy releases pick v1 (``EAGLEWorker``) when overlap scheduling is off, else v2 (``EAGLEWorkerV2``);
     SGLang itself turns overlap off for topk > 1 or SGLANG_ENABLE_SPEC_V2=0 while resolving the arguments.
-    From 0.5.13 on only ``EAGLEWorkerV2`` exists and specpolicy drives its AdaptiveController.
+    On the adaptive route specpolicy drives ``EAGLEWorkerV2``'s AdaptiveController, with or without overlap.
     """
     if route_for(version) == "adaptive":
         mode = "overlap" if overlap else "non-overlap"
