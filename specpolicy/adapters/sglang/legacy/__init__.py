@@ -13,8 +13,9 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
     scheduler classes; each scheduler then attaches a policy runtime to the worker it builds and logs the live
     path. Idempotent. Unsupported version, missing hook target or unsupported worker/configuration:
     ``InstallError`` with the reason (``on_install_failure="refuse"``) or an error log and SGLang unchanged
-    (``"warn"``). ``allow_untested`` lets other versions try the nearest hook table, loudly. Trace, metrics
-    and rank agreement come from the shared ``specpolicy.adapters.runtime.AdapterRuntime``.
+    (``"warn"``). ``allow_untested`` lets other versions try the hook table of the code layout they have
+    (``sglang.releases.layout_for``), loudly. Trace, metrics and rank agreement come from the shared
+    ``specpolicy.adapters.runtime.AdapterRuntime``.
 
 ``prepare_launch(settings, server_args=None) -> LegacyLaunch``
     Call in the launching process, before starting SGLang. Validates the version and (if given) the parsed
