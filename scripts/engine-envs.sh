@@ -4,16 +4,16 @@
 # Each venv gets the CPU build of torch 2.13.0 and the engine installed with --no-deps plus the short list of
 # pure-Python packages its speculative, scheduler and config modules import (docs/testing.md explains why).
 # Everything runs under a constraints file that pins torch and blocks torchvision/torchaudio, so no
-# dependency can ever pull a CUDA build. Usage: scripts/engine-envs.sh [ENGINE ...]  (default: all)
-#   engines: sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0 vllm-0.26.0
-# Venvs land in ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an existing complete venv is reused.
+# dependency can ever pull a CUDA build. Usage: scripts/engine-envs.sh [ENGINE ...]  (default: all);
+# scripts/engine-envs.sh --list prints the engines. Venvs land in ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an
+# existing complete venv is reused.
+#
+# One environment per tested release: a release added to adapters/sglang/releases.py (or vllm/versions.py)
+# gets its NODEPS and EXTRA lines here; tests/test_adapter_releases.py checks the two lists agree.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}
 PY=${PYTHON:-python3}
-mkdir -p "$ENV_DIR"
-CONSTRAINTS="$ENV_DIR/constraints.txt"
-printf 'torch==2.13.0\ntorchvision==0.0.0\ntorchaudio==0.0.0\n' > "$CONSTRAINTS"
 
 SG_COMMON="numpy psutil msgspec orjson pybase64 requests packaging pillow starlette pyzmq tqdm ipython aiohttp
  dill sentencepiece compressed-tensors gguf einops openai partial_json_parser setproctitle uvloop"
@@ -35,6 +35,13 @@ declare -A NODEPS=(
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
   [vllm-0.26.0]="vllm==0.26.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
 )
+
+# Every engine env, newest release of each engine first.
+mapfile -t ALL < <(printf '%s\n' "${!NODEPS[@]}" | sort -t- -k1,1 -k2,2Vr)
+if [ "${1:-}" = "--list" ]; then printf '%s\n' "${ALL[@]}"; exit 0; fi
+mkdir -p "$ENV_DIR"
+CONSTRAINTS="$ENV_DIR/constraints.txt"
+printf 'torch==2.13.0\ntorchvision==0.0.0\ntorchaudio==0.0.0\n' > "$CONSTRAINTS"
 
 # pip's resolver reports every dependency the --no-deps engines declare but do not get (CUDA torch, ...):
 # scripts/pip-quiet.sh keeps those lines out of the output, counted in $CONFLICTS, and shows everything else.
@@ -66,9 +73,9 @@ build() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0 vllm-0.26.0)
+[ ${#targets[@]} -eq 0 ] && targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
-  [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${!NODEPS[*]}" >&2; exit 2; }
+  [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${ALL[*]}" >&2; exit 2; }
   build "$t"
 done
 if [ -s "$CONFLICTS" ]; then

@@ -19,7 +19,7 @@ echo "== core tests ($($PY --version))"
 $PY -m pytest -q -p no:cacheprovider tests --ignore=tests/engines --junitxml="$REPORTS/core.xml" "$@" || status=1
 
 if [ "${SPECPOLICY_SKIP_ENGINES:-0}" != "1" ]; then
-  ENGINES=${SPECPOLICY_ENGINES:-"sglang-0.5.23 sglang-0.5.12.post1 sglang-0.5.10.post1 vllm-0.33.0 vllm-0.26.0"}
+  ENGINES=${SPECPOLICY_ENGINES:-$(bash scripts/engine-envs.sh --list | tr '\n' ' ')}
   # shellcheck disable=SC2086
   bash scripts/engine-envs.sh $ENGINES || status=1
   ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}

@@ -14,7 +14,7 @@ from .errors import ConfigError, MissingExtraError
 # ``func`` does the work. One line per package: keep this list sorted by command.
 _COMMAND_MODULES: tuple[str, ...] = (
     "specpolicy.commands",
-    "specpolicy.adapters.commands_adapters",
+    "specpolicy.adapters.commands_doctor",
     "specpolicy.sim.commands_profile",
     "specpolicy.sim.commands_sim",
     "specpolicy.adapters.vllm.commands_vllm",
@@ -26,8 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specpolicy",
         description=(
             "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, "
-            "simulate "
-            "and tune them against measured step costs, and check an engine installation."
+            "simulate and tune them against measured step costs, and check an engine installation."
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")

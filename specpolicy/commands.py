@@ -24,8 +24,8 @@ def register(sub: Any) -> None:
     c = sub.add_parser(
         "check-config", help="validate a policy configuration and print it normalised",
         description="Validate a policy configuration (name, JSON string, or .json/.yaml/.toml file) "
-        "and print "
-        "the normalised configuration as JSON. Exit status 1 with the offending field named on error.",
+        "and print the normalised configuration as JSON. Exit status 1 with the offending field named on "
+        "error.",
     )
     c.add_argument("config", help="policy name, JSON object, or path to a .json/.yaml/.toml file")
     c.set_defaults(func=cmd_check_config)

@@ -88,7 +88,8 @@ def format_validation_error(exc: Any, prefix: str = "", fields: Iterable[str] = 
                 msg = msg[len("Value error, ") :]
             if err.get("type") not in ("missing", "extra_forbidden", "value_error") and "input" in err:
                 got = f" (got {short_repr(err['input'])})"
-        # Drop the discriminator tag pydantic puts first in union locations ("hysteresis.disable_at").
+        # In a union the location starts with pydantic's discriminator tag ("hysteresis.disable_at"): it
+        # stays, because it names the policy the field belongs to.
         path = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
         if err.get("type") == "extra_forbidden":
             msg = "unknown field (not a parameter of this policy)"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 
 import pytest
 
-from specpolicy.adapters import doctor as sglang_doctor
+from specpolicy.adapters import doctor
+from specpolicy.adapters.sglang import doctor as sglang_doctor
 from specpolicy.adapters.sglang import versions as sglang_versions
 from specpolicy.adapters.vllm import doctor as vllm_doctor
 from specpolicy.cli import main
@@ -23,13 +25,13 @@ def no_engines(monkeypatch: pytest.MonkeyPatch) -> None:
 def untested_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both engines installed at a release specpolicy was not tested with, nothing else in the way."""
     monkeypatch.setattr(sglang_versions, "installed_version", lambda: "0.5.99")
-    monkeypatch.setattr(sglang_doctor, "check_targets", lambda targets: dict.fromkeys(targets, "ok"))
-    monkeypatch.setattr(sglang_doctor.importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(sglang_doctor, "check_targets", lambda targets: {t.dotted: None for t in targets})
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     monkeypatch.setattr(vllm_doctor, "installed_version", lambda: "0.34.0")
     monkeypatch.setattr(vllm_doctor, "check_targets", lambda: {"vllm.x": None})
     monkeypatch.setattr(vllm_doctor, "_entry_point_registered", lambda: False)
     monkeypatch.setattr(vllm_doctor, "_scheduler_problem", lambda: None)
-    monkeypatch.setattr(vllm_doctor, "_gpu_name", lambda: None)
+    monkeypatch.setattr(vllm_doctor, "gpu_name", lambda: None)
 
 
 def _json(capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, object]]:
@@ -65,7 +67,7 @@ def test_every_problem_carries_its_fix(capsys: pytest.CaptureFixture[str]) -> No
         assert any("entry point is not registered; fix: reinstall specpolicy" in p for p in problems)
         assert any("is not supported" in p and "pip install" in p for p in problems)
     out = io.StringIO()
-    sglang_doctor.report(engine="all", out=out)
+    doctor.report(engine="all", out=out)
     text = out.getvalue()
     assert "SGLang: 0.5.99, not a tested release (tested: " in text
     assert "vLLM: 0.34.0, not a tested release (tested: 0.26.0, 0.33.0)" in text

@@ -79,7 +79,7 @@ def test_smoke_test_with_an_injected_runner_and_the_report(monkeypatch: pytest.M
         return fake_result(spec["name"], [[len(p)] for p in spec["prompts"]], 1.0)
 
     monkeypatch.setattr(doctor, "installed_version", lambda: "0.33.0")
-    monkeypatch.setattr(doctor, "_gpu_name", lambda: "Fake GPU")
+    monkeypatch.setattr(doctor, "gpu_name", lambda: "Fake GPU")
     monkeypatch.setattr(doctor, "check_targets", lambda: {"vllm.x": None})
     monkeypatch.setattr(doctor, "_entry_point_registered", lambda: True)
     monkeypatch.setattr(doctor, "_scheduler_problem", lambda: None)

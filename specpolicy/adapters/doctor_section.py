@@ -14,6 +14,7 @@ __all__ = [
     "problem",
     "install_fix",
     "internals_fix",
+    "target_problems",
     "finish",
     "print_section",
     "REINSTALL_FIX",
@@ -66,15 +67,22 @@ def internals_fix(why: str, package: str, tested: Sequence[str]) -> str:
     return "install a tested release (the adapter knows its internals): " + install_fix(package, tested)
 
 
+def target_problems(targets: dict[str, str], package: str, tested: Sequence[str]) -> list[str]:
+    """A problem, with its fix, for each hooked engine name that is not ``"ok"``."""
+    return [
+        problem(f"{name}: {why}", internals_fix(why, package, tested))
+        for name, why in targets.items()
+        if why != "ok"
+    ]
+
+
 def finish(section: dict[str, Any], problems: Iterable[str]) -> dict[str, Any]:
     section["problems"] = list(problems)
     section["ok"] = not section["problems"]
     return section
 
 
-def print_section(
-    section: dict[str, Any], label: str, out: TextIO, details: Iterable[str] = ()
-) -> None:
+def print_section(section: dict[str, Any], label: str, out: TextIO, details: Iterable[str] = ()) -> None:
     """``LABEL: VERSION, supported (tested: ...)``, the installation, ``details``, one line per problem."""
     version = section["version"]
     if version is None:

@@ -2,9 +2,8 @@
 
 Every engine adapter does the same five things at start-up: build the policy from the settings, check its
 depths against what the engine pre-built, wrap it in a StepController, pick the rank-agreement mode, and
-attach
-the trace writer and metrics. This module does them once for all engines; the adapters only supply what the
-engine knows (allowed depths, default depth, rank, world size, CPU group).
+attach the trace writer and metrics. This module does them once for all engines; the adapters only supply
+what the engine knows (allowed depths, default depth, rank, world size, CPU group).
 """
 
 from __future__ import annotations
@@ -121,8 +120,7 @@ class AdapterRuntime:
         if self.mode == "broadcast" and sync is None:
             raise AdapterInstallError(
                 f"the policy {config.name!r} needs rank 0's decision broadcast to {world_size} ranks, "
-                "but this "
-                "engine path offers no CPU process group; use tp_agreement='local'"
+                "but this engine path offers no CPU process group; use tp_agreement='local'"
             )
         self.decider = AgreedDecider(self.controller, self.mode, sync, world_size)
 

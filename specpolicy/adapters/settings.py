@@ -1,12 +1,10 @@
 """AdapterSettings: everything an engine adapter needs to know, validated before any engine import.
 
 Engines spawn their worker processes, so a setting must survive the trip: the launcher serialises the
-validated
-settings into ``SPECPOLICY_CONFIG`` (JSON) and every spawned process rebuilds them with ``from_env``. Users
-who
-launch the engine their own way set ``SPECPOLICY_POLICY`` (a policy name, JSON object or file) and,
-optionally,
-the ``SPECPOLICY_TRACE`` / ``SPECPOLICY_METRICS`` / ... variables listed in ``ENV_VARS``.
+validated settings into ``SPECPOLICY_CONFIG`` (JSON) and every spawned process rebuilds them with
+``from_env``. Users who launch the engine their own way set ``SPECPOLICY_POLICY`` (a policy name, JSON object
+or file) and, optionally, the ``SPECPOLICY_TRACE`` / ``SPECPOLICY_METRICS`` / ... variables listed in
+``ENV_VARS``.
 """
 
 from __future__ import annotations

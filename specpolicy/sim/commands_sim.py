@@ -207,8 +207,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     gain = res.best.metric / res.default.metric if res.default.metric else float("nan")
     print(
         f"best {args.objective}: {res.best.metric:.4g} (default config {res.default.metric:.4g}, "
-        f"x{gain:.3f}); "
-        f"{len(res.trials)} configs simulated, {res.rejected} invalid draws redrawn",
+        f"x{gain:.3f}); {len(res.trials)} configs simulated, {res.rejected} invalid draws redrawn",
         file=sys.stderr,
     )
     print(json.dumps(res.best.config, indent=2))

@@ -1,4 +1,5 @@
-"""A dependency-free progress bar on stderr that appears only once a run has taken more than a second."""
+"""The simulator's progress bar on stderr (tqdm), shown only once a run has taken more than a second and only
+on a terminal, so quick runs and CI logs stay clean."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from tqdm import tqdm
+
 __all__ = ["ProgressBar"]
 
 
 class ProgressBar:
-    """Draws ``label [#####.....] 42% 3.1s`` with carriage returns; silent for the first ``delay_s``.
+    """``label [#####.....] 42%   3.1s``, redrawn at most ten times a second, silent for ``delay_s`` first.
 
-    ``enabled`` None means "only when the stream is a terminal" (CI logs stay clean).
+    ``enabled`` None means "only when the stream is a terminal". ``update`` takes the amount done so far (the
+    unit of ``total``, simulated seconds here), because the simulator's worker processes report a running sum.
     """
 
     def __init__(
@@ -28,40 +32,30 @@ class ProgressBar:
         width: int = 30,
     ) -> None:
         self.total = max(total, 1e-12)
-        self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.delay_s = delay_s
-        self.clock = clock
-        self.width = width
         self.done = 0.0
-        self.t0 = clock()
-        self._last_draw = -1.0
-        self.drawn = False
+        self._bar = tqdm(
+            total=self.total,
+            desc=label,
+            file=self.stream,
+            disable=not self.enabled,
+            delay=delay_s,
+            mininterval=0.1,
+            ascii=".#",
+            bar_format="{desc} [{bar:" + str(width) + "}] {percentage:3.0f}% {elapsed_s:5.1f}s",
+        )
+        # tqdm reads the time from its instance attribute; its start is restarted on the given clock
+        self._bar._time = clock
+        self._bar.start_t = self._bar.last_print_t = clock()
 
     def update(self, done: float) -> None:
-        """Set the amount done (same unit as ``total``) and redraw at most ten times a second."""
+        """Set the amount done (same unit as ``total``)."""
         self.done = min(done, self.total)
-        if not self.enabled:
-            return
-        now = self.clock()
-        if now - self.t0 < self.delay_s or now - self._last_draw < 0.1:
-            return
-        self._last_draw = now
-        self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        frac = self.done / self.total
-        filled = int(round(frac * self.width))
-        bar = "#" * filled + "." * (self.width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {frac:4.0%} {now - self.t0:5.1f}s")
-        self.stream.flush()
-        self.drawn = True
+        self._bar.update(self.done - self._bar.n)
 
     def close(self) -> None:
-        """Finish the line if anything was drawn."""
-        if self.enabled and self.drawn:
-            self.done = self.total
-            self._draw(self.clock())
-            self.stream.write("\n")
-            self.stream.flush()
+        """Finish the line at 100% if anything was drawn (nothing is written otherwise)."""
+        if self.enabled:
+            self._bar.n = self.total
+        self._bar.close()

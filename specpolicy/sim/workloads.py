@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +39,9 @@ from ..errors import ConfigError
 from .acceptance import BetaAcceptance
 
 __all__ = [
+    "BUILTIN",
+    "Builtin",
+    "BuildArgs",
     "WORKLOADS",
     "DEFAULT_SWEEP_LEVELS",
     "RequestShape",
@@ -52,9 +55,7 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-WORKLOADS = ("sweep", "ramp", "bursty", "transition")
 DEFAULT_SWEEP_LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-DEFAULT_DURATION_S = {"sweep": 60.0, "ramp": 600.0, "bursty": 600.0, "transition": 600.0}
 _BLOCK = 1024
 
 
@@ -359,6 +360,81 @@ def _looks_like_trace(path: Path) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class BuildArgs:
+    """What ``load_workload`` hands a built-in's builder (``duration_s`` already defaulted)."""
+
+    duration_s: float
+    seed: int
+    profile: _NeverStep
+    shape: RequestShape
+    acceptance: BetaAcceptance
+    concurrency: Sequence[int] | None
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in workload: how to build its scenarios, and its duration when ``--duration`` is not given."""
+
+    build: Callable[[BuildArgs], list[Scenario]]
+    duration_s: float
+    takes_concurrency: bool = False
+
+
+def _build_sweep(a: BuildArgs) -> list[Scenario]:
+    # Start in steady state (requests already mid-output), then skip a short settling time.
+    return [
+        Scenario(
+            "sweep",
+            a.duration_s,
+            concurrency=c,
+            closed_loop=((0.0, c),),
+            shape=a.shape,
+            acceptance=a.acceptance,
+            warmup_s=min(5.0, a.duration_s / 4),
+            prewarmed=True,
+        )
+        for c in (a.concurrency or DEFAULT_SWEEP_LEVELS)
+    ]
+
+
+def _build_ramp(a: BuildArgs) -> list[Scenario]:
+    return [
+        Scenario(
+            "ramp", a.duration_s, closed_loop=_ramp(a.duration_s), shape=a.shape, acceptance=a.acceptance
+        )
+    ]
+
+
+def _build_bursty(a: BuildArgs) -> list[Scenario]:
+    reqs = _bursty(a.seed, a.duration_s, a.profile, a.shape, a.acceptance)
+    return [Scenario("bursty", a.duration_s, requests=reqs, shape=a.shape, acceptance=a.acceptance)]
+
+
+def _build_transition(a: BuildArgs) -> list[Scenario]:
+    return [
+        Scenario(
+            "transition",
+            a.duration_s,
+            closed_loop=((0.0, 32),),
+            acceptance_phases=_alternating(a.duration_s, 60.0, (0.85, 0.35)),
+            shape=a.shape,
+            acceptance=a.acceptance,
+            prewarmed=True,
+        )
+    ]
+
+
+#: The built-in workloads by name (the module docstring describes each).
+BUILTIN: Mapping[str, Builtin] = {
+    "sweep": Builtin(_build_sweep, 60.0, takes_concurrency=True),
+    "ramp": Builtin(_build_ramp, 600.0),
+    "bursty": Builtin(_build_bursty, 600.0),
+    "transition": Builtin(_build_transition, 600.0),
+}
+WORKLOADS = tuple(BUILTIN)
+
+
 def load_workload(
     spec: str | os.PathLike[str],
     *,
@@ -375,46 +451,16 @@ def load_workload(
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise ConfigError(f"--duration must be a number of seconds > 0, got {duration_s!r}")
     name = os.fspath(spec)
-    if name in WORKLOADS:
-        dur = duration_s or DEFAULT_DURATION_S[name]
-        if concurrency is not None and name != "sweep":
+    builtin = BUILTIN.get(name)
+    if builtin is not None:
+        if concurrency is not None and not builtin.takes_concurrency:
             raise ConfigError("--concurrency applies to the sweep workload only")
-        if name == "sweep":
-            # Start in steady state (requests already mid-output), then skip a short settling time.
-            return [
-                Scenario(
-                    "sweep",
-                    dur,
-                    concurrency=c,
-                    closed_loop=((0.0, c),),
-                    shape=shape,
-                    acceptance=acceptance,
-                    warmup_s=min(5.0, dur / 4),
-                    prewarmed=True,
-                )
-                for c in (concurrency or DEFAULT_SWEEP_LEVELS)
-            ]
-        if name == "ramp":
-            return [Scenario("ramp", dur, closed_loop=_ramp(dur), shape=shape, acceptance=acceptance)]
-        if name == "bursty":
-            reqs = _bursty(seed, dur, profile, shape, acceptance)
-            return [Scenario("bursty", dur, requests=reqs, shape=shape, acceptance=acceptance)]
-        phases = _alternating(dur, 60.0, (0.85, 0.35))
-        return [
-            Scenario(
-                "transition",
-                dur,
-                closed_loop=((0.0, 32),),
-                acceptance_phases=phases,
-                shape=shape,
-                acceptance=acceptance,
-                prewarmed=True,
-            )
-        ]
+        args = BuildArgs(duration_s or builtin.duration_s, seed, profile, shape, acceptance, concurrency)
+        return builtin.build(args)
     path = Path(name)
     if not path.is_file():
         raise ConfigError(
-            f"--workload: {name!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a file"
+            f"--workload: {name!r} is neither a built-in workload ({', '.join(BUILTIN)}) nor a file"
         )
     if concurrency is not None:
         raise ConfigError("--concurrency applies to the sweep workload only")

@@ -188,6 +188,31 @@ def test_progress_bar_stays_silent_when_disabled_or_fast() -> None:
     assert buf.getvalue() == ""
 
 
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bar_draws_only_on_a_terminal_by_default(tty: bool) -> None:
+    now = [0.0]
+    stream = _Stream(tty)
+    bar = ProgressBar(10.0, stream=stream, clock=lambda: now[0])  # enabled=None: decided by the stream
+    for t in (0.5, 1.5, 3.0, 6.0):
+        now[0] = t
+        bar.update(t)
+    bar.close()
+    if tty:
+        assert stream.getvalue().startswith("\rsimulating [") and stream.getvalue().endswith("100%   6.0s\n")
+        assert "  30%   3.0s" in stream.getvalue()
+    else:
+        assert stream.getvalue() == ""
+
+
 # -- sglang-adaptive -----------------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def _fresh_sglang_lookup() -> Any:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specpolicy.errors import ConfigError
+from specpolicy.sim import workloads
 from specpolicy.sim.acceptance import BetaAcceptance
 from specpolicy.sim.workloads import (
     DEFAULT_SWEEP_LEVELS,
@@ -178,6 +179,40 @@ def test_unknown_workload_and_misplaced_options() -> None:
         load_workload("ramp", profile=P, concurrency=(4,))
     with pytest.raises(ConfigError, match="--duration"):
         load_workload("ramp", profile=P, duration_s=-1)
+
+
+def test_an_unknown_name_lists_every_built_in() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_workload("transitions", profile=P)  # close to a built-in, still not one
+    assert "'transitions' is neither a built-in workload (sweep, ramp, bursty, transition) nor a file" in str(
+        info.value
+    )
+
+
+def test_each_built_in_runs_its_own_scenarios_for_its_default_duration() -> None:
+    durations = {"sweep": 60.0, "ramp": 600.0, "bursty": 600.0, "transition": 600.0}  # the module docstring
+    assert set(workloads.BUILTIN) == set(durations)
+    for name, duration in durations.items():
+        scenarios = load_workload(name, profile=P)
+        assert scenarios and {sc.workload for sc in scenarios} == {name}
+        assert {sc.duration_s for sc in scenarios} == {duration}
+
+
+def test_a_registered_workload_runs_its_own_builder(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[workloads.BuildArgs] = []
+
+    def build(args: workloads.BuildArgs) -> list[Scenario]:
+        seen.append(args)
+        return [Scenario("steady", args.duration_s, closed_loop=((0.0, 8),))]
+
+    monkeypatch.setitem(workloads.BUILTIN, "steady", workloads.Builtin(build, 30.0))
+    (sc,) = load_workload("steady", profile=P, seed=7)
+    assert (sc.workload, sc.duration_s, sc.closed_loop) == ("steady", 30.0, ((0.0, 8),))
+    assert seen[0].seed == 7 and seen[0].concurrency is None
+    (short,) = load_workload("steady", profile=P, duration_s=5.0)
+    assert short.duration_s == 5.0
+    with pytest.raises(ConfigError, match="sweep workload only"):
+        load_workload("steady", profile=P, concurrency=(4,))
 
 
 def test_scenario_validation() -> None:

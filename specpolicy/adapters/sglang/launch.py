@@ -1,16 +1,15 @@
 """``specpolicy-sglang``: a drop-in for ``python -m sglang.launch_server`` that runs a specpolicy policy.
 
 Our options (``--spec-policy`` and the ``--spec-policy-*`` family) are taken out of the command line;
-everything
-else goes to SGLang untouched. The policy is validated FIRST, before SGLang is imported, so a bad one exits
-non-zero naming the field whether or not SGLang is installed. The validated settings travel to SGLang's
-spawned
-scheduler processes in the environment (``SPECPOLICY_CONFIG``), where the plugin entry point picks them up.
+everything else goes to SGLang untouched. The policy is validated FIRST, before SGLang is imported, so a bad
+one exits non-zero naming the field whether or not SGLang is installed. The validated settings travel to
+SGLang's spawned scheduler processes in the environment (``SPECPOLICY_CONFIG``), where the plugin entry point
+picks them up.
 
-On 0.5.20+ the policy drives SGLang's AdaptiveController, so the launcher adds ``--speculative-adaptive`` and,
-when the user gave no ``--speculative-adaptive-config``, writes one whose candidate steps are the policy's
-(plus
-the launch depth). A user-given config is checked now: the policy's depths must be among its candidate steps.
+On 0.5.20+ the policy drives SGLang's AdaptiveController, so the launcher adds ``--speculative-adaptive``
+and, when the user gave no ``--speculative-adaptive-config``, writes one whose candidate steps are the
+policy's (plus the launch depth). A user-given config is checked now: the policy's depths must be among its
+candidate steps.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from ..runtime import AdapterInstallError, check_candidate_steps
 from ..settings import ENV_POLICY, AdapterSettings
 from .versions import check_version, installed_version, route_for
 
-__all__ = ["main", "prepare", "LaunchPlan", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]
+__all__ = ["main", "prepare", "PreparedLaunch", "LaunchPlan", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]
 
 PROG = "specpolicy-sglang"
 EXIT_CONFIG = 2  # invalid specpolicy configuration (same status argparse uses for usage errors)
@@ -45,8 +44,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--spec-policy",
         metavar="NAME|JSON|FILE",
         help="the policy: a registered name (see `specpolicy policies`), a JSON object, or a "
-        ".json/.yaml/.toml "
-        f"file. Default: the {ENV_POLICY} environment variable.",
+        f".json/.yaml/.toml file. Default: the {ENV_POLICY} environment variable.",
     )
     g.add_argument(
         "--spec-policy-trace", metavar="FILE", help="write a JSONL step trace to FILE ({rank} allowed)"
@@ -113,7 +111,7 @@ def build_parser(with_sglang: bool = False) -> argparse.ArgumentParser:
 
 
 @dataclass
-class LaunchPlan:
+class PreparedLaunch:
     """What ``main`` will run: validated settings, SGLang's argv, and the environment for its processes."""
 
     settings: AdapterSettings
@@ -122,6 +120,10 @@ class LaunchPlan:
     sglang_argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+#: The former name, kept for callers of ``prepare`` that spell the type.
+LaunchPlan = PreparedLaunch
 
 
 def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
@@ -165,7 +167,12 @@ def _opt(argv: Sequence[str], name: str) -> str | None:
 
 
 def _config_steps(path: str) -> list[int]:
-    """Union of the candidate steps of an adaptive config (integer keys), as SGLang computes it."""
+    """Union of the candidate steps of an adaptive config (integer keys), as SGLang computes it.
+
+    SGLang's own reader (``resolve_candidate_steps_from_config``) would import SGLang, which the launcher
+    must not do before the policy is validated, so the rule is repeated here; the bridge checks the policy
+    against SGLang's reading again once the worker exists.
+    """
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -189,8 +196,7 @@ def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str])
     if topk is not None and topk != "1":
         raise AdapterInstallError(
             f"--speculative-eagle-topk {topk}: SGLang's adaptive controller needs topk=1 (it would "
-            "silently turn "
-            "itself off); drop the option or pass 1"
+            "silently turn itself off); drop the option or pass 1"
         )
     out = list(argv)
     policy_steps = set(settings.policy.candidate_steps())
@@ -219,7 +225,7 @@ def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str])
     return out
 
 
-def prepare(argv: Sequence[str]) -> LaunchPlan:
+def prepare(argv: Sequence[str]) -> PreparedLaunch:
     """Validate our options and decide what to run. Raises ConfigError / AdapterInstallError with the reason.
 
     Imports nothing from SGLang (the version comes from package metadata).
@@ -240,14 +246,15 @@ def prepare(argv: Sequence[str]) -> LaunchPlan:
         if settings.on_install_failure == "refuse":
             raise
         # warn: SGLang runs exactly as without specpolicy, and says so loudly
-        return LaunchPlan(settings, installed_version() or "", "none", list(rest), {}, [f"NOT ACTIVE: {exc}"])
+        notes = [f"NOT ACTIVE: {exc}"]
+        return PreparedLaunch(settings, installed_version() or "", "none", list(rest), {}, notes)
     env = settings.to_env()
     allow = os.environ.get("SGLANG_PLUGINS", "").strip()
     if allow and "specpolicy" not in {x.strip() for x in allow.split(",")}:
         # SGLang's plugin allow-list would keep specpolicy out of the scheduler processes
         env["SGLANG_PLUGINS"] = allow + ",specpolicy"
         notes.append("added specpolicy to SGLANG_PLUGINS")
-    return LaunchPlan(settings, version, route, sglang_argv, env, notes)
+    return PreparedLaunch(settings, version, route, sglang_argv, env, notes)
 
 
 def _print_help() -> None:
@@ -285,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run_legacy(plan: LaunchPlan) -> int:
+def _run_legacy(plan: PreparedLaunch) -> int:
     """Legacy releases: the scheduler processes need specpolicy's ``run_scheduler_process_func`` (0.5.10.post1
     has no plugin framework), which ``http_server.launch_server`` takes as a keyword; the HTTP server mode is
     the one supported here (not gRPC, encoder-only or Ray)."""

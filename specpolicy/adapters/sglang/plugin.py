@@ -4,8 +4,7 @@ Scheduler processes are spawned, so a patch made in the launching process never 
 does, because SGLang's ``load_plugins()`` runs at the top of every scheduler process. ``register`` checks the
 installed release and hands over to the hook module for it. With specpolicy installed but not configured (no
 ``SPECPOLICY_*`` variable, no ``"specpolicy"`` key in the adaptive config) the hooks find nothing to do and
-SGLang
-runs exactly as without it.
+SGLang runs exactly as without it.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ConfigError
+from .._support import refuse_or_warn
 from ..settings import AdapterSettings
 from .versions import UnsupportedVersion, check_version, installed_version, route_for
 
@@ -36,9 +36,7 @@ def register() -> None:
         if settings is None:
             log.info("specpolicy: plugin inactive: %s", exc)
             return
-        if settings.on_install_failure == "refuse":
-            raise SystemExit(f"specpolicy: refusing to start: {exc}") from None
-        log.error("specpolicy: NOT ACTIVE, the server runs without the policy: %s", exc)
+        _refuse_or_warn(settings, exc)
         return
     if route_for(version) == "adaptive":
         from . import v0_5_23
@@ -52,6 +50,14 @@ def register() -> None:
     try:
         legacy.install(settings)
     except Exception as exc:  # InstallError with the reason; the plugin loader would swallow it
-        if settings.on_install_failure == "refuse":
-            raise SystemExit(f"specpolicy: refusing to start: {exc}") from None
-        log.error("specpolicy: NOT ACTIVE, the server runs without the policy: %s", exc)
+        _refuse_or_warn(settings, exc)
+
+
+def _refuse_or_warn(settings: AdapterSettings, exc: Exception) -> None:
+    # SystemExit, because SGLang's plugin loader swallows exceptions
+    refuse_or_warn(
+        settings.on_install_failure,
+        exc,
+        log,
+        refuse=lambda why: SystemExit(f"specpolicy: refusing to start: {why}"),
+    )

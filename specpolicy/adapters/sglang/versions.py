@@ -1,35 +1,33 @@
 """Which SGLang is installed, whether specpolicy supports it, and which worker path a server runs.
 
-Supported means tested in CI against the real package. Any other release is refused at start-up with the
-reason, unless the user explicitly allows untested versions (then a loud warning).
+Supported means tested in CI against the real package (a row of ``releases.RELEASES``). Any other release is
+refused at start-up with the reason, unless the user explicitly allows untested versions (then a loud
+warning, and the release runs as the tested row whose code layout it has).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-from typing import Literal
 
+from .. import _support
 from ..runtime import AdapterInstallError
+from . import releases
+from .releases import Route
 
 __all__ = [
     "SUPPORTED",
-    "LEGACY",
     "installed_version",
     "check_version",
     "route_for",
     "worker_path",
     "UnsupportedVersion",
+    "Route",
 ]
 
 log = logging.getLogger("specpolicy.sglang")
 
-#: Releases the adapter is tested against, oldest first.
-SUPPORTED: tuple[str, ...] = ("0.5.10.post1", "0.5.12.post1", "0.5.23")
-#: Releases with both workers (v1 non-overlap ``EAGLEWorker``, v2 overlap ``EAGLEWorkerV2``).
-LEGACY: tuple[str, ...] = ("0.5.10.post1", "0.5.12.post1")
-
-Route = Literal["legacy", "adaptive"]
+#: Releases the adapter is tested against, oldest first (``releases.tested()`` reads the table each call).
+SUPPORTED: tuple[str, ...] = releases.tested()
 
 
 class UnsupportedVersion(AdapterInstallError):
@@ -38,43 +36,38 @@ class UnsupportedVersion(AdapterInstallError):
 
 def installed_version() -> str | None:
     """The installed SGLang release (from package metadata, without importing SGLang), or None."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _key(version: str) -> tuple[int, ...]:
-    parts: list[int] = []
-    for piece in version.replace(".post", ".").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+    return _support.installed_version("sglang")
 
 
 def route_for(version: str) -> Route:
-    """Which adapter code handles a release: the 0.5.23-style adaptive bridge, or the legacy workers."""
-    return "adaptive" if _key(version) >= _key("0.5.20") else "legacy"
+    """Which adapter code handles a release: the adaptive bridge (0.5.20+), or the legacy workers.
+
+    A version older than every tested layout gets "legacy": ``check_version`` refuses it before it runs.
+    """
+    row = releases.layout_for(version)
+    return row.route if row is not None else "legacy"
 
 
 def check_version(version: str | None, allow_untested: bool = False) -> str:
     """Return the version when supported; raise UnsupportedVersion with the reason otherwise.
 
     With ``allow_untested`` an unsupported release is accepted with a loud warning, if its code layout is one
-    the adapter knows (0.5.10 and later).
+    the adapter knows (the oldest row's ``since`` and later).
     """
-    supported = ", ".join(SUPPORTED)
+    supported = ", ".join(releases.tested())
     if version is None:
         raise UnsupportedVersion(f"SGLang is not installed; specpolicy supports SGLang {supported}")
-    if version in SUPPORTED:
+    if releases.release(version) is not None:
         return version
-    if allow_untested and _key(version) >= _key("0.5.10"):
+    layout = releases.layout_for(version)
+    if allow_untested and layout is not None:
         log.warning(
-            "specpolicy: SGLang %s is NOT a tested release (tested: %s); running anyway because untested "
-            "versions are allowed. Check the start-up line says the expected path is live, and run "
+            "specpolicy: SGLang %s is NOT a tested release (tested: %s); running anyway, as %s, because "
+            "untested versions are allowed. Check the start-up line says the expected path is live, and run "
             "`specpolicy doctor --smoke` on a GPU before trusting it.",
             version,
             supported,
+            layout.version,
         )
         return version
     hint = "" if allow_untested else " (pass --spec-policy-allow-untested to try anyway)"
@@ -88,7 +81,7 @@ def worker_path(version: str, overlap: bool) -> str:
 
     Legacy releases pick v1 (``EAGLEWorker``) when overlap scheduling is off, else v2 (``EAGLEWorkerV2``);
     SGLang itself turns overlap off for topk > 1 or SGLANG_ENABLE_SPEC_V2=0 while resolving the arguments.
-    From 0.5.13 on only ``EAGLEWorkerV2`` exists and specpolicy drives its AdaptiveController.
+    On the adaptive route specpolicy drives ``EAGLEWorkerV2``'s AdaptiveController, with or without overlap.
     """
     if route_for(version) == "adaptive":
         mode = "overlap" if overlap else "non-overlap"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
+from .._support import refuse_or_warn
 from ..runtime import AdapterInstallError, check_candidate_steps
 from ..settings import AdapterSettings
 from .config import SECTION, settings_from
@@ -208,8 +209,6 @@ def preflight(vllm_config: Any, version: str | None) -> Preflight | None:
         facts = facts_from_vllm_config(vllm_config, version)
         warnings = check_engine(facts, settings.policy.candidate_steps())
     except AdapterInstallError as exc:
-        if settings.on_install_failure == "refuse":
-            raise
-        log.error("specpolicy: NOT ACTIVE, vLLM runs without the policy: %s", exc)
+        refuse_or_warn(settings.on_install_failure, exc, log, without="vLLM runs without the policy")
         return None
     return Preflight(settings, facts, tuple(warnings))

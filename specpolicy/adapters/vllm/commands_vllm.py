@@ -17,9 +17,9 @@ def register(sub: Any) -> None:
         "vllm-args",
         help="print the vLLM flags that run a policy",
         description="Print the `vllm serve` flags (or LLM(...) keyword arguments with --json) that run a "
-        "policy: "
-        "--speculative-config with a num_speculative_tokens_per_batch_size schedule listing every depth the "
-        "policy may choose (so vLLM captures CUDA graphs for each), --scheduler-cls and --additional-config. "
+        "policy: --speculative-config with a num_speculative_tokens_per_batch_size schedule listing every "
+        "depth the policy may choose (so vLLM captures CUDA graphs for each), --scheduler-cls and "
+        "--additional-config. "
         "Exit status 1 with the offending field named when the policy configuration is invalid.",
     )
     p.add_argument("--policy", required=True, help="policy name, JSON object, or .json/.yaml/.toml file")

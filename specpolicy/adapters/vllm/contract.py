@@ -8,8 +8,8 @@ without one of them lists it as ``absent`` in its row of ``versions.RELEASES`` (
 
 from __future__ import annotations
 
-import importlib
-
+from .._support import check_targets as _check
+from .._support import resolve
 from .versions import installed_version, release
 
 __all__ = ["TARGETS", "targets_for", "resolve", "check_targets"]
@@ -38,27 +38,6 @@ def targets_for(version: str | None) -> tuple[str, ...]:
     return TARGETS if row is None else tuple(t for t in TARGETS if t not in row.absent)
 
 
-def resolve(dotted: str) -> object:
-    """Import the longest module prefix of ``dotted`` and walk the remaining attributes."""
-    parts = dotted.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        try:
-            obj: object = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for attr in parts[i:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(f"no importable module in {dotted!r}")
-
-
 def check_targets() -> dict[str, str | None]:
     """name -> None when it resolves in the installed vLLM, else the problem."""
-    out: dict[str, str | None] = {}
-    for name in targets_for(installed_version()):
-        try:
-            resolve(name)
-            out[name] = None
-        except Exception as exc:
-            out[name] = f"{type(exc).__name__}: {exc}"
-    return out
+    return _check(targets_for(installed_version()))

@@ -14,7 +14,6 @@ run is given against the reference.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from .._support import entry_point_registered, gpu_name
 from ..doctor_section import (
     REINSTALL_FIX,
     SMOKE_REPORT_FIX,
@@ -32,6 +32,7 @@ from ..doctor_section import (
     new_section,
     print_section,
     problem,
+    target_problems,
 )
 from .contract import check_targets
 from .versions import SUPPORTED, UnsupportedVersion, check_version, installed_version
@@ -44,8 +45,7 @@ Runner = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _entry_point_registered() -> bool:
-    eps = importlib.metadata.entry_points(group="vllm.general_plugins")
-    return any(ep.value == ENTRY_POINT for ep in eps)
+    return entry_point_registered("vllm.general_plugins", ENTRY_POINT)
 
 
 def report(
@@ -74,17 +74,12 @@ def report(
         result["entry_point"] = _entry_point_registered()
         if not result["entry_point"]:
             problems.append(problem("the vllm.general_plugins entry point is not registered", REINSTALL_FIX))
-        contract = check_targets()
-        result["targets"] = {k: v or "ok" for k, v in contract.items()}
-        problems += [
-            problem(f"{name}: {why}", internals_fix(why, "vllm", SUPPORTED))
-            for name, why in contract.items()
-            if why
-        ]
+        result["targets"] = {k: v or "ok" for k, v in check_targets().items()}
+        problems += target_problems(result["targets"], "vllm", SUPPORTED)
         sched = _scheduler_problem()
         if sched:
             problems.append(problem(sched, internals_fix(sched, "vllm", SUPPORTED)))
-        result["gpu"] = _gpu_name()
+        result["gpu"] = gpu_name()
     if smoke:
         if version is None or not result["gpu"]:
             problems.append(
@@ -118,15 +113,6 @@ def _scheduler_problem() -> str | None:
     except Exception as exc:
         return f"specpolicy.adapters.vllm.Scheduler cannot be imported: {type(exc).__name__}: {exc}"
     return None
-
-
-def _gpu_name() -> str | None:
-    try:
-        import torch
-
-        return str(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
-    except Exception:
-        return None
 
 
 def _print(result: dict[str, Any], out: TextIO) -> None:

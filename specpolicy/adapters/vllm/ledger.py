@@ -169,10 +169,10 @@ class StepLedger:
 class CycleRelay:
     """Holds each decision back until the wall time of the step that verified it is known.
 
-    The trace writer pairs a decision with the next ``on_step_time``; in vLLM that time arrives one (sync)
-    or two (async) decisions later. The relay forwards a decision immediately followed by its time, so
-    every trace record carries the time of its own cycle. Decisions whose time never comes are forwarded,
-    without a time, once ``max_held`` newer ones are waiting, or on ``flush``.
+    In vLLM that time arrives one (sync) or two (async) decisions later. The relay forwards a decision
+    immediately followed by its time, so the observers (trace writer, metrics) receive each decision with
+    its own cycle's time. Decisions whose time never comes are forwarded, without a time, once ``max_held``
+    newer ones are waiting, or on ``flush``.
     """
 
     __slots__ = ("_observers", "_held", "max_held", "errors")

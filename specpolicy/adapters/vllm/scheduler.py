@@ -31,7 +31,7 @@ from .checks import preflight
 from .ledger import CycleRelay, StepLedger
 from .versions import installed_version
 
-__all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "Installed", "install"]
+__all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge", "Installed", "install"]
 
 # A child of vLLM's logger, so the start-up line appears where vLLM's own lines do.
 log = logging.getLogger("vllm.specpolicy")
@@ -39,7 +39,7 @@ log = logging.getLogger("vllm.specpolicy")
 _perf_counter = time.perf_counter
 
 
-class Installed:
+class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
     __slots__ = ("runtime", "ledger", "relay", "default_steps", "errors", "_logged")
@@ -98,7 +98,11 @@ class Installed:
         self.runtime.close()
 
 
-def install(vllm_config: Any) -> Installed | None:
+#: The former name of ``CoreBridge``, kept for one release.
+Installed = CoreBridge
+
+
+def install(vllm_config: Any) -> CoreBridge | None:
     """Check the configuration and build the policy runtime for one engine core (see ``checks.preflight``)."""
     pre = preflight(vllm_config, installed_version())
     if pre is None:
@@ -119,13 +123,13 @@ def install(vllm_config: Any) -> Installed | None:
     for w in pre.warnings:
         log.warning("specpolicy: %s", w)
     log.info("%s", runtime.startup_line())
-    return Installed(runtime, k_max)
+    return CoreBridge(runtime, k_max)
 
 
 class _PolicyMixin:
     """The three overrides, shared by the sync and async bases."""
 
-    _specpolicy: Installed | None
+    _specpolicy: CoreBridge | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         installed = kwargs.pop("_specpolicy", _UNSET)

@@ -9,11 +9,10 @@ drives.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-import re
 from dataclasses import dataclass
 
+from .. import _support
 from ..runtime import AdapterInstallError
 
 __all__ = [
@@ -66,24 +65,24 @@ class UnsupportedVersion(AdapterInstallError):
 
 def installed_version() -> str | None:
     """The installed vLLM release, from package metadata (vLLM is not imported), or None."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return _support.installed_version("vllm")
 
 
 def version_key(version: str) -> tuple[int, int, int]:
     """(major, minor, patch) of a release string such as ``0.33.0``, ``0.24.1rc2`` or ``0.34.0.dev3+gabc``."""
-    m = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", version)
-    if m is None:
-        raise ValueError(f"not a vLLM version string: {version!r}")
-    major, minor, patch = (int(g) if g else 0 for g in m.groups())
+    try:
+        major, minor, patch = _support.release_key(version.strip(), length=3)[:3]
+    except ValueError:
+        raise ValueError(f"not a vLLM version string: {version!r}") from None
     return major, minor, patch
 
 
 def release(version: str | None) -> Release | None:
     """The table row of a tested release; None for any other (untested releases get no per-release rule)."""
-    return next((r for r in RELEASES if r.version == version), None)
+    parsed = _support.parse_version(version) if version else None
+    return next(
+        (r for r in RELEASES if parsed is not None and _support.parse_version(r.version) == parsed), None
+    )
 
 
 def check_version(version: str | None, allow_untested: bool = False) -> str:
@@ -95,7 +94,7 @@ def check_version(version: str | None, allow_untested: bool = False) -> str:
     tested = ", ".join(SUPPORTED)
     if version is None:
         raise UnsupportedVersion(f"vLLM is not installed; specpolicy supports vLLM {tested}")
-    if version in SUPPORTED:
+    if release(version) is not None:
         return version
     try:
         key = version_key(version)

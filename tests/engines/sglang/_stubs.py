@@ -1,11 +1,9 @@
 """Stub modules for CUDA-only packages that SGLang imports at module level but the tests never call.
 
 PyPI's ``torchvision`` wheel needs a CUDA torch and ``sgl_kernel`` is a CUDA kernel wheel; neither can be
-installed
-next to the CPU torch. A ``sys.meta_path`` finder hands out permissive stand-ins (every attribute is a
-MagicMock)
-for exactly these top-level names, and only when the real package is absent. Anything that actually calls into
-them would get a MagicMock, which is why the tests only exercise code paths that do not.
+installed next to the CPU torch. A ``sys.meta_path`` finder hands out permissive stand-ins (every attribute
+is a MagicMock) for exactly these top-level names, and only when the real package is absent. Anything that
+actually calls into them would get a MagicMock, which is why the tests only exercise code paths that do not.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Shared set-up for the tests that run against a real SGLang package (one venv per pinned release).
 
 Installs the stub finder for CUDA-only imports (see ``_stubs.py``) before anything imports SGLang, provides
-the
-``sglang_version`` fixture, and skips the whole directory with the reason when SGLang is not importable, e.g.
-when
-these tests run in the core Python by mistake (``scripts/test.sh`` runs them inside the engine venvs).
+the ``sglang_version`` fixture, and skips the whole directory with the reason when SGLang is not importable,
+e.g. when these tests run in the core Python by mistake (``scripts/test.sh`` runs them inside the engine
+venvs).
 """
 
 from __future__ import annotations

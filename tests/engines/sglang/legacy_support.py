@@ -13,8 +13,8 @@ Every fake here replaces one GPU-only piece and is listed in docs/sglang-legacy.
 * ``FakeTargetWorker``: the target model forward; its logits make the target predict ``token_after(pos)``
   at every position, and it records which attention backend / graph runner were installed when it ran.
 * ``ScheduleBatch`` / ``Scheduler`` instances are real classes made with ``object.__new__`` and only the
-  fields
-  the code under test reads; ``get_model_worker_batch`` (which would pack a full GPU batch) is replaced.
+  fields the code under test reads; ``get_model_worker_batch`` (which would pack a full GPU batch) is
+  replaced.
 """
 
 from __future__ import annotations

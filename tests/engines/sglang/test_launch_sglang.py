@@ -150,8 +150,7 @@ def test_module_entry_point_validates_before_importing_sglang() -> None:
 @requires_version("0.5.10.post1", "0.5.12.post1")
 def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pytest.MonkeyPatch) -> None:
     """SGLang's real argument parser and the legacy ``prepare_launch``. Stand-ins: ``http_server`` (the real
-    one
-    imports the OpenAI serving stack, not installed in the CPU venvs) and ``prepare_server_args`` (its
+    one imports the OpenAI serving stack, not installed in the CPU venvs) and ``prepare_server_args`` (its
     ``__post_init__`` needs a GPU and a model directory); the stand-in parses with SGLang's own parser."""
     import argparse
     import types

@@ -2,8 +2,7 @@
 point.
 
 Each case runs in a fresh interpreter: ``load_plugins`` runs once per process and patches SGLang's classes,
-just as
-in a spawned scheduler process.
+just as in a spawned scheduler process.
 """
 
 from __future__ import annotations

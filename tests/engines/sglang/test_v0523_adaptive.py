@@ -1,10 +1,8 @@
 """A specpolicy policy driving SGLang's REAL AdaptiveController (0.5.20+ route).
 
 The only fake is the worker (``FakeWorker``): building real runtime states needs a GPU (attention backends,
-CUDA
-graphs). It is the smallest object satisfying SGLang's own ``AdaptiveSpecWorker`` Protocol and returns
-SGLang's
-own ``SpecRuntimeState`` dataclass, the same pattern as SGLang's CPU test
+CUDA graphs). It is the smallest object satisfying SGLang's own ``AdaptiveSpecWorker`` Protocol and returns
+SGLang's own ``SpecRuntimeState`` dataclass, the same pattern as SGLang's CPU test
 ``test/registered/unit/spec/test_adaptive_runtime_state.py``. Where a method of the real ``EAGLEWorkerV2`` is
 involved (``activate_step_by_batch``, ``on_verify_complete_cpu``), the real function is called on the fake.
 """

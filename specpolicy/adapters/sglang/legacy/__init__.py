@@ -13,10 +13,11 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
     scheduler classes; each scheduler then attaches a policy runtime to the worker it builds and logs the live
     path. Idempotent. Unsupported version, missing hook target or unsupported worker/configuration:
     ``InstallError`` with the reason (``on_install_failure="refuse"``) or an error log and SGLang unchanged
-    (``"warn"``). ``allow_untested`` lets other versions try the nearest hook table, loudly. Trace, metrics
-    and rank agreement come from the shared ``specpolicy.adapters.runtime.AdapterRuntime``.
+    (``"warn"``). ``allow_untested`` lets other versions try the hook table of the code layout they have
+    (``sglang.releases.layout_for``), loudly. Trace, metrics and rank agreement come from the shared
+    ``specpolicy.adapters.runtime.AdapterRuntime``.
 
-``prepare_launch(settings, server_args=None) -> LaunchPlan``
+``prepare_launch(settings, server_args=None) -> LegacyLaunch``
     Call in the launching process, before starting SGLang. Validates the version and (if given) the parsed
     server args, and returns what to do: ``os.environ.update(plan.env)`` and pass
     ``plan.run_scheduler_process_func`` to ``launch_server(..., run_scheduler_process_func=...)`` or set it as
@@ -28,7 +29,7 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
 from __future__ import annotations
 
 from .install import InstallError, InstallInfo, install, sglang_version
-from .launch import LaunchPlan, prepare_launch, server_args_problems
+from .launch import LaunchPlan, LegacyLaunch, prepare_launch, server_args_problems
 from .targets import SUPPORTED_VERSIONS
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "InstallError",
     "InstallInfo",
     "LaunchPlan",
+    "LegacyLaunch",
     "install",
     "prepare_launch",
     "server_args_problems",

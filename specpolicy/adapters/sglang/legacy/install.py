@@ -9,16 +9,17 @@ is logged as an error and the worker runs SGLang's own speculation untouched (``
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
+from ..._support import installed_version
 from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
+from ..releases import layout_for, legacy_releases
 from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
@@ -26,7 +27,7 @@ from .gpu_timer import GpuStepTimer
 from .off_step import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, OnOffAtDepth, StepRuntime
-from .targets import SUPPORTED_VERSIONS, check_targets, release_tuple
+from .targets import check_targets
 
 __all__ = ["InstallError", "InstallInfo", "install", "attach", "sglang_version"]
 
@@ -60,10 +61,10 @@ _STATE = _State()
 
 
 def sglang_version() -> str:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise InstallError("sglang is not installed in this Python") from None
+    version = installed_version("sglang")
+    if version is None:
+        raise InstallError("sglang is not installed in this Python")
+    return version
 
 
 def _fail(settings: AdapterSettings, reason: str) -> str:
@@ -83,13 +84,15 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
     if _STATE.info is not None and _STATE.info.installed:
         _STATE.settings = settings
         return _STATE.info
-    table = version
-    if version not in SUPPORTED_VERSIONS:
-        supported = ", ".join(SUPPORTED_VERSIONS)
+    row = layout_for(version)  # a tested release's own row, or the row whose code layout it has
+    table = row.version if row is not None and row.route == "legacy" else None
+    if table != version:
+        supported = ", ".join(r.version for r in legacy_releases())
         reason = f"sglang {version} is not supported by the legacy adapter; supported: {supported}"
+        if table is None:
+            return InstallInfo(version, False, _fail(settings, reason + " (no legacy hook table fits it)"))
         if not settings.allow_untested:
             return InstallInfo(version, False, _fail(settings, reason + " (allow_untested overrides)"))
-        table = "0.5.12.post1" if release_tuple(version) >= (0, 5, 11) else "0.5.10.post1"
         log.warning(
             "specpolicy: UNTESTED: %s; using the %s hook table because allow_untested is set", reason, table
         )
@@ -110,9 +113,9 @@ def _patch(version: str, names: FieldNames) -> list[str]:
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
-    resolve_name = (
-        "_resolve_spec_overlap_tokens" if version == "0.5.12.post1" else "_resolve_spec_overlap_token_ids"
-    )
+    row = layout_for(version)
+    assert row is not None and row.overlap_resolve is not None
+    resolve_name = row.overlap_resolve
     plan: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
         (EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names)),
         (EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names)),

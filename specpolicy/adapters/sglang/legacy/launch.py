@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...settings import AdapterSettings
+from ..releases import layout_for, legacy_releases
 from .install import SUPPORTED_ALGORITHMS, InstallError, sglang_version
 from .scheduler_entry import run_scheduler_process
-from .targets import SUPPORTED_VERSIONS, release_tuple
 
-__all__ = ["LaunchPlan", "prepare_launch", "server_args_problems"]
+__all__ = ["LegacyLaunch", "LaunchPlan", "prepare_launch", "server_args_problems"]
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LegacyLaunch:
     """Do all of it before launching: ``os.environ.update(plan.env)``; pass ``run_scheduler_process_func`` to
     ``sglang.srt.entrypoints.http_server.launch_server(server_args, run_scheduler_process_func=...)`` or set
     ``sglang.Engine.run_scheduler_process_func = staticmethod(plan.run_scheduler_process_func)``."""
@@ -38,6 +38,10 @@ class LaunchPlan:
     run_scheduler_process_func: Callable[..., Any]
     route: str  # "plugin+scheduler-func" (0.5.12.post1) or "scheduler-func" (0.5.10.post1)
     warnings: tuple[str, ...] = ()
+
+
+#: The former name, kept for callers of ``prepare_launch`` that spell the type.
+LaunchPlan = LegacyLaunch
 
 
 def server_args_problems(server_args: Any) -> list[str]:
@@ -59,21 +63,22 @@ def server_args_problems(server_args: Any) -> list[str]:
     return out
 
 
-def prepare_launch(settings: AdapterSettings, server_args: Any = None) -> LaunchPlan:
+def prepare_launch(settings: AdapterSettings, server_args: Any = None) -> LegacyLaunch:
     """Validate in the launching process and say what to do; InstallError with the reason if it cannot run.
 
     With ``settings.on_install_failure == "warn"`` problems are returned in ``warnings`` instead of raised.
     """
     version = sglang_version()
+    row = layout_for(version)  # a tested release's own row, or the row whose code layout it has
     problems: list[str] = []
-    if version not in SUPPORTED_VERSIONS and not settings.allow_untested:
+    if row is None or row.route != "legacy" or (row.version != version and not settings.allow_untested):
         problems.append(
             f"sglang {version} is not supported by the legacy adapter; "
-            f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+            f"supported: {', '.join(r.version for r in legacy_releases())}"
         )
     if server_args is not None:
         problems.extend(server_args_problems(server_args))
     if problems and settings.on_install_failure == "refuse":
         raise InstallError("; ".join(problems))
-    route = "plugin+scheduler-func" if release_tuple(version) >= (0, 5, 11) else "scheduler-func"
-    return LaunchPlan(version, settings.to_env(), run_scheduler_process, route, tuple(problems))
+    route = "plugin+scheduler-func" if row is not None and row.plugins else "scheduler-func"
+    return LegacyLaunch(version, settings.to_env(), run_scheduler_process, route, tuple(problems))

@@ -1,0 +1,159 @@
+"""The SGLang release table: versions compare as versions, untested releases run as the layout they have,
+and a new release is one row (plus its test environment, which a test here keeps in step)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specpolicy.adapters import _support
+from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.adapters.sglang import doctor, launch, legacy, releases, versions
+from specpolicy.adapters.sglang.releases import Release
+from specpolicy.adapters.vllm import versions as vllm_versions
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+legacy_launch = importlib.import_module("specpolicy.adapters.sglang.legacy.launch")
+ALGO = ["--model-path", "m", "--speculative-algorithm", "EAGLE3"]
+
+
+def test_versions_order_as_versions_not_as_strings() -> None:
+    assert "0.5.9" > "0.5.10"  # what a string comparison gets wrong
+    assert _support.release_key("0.5.9") < _support.release_key("0.5.10")
+    assert _support.release_key("0.5.10.post1") == _support.release_key("0.5.10") == (0, 5, 10)
+    assert _support.release_key("v1.2") == (1, 2, 0)
+    assert _support.parse_version("nightly") is None
+    with pytest.raises(ValueError, match="nightly"):
+        _support.release_key("nightly")
+    assert releases.release("0.5.23.0") is releases.release("0.5.23")  # equal as versions
+    assert releases.release("0.5.23rc1") is None
+
+
+@pytest.mark.parametrize(
+    ("version", "layout"),
+    [
+        ("0.5.10", "0.5.10.post1"),
+        ("0.5.10.post2", "0.5.10.post1"),
+        ("0.5.11", "0.5.12.post1"),  # the plugin framework and the renamed overlap method arrive in 0.5.11
+        ("0.5.19", "0.5.12.post1"),
+        ("0.5.20", "0.5.23"),  # SGLang's AdaptiveController with steps=0 arrives in 0.5.20
+        ("0.6.0", "0.5.23"),
+        ("0.5.9", None),
+        ("nightly", None),
+        (None, None),
+    ],
+)
+def test_an_untested_release_runs_as_the_layout_it_has(version: str | None, layout: str | None) -> None:
+    row = releases.layout_for(version)
+    assert (row.version if row else None) == layout
+
+
+def test_rows_are_checked_when_written() -> None:
+    adaptive = releases.release("0.5.23")
+    assert adaptive is not None
+    with pytest.raises(ValueError, match="since 0.5.24 is newer"):
+        dataclasses.replace(adaptive, since="0.5.24")
+    with pytest.raises(ValueError, match="PEP 440"):
+        dataclasses.replace(adaptive, version="latest")
+    with pytest.raises(ValueError, match="overlap_resolve must name one of its hooks"):
+        dataclasses.replace(adaptive, route="legacy", overlap_resolve="_resolve_nothing")
+
+
+def _with_rows(monkeypatch: pytest.MonkeyPatch, *rows: Release) -> None:
+    monkeypatch.setattr(releases, "RELEASES", (*releases.RELEASES, *rows))
+
+
+def test_a_new_adaptive_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    newest = releases.RELEASES[-1]
+    _with_rows(monkeypatch, dataclasses.replace(newest, version="0.5.30", since="0.5.30"))
+    assert versions.check_version("0.5.30") == "0.5.30"  # tested now: no allow_untested needed
+    with pytest.raises(versions.UnsupportedVersion, match=r"0\.5\.29 is not supported.*0\.5\.23, 0\.5\.30"):
+        versions.check_version("0.5.29")
+    assert versions.route_for("0.5.31") == "adaptive"
+    # the launcher accepts it and takes the adaptive route
+    monkeypatch.setattr(launch, "installed_version", lambda: "0.5.30")
+    plan = launch.prepare([*ALGO, "--spec-policy", "static"])
+    assert plan.route == "adaptive" and "--speculative-adaptive" in plan.sglang_argv
+    # the doctor lists it as tested and checks its hooks
+    checked: list[str] = []
+
+    def check(targets: tuple[_support.Target, ...]) -> dict[str, str | None]:
+        checked.extend(t.dotted for t in targets)
+        return {t.dotted: None for t in targets}
+
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.5.30")
+    monkeypatch.setattr(doctor, "check_targets", check)
+    monkeypatch.setattr(doctor, "entry_point_registered", lambda group, value: True)
+    monkeypatch.setattr(doctor, "gpu_name", lambda: None)
+    res = doctor.section()
+    assert res["supported"] and res["ok"] and res["tested"][-2:] == ["0.5.23", "0.5.30"]
+    assert checked == [t.dotted for t in newest.hooks]
+
+
+def test_a_new_legacy_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = releases.release("0.5.12.post1")
+    assert base is not None
+    _with_rows(monkeypatch, dataclasses.replace(base, version="0.5.13", since="0.5.13"))
+    settings = AdapterSettings.build("static", metrics=False)
+    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.13")
+    plan = legacy.prepare_launch(settings)
+    assert plan.warnings == () and plan.route == "plugin+scheduler-func"
+    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.14")
+    listed = r"0\.5\.14 .*supported: 0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.13"
+    with pytest.raises(legacy.InstallError, match=listed):
+        legacy.prepare_launch(settings)
+    allowed = legacy.prepare_launch(AdapterSettings.build("static", metrics=False, allow_untested=True))
+    assert allowed.warnings == ()
+
+
+def test_an_untested_release_older_than_every_layout_is_refused_even_when_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(versions.UnsupportedVersion):
+        versions.check_version("0.5.9", allow_untested=True)
+    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.9")
+    allowed = AdapterSettings.build("static", metrics=False, allow_untested=True)
+    with pytest.raises(legacy.InstallError, match=r"0\.5\.9 is not supported"):
+        legacy.prepare_launch(allowed)
+
+
+def _engine_envs() -> dict[str, str]:
+    """engine env name -> the pinned ``package==version`` of scripts/engine-envs.sh's NODEPS table."""
+    listed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "engine-envs.sh"), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    text = (ROOT / "scripts" / "engine-envs.sh").read_text()
+    pins = dict(re.findall(r'^\s*\[([\w.-]+)\]="(\S+==\S+)', text.split("declare -A NODEPS", 1)[1], re.M))
+    assert sorted(listed) == sorted(pins)
+    return pins
+
+
+def test_every_tested_release_has_a_test_environment_and_no_other() -> None:
+    pins = _engine_envs()
+    expected = {f"sglang-{v}" for v in releases.tested()} | {f"vllm-{v}" for v in vllm_versions.SUPPORTED}
+    assert set(pins) == expected
+    for env, pin in pins.items():
+        engine, version = env.split("-", 1)
+        assert pin == f"{engine}=={version}"
+
+
+def test_the_install_extras_span_the_tested_releases() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    tested = releases.tested()
+    assert f"sglang>={tested[0]},<={tested[-1]}" in extras["sglang"]
+    assert f"vllm=={vllm_versions.SUPPORTED[-1]}" in extras["vllm"]
