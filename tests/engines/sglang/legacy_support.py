@@ -319,7 +319,9 @@ def make_v1_batch(names: Any, prompt_lens: list[int], first_tokens: list[int], a
     b.return_logprob = False
     b.return_hidden_states = False
     b.has_grammar = False
-    b.model_config = SimpleNamespace(think_end_id=None, is_encoder_decoder=False)
+    b.model_config = SimpleNamespace(
+        think_end_id=None, is_encoder_decoder=False, hidden_size=HIDDEN, dtype=torch.float32
+    )
     b.device = "cpu"
     b.token_to_kv_pool_allocator = alloc
     b.spec_algorithm = SpeculativeAlgorithm.EAGLE

@@ -122,6 +122,9 @@ class KVDraftRunner:
         self.use_ngram_embedding = False
         self.model_is_mrope = False
         self.is_hybrid_swa = False
+        self.model_config = SimpleNamespace(
+            spec_hidden_size=ls.HIDDEN, hidden_size=ls.HIDDEN, dtype=torch.float32
+        )
         self.extends: list[dict[str, Any]] = []
 
     def forward(self, forward_batch: Any, skip_attn_backend_init: bool = False) -> Any:

@@ -85,7 +85,6 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
             (EAGLEWorker, "forward_batch_generation"),
             (EAGLEWorker, "verify"),
             (EAGLEWorker, "draft"),
-            (EAGLEWorker, "forward_draft_extend_after_decode"),
             (EAGLEWorkerV2, "forward_batch_generation"),
             (EAGLEWorkerV2, "verify"),
             (EagleDraftWorker, "draft"),

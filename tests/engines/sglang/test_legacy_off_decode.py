@@ -95,6 +95,7 @@ class V1:
         self.kv = ods.DraftKV()
         w.req_to_token_pool = b.req_to_token_pool
         w._model_runner = self.draft_runner = ods.KVDraftRunner(self.kv, b.req_to_token_pool)
+        w.device = "cpu"
         w.speculative_algorithm = SpeculativeAlgorithm.STANDALONE if lazy else SpeculativeAlgorithm.EAGLE
         capture = CaptureHiddenMode.NULL if lazy else CaptureHiddenMode.FULL
         self.off = OffPath(
@@ -107,13 +108,25 @@ class V1:
         setattr(w, hooks.OT, self.off)
         if self.off.lag is not None:
             self.off.lag.on_extend(b.reqs)  # the prefill left every request's draft state exact
-        self.extend_calls: list[Any] = []
-        # The per-step draft extend (SGLang's, after verify): recorded; specpolicy's wrapper on top.
-        w.forward_draft_extend_after_decode = MethodType(hooks.v1_draft_extend(self._draft_extend), w)
+        self.extend_calls: list[dict[str, Any]] = []
+        # SGLang's per-step draft extend (a draft forward on the GPU): records its input and the batch it
+        # sees, and returns the next draft input as 0.5.12.post1 does (0.5.10.post1 updates in place).
+        w.forward_draft_extend_after_decode = MethodType(self._draft_extend, w)
 
     def _draft_extend(self, worker: Any, batch: Any) -> Any:
-        self.extend_calls.append(batch.spec_info)
-        return None
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        spec = batch.spec_info
+        self.extend_calls.append({"spec": spec, "out_cache_loc": batch.out_cache_loc.tolist()})
+        if isinstance(spec, EagleDraftInput):
+            return None
+        n = int(spec.input_ids.shape[0])
+        return EagleDraftInput(
+            **{self.names.root: spec.input_ids.clone()},
+            topk_p=torch.ones(n, 1),
+            topk_index=torch.zeros(n, 1, dtype=torch.int64),
+            hidden_states=spec.hidden_states,
+        )
 
     def step(self, depth: int) -> Any:
         w = self.setup.worker
@@ -130,14 +143,24 @@ def _oracle(i: int, n: int, k: int) -> list[int]:
     return [FIRST[i]] + [ls.token_after(n + j, i) for j in range(k)]
 
 
-def test_v1_off_step_runs_the_target_as_a_decode(names: FieldNames, wrapped: Any) -> None:
+def test_v1_off_step_runs_the_target_as_a_decode(
+    names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EAGLE: the decode forward captures the hidden states, the engine samples, and SGLang's draft extend
+    runs over the new token with the input its verify builds when no draft is accepted; no verify code."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput, EagleVerifyInput
+
+    def refuse(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("verify-shaped code ran on an off step")
+
+    monkeypatch.setattr(EagleVerifyInput, "verify", refuse)
     v = V1(names, lazy=False)
     result = v.step(0)
 
     (call,) = v.target.decode_calls
     assert call["forward_mode"] == ForwardMode.DECODE and call["spec_info"] is None
     assert call["seq_lens"] == [n + 1 for n in PROMPTS]  # the new token is part of the decode's context
-    assert call["input_ids"] == FIRST and call["is_verify"]  # logits only: verify's bookkeeping samples
+    assert call["input_ids"] == FIRST and not call["is_verify"]  # the engine's sampler
     assert (call["attn_backend"].name, call["graph_runner"].name) == ("decode-attn", "decode-graph")
     assert call["capture_hidden_mode"] == CaptureHiddenMode.FULL  # EAGLE's drafter reads hidden states
     assert v.target.calls == []  # no verify-shaped target forward ran
@@ -145,13 +168,43 @@ def test_v1_off_step_runs_the_target_as_a_decode(names: FieldNames, wrapped: Any
     assert (mr.attn_backend, mr.graph_runner) == ("launch-attn", "launch-graph")
     assert not hasattr(v.target, "__dict__") or "forward_batch_generation" not in vars(v.target)
     assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 1) for i, n in enumerate(PROMPTS)]
-    assert result.next_token_ids.tolist() == [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    new = [ls.token_after(n, i) for i, n in enumerate(PROMPTS)]
+    assert result.next_token_ids.tolist() == new
     assert getattr(result, names.accepted_per_req) == [0, 0, 0]
-    # The slot written by the decode is the one verify allocated at position seq_len.
     rtt = v.batch.req_to_token_pool.req_to_token
-    assert call["out_cache_loc"] == [int(rtt[i, n]) for i, n in enumerate(PROMPTS)]
+    slots = [int(rtt[i, n]) for i, n in enumerate(PROMPTS)]
+    assert call["out_cache_loc"] == slots
     assert v.batch.seq_lens.tolist() == [n + 1 for n in PROMPTS]
-    assert len(v.extend_calls) == 1  # per-step draft catch-up (EAGLE)
+    # One draft extend over the new token, at the slot just written, from the hidden state of its input.
+    (ext,) = v.extend_calls
+    spec = ext["spec"]
+    assert ext["out_cache_loc"] == slots
+    if isinstance(spec, EagleDraftInput):  # 0.5.10.post1
+        ids, lens, seq = spec.verified_id, spec.accept_length_cpu, spec.seq_lens_for_draft_extend
+        assert lens == [0, 0, 0]
+    else:
+        ids, seq = spec.input_ids, spec.seq_lens
+        assert spec.num_accept_tokens_cpu == [1, 1, 1] and spec.num_accept_tokens.tolist() == [1, 1, 1]
+    assert ids.tolist() == new and seq.tolist() == [n + 1 for n in PROMPTS]
+    assert spec.hidden_states[:, 0].tolist() == [float(n) for n in PROMPTS]  # the fake's hidden = position
+    assert isinstance(v.batch.spec_info, EagleDraftInput)
+    assert getattr(v.batch.spec_info, names.root).tolist() == new
+
+
+def test_v1_eagle_off_step_extends_only_running_requests(names: FieldNames, wrapped: Any) -> None:
+    """A request that finishes on the off step is left out of the draft extend, as SGLang's verify does."""
+    v = V1(names, lazy=False)
+    middle = v.batch.reqs[1]
+    middle.sampling_params.max_new_tokens = len(middle.output_ids) + 1
+    v.step(0)
+    (ext,) = v.extend_calls
+    spec = ext["spec"]
+    ids = getattr(spec, "input_ids", None)
+    ids = spec.verified_id if ids is None else ids
+    assert ids.tolist() == [ls.token_after(PROMPTS[i], i) for i in (0, 2)]
+    rtt = v.batch.req_to_token_pool.req_to_token
+    assert ext["out_cache_loc"] == [int(rtt[i, PROMPTS[i]]) for i in (0, 2)]
+    assert spec.hidden_states[:, 0].tolist() == [float(PROMPTS[0]), float(PROMPTS[2])]
 
 
 def test_v1_result_goes_through_the_scheduler(names: FieldNames, wrapped: Any) -> None:
@@ -414,3 +467,15 @@ def test_v2_eagle_off_step_runs_sglangs_draft_extend_on_the_new_token(
     assert nd.topk_index.view(-1).tolist() == [ls.draft_token_after(t) for t in expected]
     sched.process_batch_result_decode(batch, result)
     assert [r.output_ids[-1] for r in batch.reqs] == expected
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_v1_off_step_where_every_request_finishes(names: FieldNames, wrapped: Any, lazy: bool) -> None:
+    """The batch's last step: no draft extend runs and the next draft input is empty, as SGLang leaves it."""
+    v = V1(names, lazy=lazy)
+    for r in v.batch.reqs:
+        r.sampling_params.max_new_tokens = len(r.output_ids) + 1
+    v.step(0)
+    assert all(r.finished() for r in v.batch.reqs)
+    assert v.extend_calls == []
+    assert int(v.batch.spec_info.topk_p.shape[0]) == 0

@@ -33,8 +33,6 @@ from typing import Any
 from .off_step import (
     OffPath,
     catch_up_if_behind,
-    v1_decode_verify,
-    v1_lazy_draft_input,
     v1_off_step,
     v2_off_step,
 )
@@ -120,26 +118,25 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
         )
         try:
             result = None
-            if off.lag is not None:
-                if skip:
-                    off.lag.on_off_step(len(batch.reqs))
-                    topk_p = getattr(batch.spec_info, "topk_p", None)
-                    if topk_p is not None:
-                        off.prev_draft_dtype = topk_p.dtype
-                    if off.decode is not None:
-                        result = v1_off_step(self, batch, off)
-                elif off.lag.behind():
-                    runner = self.draft_model_runner
-                    catch_up_if_behind(
-                        off=off,
-                        reqs=batch.reqs,
-                        seq_lens_cpu=seq_cpu,
-                        base_mwb=batch.get_model_worker_batch(),
-                        spec_info=batch.spec_info,
-                        draft_runner=runner,
-                        req_to_token=self.req_to_token_pool.req_to_token,
-                        tp_context=self.draft_tp_context(runner.tp_group),
-                    )
+            if skip and off.lag is not None:
+                off.lag.on_off_step(len(batch.reqs))
+                topk_p = getattr(batch.spec_info, "topk_p", None)
+                if topk_p is not None:
+                    off.prev_draft_dtype = topk_p.dtype
+            if skip and off.decode is not None:
+                result = v1_off_step(self, batch, off)
+            elif off.lag is not None and off.lag.behind():  # speculating: the drafter catches up first
+                runner = self.draft_model_runner
+                catch_up_if_behind(
+                    off=off,
+                    reqs=batch.reqs,
+                    seq_lens_cpu=seq_cpu,
+                    base_mwb=batch.get_model_worker_batch(),
+                    spec_info=batch.spec_info,
+                    draft_runner=runner,
+                    req_to_token=self.req_to_token_pool.req_to_token,
+                    tp_context=self.draft_tp_context(runner.tp_group),
+                )
             if result is None:
                 result = orig(self, batch, *args, **kwargs)
         finally:
@@ -200,8 +197,6 @@ def v1_verify(orig: Callable[..., Any]) -> Callable[..., Any]:
         if rt is None or not rt.skip:
             return orig(self, *args, **kwargs)
         off: OffPath = getattr(self, OT)
-        if off.decode is not None:
-            return v1_decode_verify(orig, self, off, args, kwargs)
         off.sizes.swap_in(self, self.target_worker.model_runner)
         try:
             return orig(self, *args, **kwargs)
@@ -209,21 +204,6 @@ def v1_verify(orig: Callable[..., Any]) -> Callable[..., Any]:
             off.sizes.swap_out()
 
     return verify
-
-
-def v1_draft_extend(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """On a lazy off step the draft extend after verify does not run (``draft_lag`` catches up later)."""
-
-    def forward_draft_extend_after_decode(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        rt: StepRuntime | None = getattr(self, RT, None)
-        if rt is None or not rt.skip:
-            return orig(self, batch, *args, **kwargs)
-        off: OffPath = getattr(self, OT)
-        if off.lag is None:
-            return orig(self, batch, *args, **kwargs)
-        return v1_lazy_draft_input(self, batch, off)
-
-    return forward_draft_extend_after_decode
 
 
 # ---------------------------------------------------------------------------------------------------- v2

@@ -120,7 +120,6 @@ def _patch(version: str, names: FieldNames) -> list[str]:
         (EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names)),
         (EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names)),
         (EAGLEWorker, "verify", hooks.v1_verify),
-        (EAGLEWorker, "forward_draft_extend_after_decode", hooks.v1_draft_extend),
         (EAGLEWorkerV2, "forward_batch_generation", hooks.v2_forward),
         (EAGLEWorkerV2, "verify", lambda o: hooks.v2_verify(o, names)),
         (EagleDraftWorker, "draft", lambda o: hooks.v2_draft(o, names)),

@@ -1,15 +1,13 @@
 """What an off step runs on each legacy worker, given the pieces built at start-up.
 
-v1 (``EAGLEWorker``), drafter skipped (``lazy``): the whole decode step is a speculation-free engine's
-(``v1_off_step``): one KV slot per request as ``ScheduleBatch.prepare_for_decode`` allocates it, a decode
-forward with the engine's sampler, and the per-request bookkeeping SGLang's verify does for an accepted
-token (append, finishing checks, grammar, KV lengths, spec counters), so the scheduler's v1 result
-processing consumes it unchanged. Measured live, keeping SGLang's one-token verify around the decode
-forward cost 3x the kernel launches and 5x the stream syncs of a speculation-free step.
-
-v1 with a per-step draft extend (EAGLE): the step keeps SGLang's one-token verify bookkeeping, which also
-builds the draft extend's input, but the target forward inside it is a plain decode (``DecodeTarget``):
-the worker's ``target_worker.forward_batch_generation`` is shadowed for the duration of that verify call.
+v1 (``EAGLEWorker``): the whole decode step is a speculation-free engine's (``v1_off_step``): one KV slot
+per request as ``ScheduleBatch.prepare_for_decode`` allocates it, a decode forward with the engine's
+sampler, and the per-request bookkeeping SGLang's verify does for an accepted token (append, finishing
+checks, grammar, KV lengths, spec counters), so the scheduler's v1 result processing consumes it
+unchanged. EAGLE drafters then get SGLang's own draft extend over the new token, from the hidden state
+the decode forward captured; a lazy drafter (a draft model) gets nothing. Measured live, keeping SGLang's
+one-token verify around the decode forward cost 3x the kernel launches and 5x the stream syncs of a
+speculation-free step.
 
 v2 (``EAGLEWorkerV2``, overlap): the step is a decode forward with the engine's normal sampler, and the
 result is built in the shape the overlap scheduler consumes (one token per request, accept length 1, the
@@ -32,8 +30,6 @@ from .one_token import FieldNames, OneTokenTarget, pad_v2_result
 __all__ = [
     "OffPath",
     "catch_up_if_behind",
-    "v1_decode_verify",
-    "v1_lazy_draft_input",
     "v1_off_step",
     "v2_off_step",
 ]
@@ -82,46 +78,6 @@ class OffPath:
 # ---------------------------------------------------------------------------------------------------- v1
 
 
-def v1_decode_verify(orig_verify: Any, worker: Any, off: OffPath, args: Any, kwargs: Any) -> Any:
-    """Run SGLang's verify for the one-token input with the target forward done as a decode."""
-    dt = off.decode
-    assert dt is not None
-    target = worker.target_worker
-    mr = target.model_runner
-    bound = target.forward_batch_generation
-
-    def decode_forward(model_worker_batch: Any = None, *a: Any, **kw: Any) -> Any:
-        return dt.forward(bound, mr, dt.decode_batch(model_worker_batch), sample=False)
-
-    off.sizes.swap_in(worker, mr)
-    target.forward_batch_generation = decode_forward
-    try:
-        return orig_verify(worker, *args, **kwargs)
-    finally:
-        del target.forward_batch_generation
-        off.sizes.swap_out()
-
-
-def v1_lazy_draft_input(worker: Any, batch: Any, off: OffPath) -> Any:
-    """What ``forward_draft_extend_after_decode`` leaves on a lazy off step: the next draft input with the
-    new tokens as its roots and placeholder proposals (rewritten by the catch-up before any use).
-
-    0.5.12.post1 hands it an ``EagleDraftExtendInput`` and installs the ``EagleDraftInput`` it returns;
-    0.5.10.post1 hands it the ``EagleDraftInput`` itself (roots = the accepted tokens) to update in place.
-    """
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
-
-    spec = batch.spec_info
-    if isinstance(spec, EagleDraftInput):
-        ids = getattr(spec, off.names.root)
-        spec.topk_p, spec.topk_index = _placeholder_proposals(off, int(ids.shape[0]), ids.device)
-        spec.hidden_states = None
-        spec.capture_hidden_mode = CaptureHiddenMode.NULL
-        return None
-    return _lazy_draft_input(off, spec.input_ids)
-
-
 def _placeholder_proposals(off: OffPath, n: int, device: Any) -> tuple[Any, Any]:
     import torch
 
@@ -149,12 +105,14 @@ def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
 
 
 def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
-    """The whole decode step of a lazy off step on the non-overlap worker; returns its result.
+    """The whole decode step of an off step on the non-overlap worker; returns its result.
 
     ``batch`` is the running ``ScheduleBatch`` (``seq_lens`` exclude the root token, whose KV is not
-    written yet). Afterwards it holds what SGLang's verify leaves: ``seq_lens`` one longer, the new token
-    appended to each request, and a draft input for the unfinished requests only (the scheduler filters
-    it as already filtered).
+    written yet). Afterwards it holds what SGLang's verify and draft extend leave: ``seq_lens`` one longer,
+    the new token appended to each request, and a draft input for the unfinished requests only (the
+    scheduler filters it as already filtered): placeholders with a lazy drafter, else the result of
+    SGLang's draft extend over the new token (EAGLE drafters read the target's hidden state of every
+    token, captured by the decode forward).
     """
     import torch
     from sglang.srt.managers.utils import GenerationBatchResult
@@ -187,18 +145,89 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
         orig.add_(1)
     batch.seq_lens_sum = int(batch.seq_lens_sum or 0) + bs
     unfinished = _accept_one(reqs, tokens, batch.model_config)
-    kept = (
-        next_ids
-        if len(unfinished) == bs
-        else next_ids[torch.tensor(unfinished, dtype=torch.int64, device=next_ids.device)]
+    keep = (
+        None if len(unfinished) == bs else torch.tensor(unfinished, dtype=torch.int64, device=next_ids.device)
     )
-    batch.spec_info = _lazy_draft_input(off, kept)
+    if off.lag is not None:
+        batch.spec_info = _lazy_draft_input(off, next_ids if keep is None else next_ids[keep])
+    else:
+        _v1_draft_extend_new_tokens(
+            worker, batch, next_ids, out.logits_output.hidden_states, keep, unfinished
+        )
     return GenerationBatchResult(
         logits_output=out.logits_output,
         next_token_ids=next_ids,
         can_run_cuda_graph=out.can_run_cuda_graph,
         **{names.accepted_total: 0, names.accepted_per_req: [0] * bs},
     )
+
+
+def _v1_draft_extend_new_tokens(
+    worker: Any, batch: Any, new_ids: Any, hidden: Any, keep: Any, unfinished: list[int]
+) -> None:
+    """SGLang's draft extend over the one new token of each running request, with the input SGLang's
+    verify builds when it accepts no draft: the new token, the target's hidden state at the position fed,
+    the slot just written, accept length 1. ``keep`` indexes the running requests (None: all)."""
+    import torch
+    from sglang.srt.layers.moe.utils import (
+        speculative_moe_a2a_backend_context,
+        speculative_moe_backend_context,
+    )
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative import eagle_info
+
+    def sel(t: Any) -> Any:
+        return t if keep is None or t is None else t[keep]
+
+    n = len(unfinished)
+    extend_cls = getattr(eagle_info, "EagleDraftExtendInput", None)  # 0.5.12.post1; 0.5.10.post1 has none
+    if n == 0:  # every request finished: what SGLang installs after such a verify
+        if extend_cls is not None:
+            worker._draft_preprocess_idle(batch)
+        else:
+            batch.spec_info = eagle_info.EagleDraftInput.create_idle_input(
+                device=batch.device,
+                hidden_size=batch.model_config.hidden_size,
+                dtype=batch.model_config.dtype,
+                topk=worker.topk,
+                capture_hidden_mode=CaptureHiddenMode.LAST,
+            )
+        return
+    device = new_ids.device
+    ids = sel(new_ids).to(torch.int32)
+    zeros = torch.zeros(n, dtype=torch.int32, device=device)
+    seq_lens, req_pool = sel(batch.seq_lens), sel(batch.req_pool_indices)
+    seq_cpu = batch.seq_lens_cpu if keep is None else batch.seq_lens_cpu[unfinished]
+    batch.out_cache_loc = sel(batch.out_cache_loc)
+    if extend_cls is not None:
+        batch.spec_info = extend_cls(
+            hidden_states=sel(hidden),
+            num_correct_drafts=zeros,
+            num_accept_tokens=zeros + 1,
+            num_accept_tokens_cpu=[1] * n,
+            input_ids=ids,
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_cpu,
+            req_pool_indices=req_pool,
+        )
+    else:
+        batch.spec_info = eagle_info.EagleDraftInput(
+            hidden_states=sel(hidden),
+            verified_id=ids,
+            accept_length=zeros,
+            accept_length_cpu=[0] * n,
+            seq_lens_for_draft_extend=seq_lens,
+            seq_lens_for_draft_extend_cpu=seq_cpu,
+            req_pool_indices_for_draft_extend=req_pool,
+        )
+    with (
+        worker.draft_tp_context(worker.draft_model_runner.tp_group),
+        speculative_moe_backend_context(),
+        speculative_moe_a2a_backend_context(),
+    ):
+        next_input = worker.forward_draft_extend_after_decode(batch)
+    if extend_cls is not None:  # 0.5.10.post1 updates its input in place and returns None
+        batch.spec_info = next_input
 
 
 def _accept_one(reqs: Any, tokens: list[int], model_config: Any) -> list[int]:
