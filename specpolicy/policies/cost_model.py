@@ -108,6 +108,7 @@ class CostModelConfig(PolicyConfig):
     """Maximise predicted tokens/s: per-position acceptance x step cost learned online (probing)."""
 
     candidate_steps_alias: ClassVar[bool] = True
+    uses_step_time: ClassVar[bool] = True
 
     name: Literal["cost_model"] = "cost_model"
     steps: tuple[int, ...] = Field(
@@ -643,7 +644,7 @@ class CostModelPolicy:
 def _read_profile(spec: str) -> StepCostModel:
     """Load a profile, or FieldError("profile", why): the one loader behind validation and the factory."""
     try:
-        from ..sim.profile import load_profile
+        from ..profiles import load_profile
     except ImportError as exc:  # pragma: no cover - the simulator ships with the package
         raise FieldError("profile", f"cannot load profiles ({exc})") from None
     try:

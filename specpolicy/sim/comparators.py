@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ConfigError
-from ..policy import Policy, available_policies, get_entry, make_policy, parse_config
+from ..policy import Policy
+from ..registry import available_policies, get_entry, make_policy, parse_config
 from ..stats import StepStats
 from .acceptance import expected_tokens
 from .engine import Decider, FloatArray, IntArray, SimProfile
@@ -119,9 +120,11 @@ def _resolve(spec: Any, profile_ref: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def _diagnostic(name: str) -> bool:
-    """Switching stress tests (e.g. ``alternate``) are not candidates for serving: left out by default."""
+    """Switching stress tests (e.g. ``alternate``) are not candidates for serving, and compositions (``gate``)
+    combine policies compared already: left out by default."""
     try:
-        return get_entry(name).config.diagnostic
+        config = get_entry(name).config
+        return config.diagnostic or config.composite
     except ConfigError:
         return False  # reported as skipped by the loop below
 
