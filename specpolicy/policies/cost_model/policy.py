@@ -1,10 +1,11 @@
 """cost_model's policy: the per-step loop that ties the estimates, the choice and the probe schedule together.
 
-Per step it reads the stats once (anything malformed becomes missing), appends a strided sample (at most
-``_SAMPLE_CAP`` requests) of accepted counts as bytes, adds the step time to the run it belongs to
-(``lag``: which decision it describes), and applies the choice of the step's bucket; every
+Per step it takes the outcome of the last step whose result is known (``_take_outcome``: a strided sample of
+at most ``_SAMPLE_CAP`` requests' accepted counts, appended as bytes, and the step time, added to the run of
+steps with the same batch size and depth; ``lag`` says which decision it describes), then decides for the
+coming step: its bucket's best depth, switched to under the margin and dwell rules, or a due probe. Every
 ``update_interval`` steps per bucket it folds the queued data in (counting in C) and recomputes that bucket.
-No RNG: the same inputs give the same outputs.
+Anything malformed in the stats is missing data. No RNG: the same inputs give the same outputs.
 """
 
 from __future__ import annotations
@@ -172,73 +173,7 @@ class CostModelPolicy:
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
             batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
-            if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
-                c = clean_count(k_obs)
-                if c is None or c > MAX_NUM_STEPS:
-                    k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
-                else:
-                    k_obs = c
-            # a list, or another sequence copied into one; a string, a number or an object: missing
-            if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
-                try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
-                    n = len(acc)
-                    if n <= _SAMPLE_CAP:
-                        stride, sample = 1, acc
-                    elif step & 1:
-                        n = 0  # large batches: every other step is plenty (and halves the cost)
-                        self._acc_steps += 1
-                    else:
-                        stride = -(-n // _SAMPLE_CAP)
-                        sample = acc[(step >> 1) % stride :: stride]
-                    if n and k_obs > 0:
-                        if drafted is not None and drafted.__class__ is not list:
-                            drafted = clean_sequence(drafted)
-                        if drafted is None:
-                            self._bufs[k_obs] += bytes(sample)
-                            self._acc_steps += 1
-                        else:
-                            self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
-                except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
-                    pass
-            elif k_obs > 0 and mean is not None:
-                self._take_mean(mean, k_obs)
-            if t.__class__ is not float and t is not None:
-                t = clean_float(t)
-            if t is not None:
-                try:
-                    # the same time again: the same step re-reported
-                    if 0.0 < t < 1e4 and t != self._last_t:
-                        self._last_t = t
-                        h = self._lag.described(k_obs)
-                        if 0 <= k_obs < h[1]:  # shallower than decided (deeper is no sign of a limit)
-                            self._ran_other(h[1], k_obs)
-                        if acc is not None:
-                            nb = len(acc)  # the measured step's exact batch size
-                        else:
-                            nb = h[0] if h[1] == k_obs else 0
-                        if nb > 0:
-                            if not self._timed:  # the first measurement: start exploring now
-                                self._timed = True
-                                self._refresh_at = [0] * len(self._refresh_at)
-                            if nb == self._agg_batch and k_obs == self._agg_k:
-                                n_agg = self._agg_n
-                                if t * n_agg > _AGG_OUTLIER * self._agg_t:
-                                    pass  # a stray slow step (a prefill joined it, a pause): not its cost
-                                elif n_agg == 1 and t * _AGG_OUTLIER < self._agg_t:
-                                    self._agg_t = t  # the run's first step was the stray one: drop it
-                                else:
-                                    self._agg_t += t
-                                    self._agg_n = n_agg + 1
-                            else:
-                                self._flush_time()
-                                self._agg_batch = nb
-                                self._agg_k = k_obs
-                                self._agg_len = context_length(h[2])
-                                self._agg_t = t
-                                self._agg_n = 1
-                                self._agg_step = step
-                except Exception:  # NaN, inf, negative, zero or not a number: missing
-                    pass
+            self._take_outcome(step, k_obs, acc, drafted, t, mean)
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
                 b = self._index[batch] if batch <= MAX_BATCH else self._top
@@ -273,6 +208,76 @@ class CostModelPolicy:
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
+
+    def _take_outcome(self, step: int, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any) -> None:
+        """What the stats say about the last step whose result is known: its acceptance and its time."""
+        if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
+            c = clean_count(k_obs)
+            if c is None or c > MAX_NUM_STEPS:
+                k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
+            else:
+                k_obs = c
+        # a list, or another sequence copied into one; a string, a number or an object: missing
+        if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
+            try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
+                n = len(acc)
+                if n <= _SAMPLE_CAP:
+                    stride, sample = 1, acc
+                elif step & 1:
+                    n = 0  # large batches: every other step is plenty (and halves the cost)
+                    self._acc_steps += 1
+                else:
+                    stride = -(-n // _SAMPLE_CAP)
+                    sample = acc[(step >> 1) % stride :: stride]
+                if n and k_obs > 0:
+                    if drafted is not None and drafted.__class__ is not list:
+                        drafted = clean_sequence(drafted)
+                    if drafted is None:
+                        self._bufs[k_obs] += bytes(sample)
+                        self._acc_steps += 1
+                    else:
+                        self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
+            except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
+                pass
+        elif k_obs > 0 and mean is not None:
+            self._take_mean(mean, k_obs)
+        if t.__class__ is not float and t is not None:
+            t = clean_float(t)
+        if t is not None:
+            try:
+                # the same time again: the same step re-reported
+                if 0.0 < t < 1e4 and t != self._last_t:
+                    self._last_t = t
+                    h = self._lag.described(k_obs)
+                    if 0 <= k_obs < h[1]:  # shallower than decided (deeper is no sign of a limit)
+                        self._ran_other(h[1], k_obs)
+                    if acc is not None:
+                        nb = len(acc)  # the measured step's exact batch size
+                    else:
+                        nb = h[0] if h[1] == k_obs else 0
+                    if nb > 0:
+                        if not self._timed:  # the first measurement: start exploring now
+                            self._timed = True
+                            self._refresh_at = [0] * len(self._refresh_at)
+                        if nb == self._agg_batch and k_obs == self._agg_k:
+                            n_agg = self._agg_n
+                            if t * n_agg > _AGG_OUTLIER * self._agg_t:
+                                pass  # a stray slow step (a prefill joined it, a pause): not its cost
+                            elif n_agg == 1 and t * _AGG_OUTLIER < self._agg_t:
+                                self._agg_t = t  # the run's first step was the stray one: drop it
+                            else:
+                                self._agg_t += t
+                                self._agg_n = n_agg + 1
+                        else:
+                            self._flush_time()
+                            self._agg_batch = nb
+                            self._agg_k = k_obs
+                            self._agg_len = context_length(h[2])
+                            self._agg_t = t
+                            self._agg_n = 1
+                            self._agg_step = step
+            except Exception:  # NaN, inf, negative, zero or not a number: missing
+                pass
 
     def _odd_batch(self, batch: object) -> int:
         """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
