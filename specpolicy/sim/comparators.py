@@ -97,11 +97,26 @@ class OracleDecider:
 def policy_label(config: dict[str, Any]) -> str:
     """The registry name, plus the parameters that differ from that policy's defaults: ``hysteresis{...}``."""
     name = str(config["name"])
-    defaults = parse_config({"name": name}).model_dump(mode="json")
-    diff = {k: v for k, v in config.items() if k != "name" and defaults.get(k) != v}
+    diff = _differs(config, parse_config({"name": name}).model_dump(mode="json"))
     if not diff:
         return name
     return name + json.dumps(diff, separators=(",", ":"), sort_keys=True)
+
+
+def _differs(config: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``config`` that differ from ``defaults``; a nested policy config (a composition's part)
+    shows its name and the fields that differ from that policy's defaults."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        default = defaults.get(key)
+        if key == "name" or default == value:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("name"), str):  # a nested policy config
+            if not (isinstance(default, dict) and default.get("name") == value["name"]):
+                default = parse_config({"name": value["name"]}).model_dump(mode="json")
+            value = {"name": value["name"], **_differs(value, default)}
+        out[key] = value
+    return out
 
 
 def _resolve(spec: Any, profile_ref: str | None) -> tuple[str, dict[str, Any]]:
