@@ -23,10 +23,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..errors import FieldError, short_repr
+from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry
 from ..stats import StepStats
+from ._validate import check_depths
 from .acceptance import AcceptanceConfig
 from .cost_model import CostModelConfig
 from .hysteresis import HysteresisConfig
@@ -180,12 +181,7 @@ class ClampConfig(PolicyConfig):
 
     @model_validator(mode="after")
     def _depths(self) -> ClampConfig:
-        depths = self.depths
-        for i, k in enumerate(depths):
-            if not 0 <= k <= MAX_NUM_STEPS:
-                raise FieldError(f"depths.{i}", f"must be in [0, {MAX_NUM_STEPS}], got {short_repr(k)}")
-            if i and k <= depths[i - 1]:
-                raise FieldError("depths", f"must be strictly ascending, got {short_repr(list(depths))}")
+        check_depths(self.depths, "depths", with_off=True)
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:
