@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the shipped step-cost profiles (specpolicy/sim/profiles/*.json).
+"""Regenerate the shipped step-cost profiles (specpolicy/profiles/shipped/*.json).
 
     python scripts/build_profiles.py --data ../shared/data/h200-step-costs.json [--check]
 
@@ -25,10 +25,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specpolicy.sim.profile import PROFILE_FORMAT, profile_from_dict  # noqa: E402
+from specpolicy.profiles import PROFILE_FORMAT, profile_from_dict  # noqa: E402
 from specpolicy.sim.steady_state import ClosedLoop, expected_tokens_per_step  # noqa: E402
 
-OUT_DIR = ROOT / "specpolicy" / "sim" / "profiles"
+OUT_DIR = ROOT / "specpolicy" / "profiles" / "shipped"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "h200-step-costs.json"
 
 # Per-step costs outside the forward passes, in ms, for a real engine on an H200 (the data is forward passes

@@ -2,15 +2,8 @@
 
 from .errors import ConfigError
 from .mode import MAX_NUM_STEPS, SpecMode
-from .policy import (
-    Policy,
-    PolicyConfig,
-    PolicyEntry,
-    ReportsEstimates,
-    available_policies,
-    make_policy,
-    parse_config,
-)
+from .policy import Policy, PolicyConfig, PolicyEntry, ReportsEstimates
+from .registry import available_policies, make_policy, parse_config
 from .stats import StepStats
 
 __version__ = "0.1.0"

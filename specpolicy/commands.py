@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from .policy import available_policies, get_entry, parse_config
+from .policy import PolicyConfig
+from .registry import available_policies, get_entry, parse_config
 
 
 def register(sub: Any) -> None:
@@ -59,10 +60,13 @@ def cmd_policies(args: argparse.Namespace) -> int:
             if fname == "name":
                 continue
             default = info.get_default(call_default_factory=True)
+            if isinstance(default, PolicyConfig):  # a composition's part: its fields are listed under it
+                default = default.model_dump(mode="json", exclude_defaults=True) | {"name": default.name}
             rng = _constraint_text(info)
             desc = info.description or ""
+            kind = "policy config" if info.annotation is PolicyConfig else _type_text(info.annotation)
             print(
-                f"    {fname}: {_type_text(info.annotation)} = {json.dumps(default, default=str)}"
+                f"    {fname}: {kind} = {json.dumps(default, default=str)}"
                 + (f"  [{rng}]" if rng else "")
                 + (f"  {desc}" if desc else "")
             )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy import SpecMode, StepStats
+from specpolicy import PolicyEntry, SpecMode, StepStats, make_policy
 from specpolicy.adapters.controller import StepController
 from specpolicy.adapters.tp import AgreedDecider, LocalSync, agreement_mode, policy_uses_timing
 from specpolicy.policy import PolicyConfig, parse_config
@@ -31,8 +32,72 @@ class _CostField(PolicyConfig):
 
 def test_timing_detection() -> None:
     assert policy_uses_timing(_Timed()) and not policy_uses_timing(_Untimed())
-    assert policy_uses_timing(_CostField())
+    # A field name says nothing (renaming one must not change agreement): a policy declares it.
+    assert not policy_uses_timing(_CostField())
     assert not policy_uses_timing(parse_config("static"))
+    assert policy_uses_timing(parse_config("cost_model"))
+
+
+def test_a_composition_uses_step_time_when_one_of_its_parts_does() -> None:
+    assert policy_uses_timing(parse_config({"name": "gate", "gate": {"name": "cost_model"}}))
+    assert policy_uses_timing(parse_config({"name": "clamp", "inner": "cost_model"}))
+    assert not policy_uses_timing(parse_config({"name": "gate"}))  # acceptance gated by hysteresis
+    assert not policy_uses_timing(parse_config({"name": "clamp", "inner": "threshold"}))
+
+
+class _ClockConfig(PolicyConfig):
+    """A third-party policy (registered like a plugin) whose decision depends on the step time."""
+
+    name: Literal["clock_for_tests"] = "clock_for_tests"
+    uses_step_time: ClassVar[bool] = True
+    slow_s: float = 0.05
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (0, 2)
+
+
+class _Clock:
+    """Off after a slow step, on(2) after a fast one; records what it was shown."""
+
+    def __init__(self, config: _ClockConfig) -> None:
+        self.slow_s = config.slow_s
+        self.seen: list[float | None] = []
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        t = stats.last_step_time_s
+        self.seen.append(t)
+        return SpecMode.off() if t is not None and t > self.slow_s else SpecMode.on(2)
+
+    def reset(self) -> None:
+        self.seen.clear()
+
+
+def test_a_third_party_policy_that_declares_step_time_is_broadcast_and_sees_the_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import specpolicy.registry as registry
+    from specpolicy.policies import BUILTIN_ENTRIES
+
+    snapshot = registry._Registry([*BUILTIN_ENTRIES, PolicyEntry("clock_for_tests", _ClockConfig, _Clock)])
+    monkeypatch.setattr(registry, "_registry", lambda: snapshot)
+    config = parse_config({"name": "clock_for_tests", "slow_s": 0.01})
+    assert agreement_mode("auto", config, 2) == "broadcast"
+    # Left to decide locally on each of several ranks it would lose the time, so it could not react:
+    policy = make_policy(config)
+    controller = StepController(policy, allowed_steps=(0, 2), default_steps=2)
+    local = AgreedDecider(controller, "local", world_size=2)
+    assert local.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5)) == 2
+    assert policy.seen == [None]  # type: ignore[attr-defined]
+    # Broadcast from rank 0 it sees the time and turns off after the slow step.
+    policy.reset()
+    agreed = AgreedDecider(
+        StepController(policy, allowed_steps=(0, 2), default_steps=2), "broadcast", LocalSync(), world_size=2
+    )
+    assert agreed.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5)) == 0
+    assert policy.seen == [0.5]  # type: ignore[attr-defined]
+    # Inside a composition the declaration still counts.
+    gated = parse_config({"name": "gate", "inner": "static", "gate": {"name": "clock_for_tests"}})
+    assert agreement_mode("auto", gated, 2) == "broadcast"
 
 
 def test_mode_selection() -> None:

@@ -132,3 +132,29 @@ def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     doc = ns["doc"]
     assert isinstance(doc, dict) and {r["concurrency"] for r in doc["runs"]} == {8, 64}
     assert "verdict: " in capsys.readouterr().out
+
+
+def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (DOCS / "policies.md").read_text().replace("\n", " ")
+    claim = re.search(
+        r"keeps acceptance's choice where the batch is small \(x([\d.]+) the best fixed depth at concurrency "
+        r"(\d+), as `acceptance` alone\) and is off at (\d+), where acceptance alone speculates at x([\d.]+) "
+        r"the best fixed depth \(x([\d.]+) a speculation-free engine\)",
+        text,
+    )
+    assert claim, "policies.md no longer states the gate example's figures; update this test"
+    small, low, high, loses, vs_never = claim.groups()
+    (_, command, _) = next(e for e in EXAMPLES if e[0] == "policies.md" and '"name": "gate"' in e[1])
+    assert f"--concurrency {low},{high} " in command
+    lines = _run(command, capsys)
+
+    def row(level: str, policy: str) -> list[str]:
+        table = lines[lines.index(f"concurrency {level}:") :]
+        line = next(ln for ln in table if ln.split()[0].startswith(policy))
+        return line.split("<-")[0].split()
+
+    assert float(row(low, "acceptance")[-5]) == pytest.approx(float(small), abs=0.0005)
+    assert row(low, "gate")[1:] == row(low, "acceptance")[1:]  # the gate changes nothing at low load
+    assert float(row(high, "acceptance")[-5]) == pytest.approx(float(loses), abs=0.0005)
+    assert float(row(high, "acceptance")[-3]) == pytest.approx(float(vs_never), abs=0.0005)
+    assert row(high, "gate")[-6] == "0%"  # off: never speculates there

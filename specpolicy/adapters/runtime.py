@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import short_str
-from ..policy import get_entry
+from ..registry import get_entry
 from ..stats import StepStats
 from .controller import StepController, StepObserver
 from .settings import AdapterSettings

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from ..config_files import loads_json
 from ..errors import ConfigError, format_validation_error
-from ..policy import PolicyConfig, parse_config
+from ..policy import PolicyConfig
+from ..registry import parse_config
 
 __all__ = ["AdapterSettings", "ENV_CONFIG", "ENV_POLICY", "ENV_VARS", "OnInstallFailure", "TpAgreement"]
 

@@ -11,9 +11,7 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   the imposed depth (``StepController.force``) without calling their policy.
 
 ``auto`` (the default) picks ``broadcast`` for policies that use timing and ``local`` for the rest. A policy
-declares it with a class attribute on its config, ``uses_step_time: ClassVar[bool] = True``; without one, a
-config
-field whose name contains ``cost`` (a step-cost model or profile) counts as using timing.
+declares it on its config, ``uses_step_time: ClassVar[bool] = True`` (``PolicyConfig.needs_step_time``).
 """
 
 from __future__ import annotations
@@ -81,10 +79,7 @@ class BroadcastSync:
 
 def policy_uses_timing(config: PolicyConfig) -> bool:
     """Whether the policy's decision depends on measured wall time (which differs across ranks)."""
-    declared = getattr(type(config), "uses_step_time", None)
-    if isinstance(declared, bool):
-        return declared
-    return any("cost" in name for name in type(config).model_fields)
+    return config.needs_step_time()
 
 
 def agreement_mode(

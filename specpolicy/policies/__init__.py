@@ -1,9 +1,10 @@
-"""Built-in policies, one module each (a config model + a class + its ``ENTRY``)."""
+"""Built-in policies, one module each (a config model + a class + its ``ENTRY``), and ``compose``: policies
+made of other policies (``gate``, ``clamp``)."""
 
 from __future__ import annotations
 
 from ..policy import PolicyEntry
-from . import acceptance, alternate, cost_model, hysteresis, schedule, static, threshold
+from . import acceptance, alternate, compose, cost_model, hysteresis, schedule, static, threshold
 
 BUILTIN_ENTRIES: tuple[PolicyEntry, ...] = (
     static.ENTRY,
@@ -13,6 +14,7 @@ BUILTIN_ENTRIES: tuple[PolicyEntry, ...] = (
     acceptance.ENTRY,
     cost_model.ENTRY,
     alternate.ENTRY,
+    *compose.ENTRIES,
 )
 
 __all__ = ["BUILTIN_ENTRIES"]

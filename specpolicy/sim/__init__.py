@@ -1,6 +1,6 @@
 """The simulator: step-cost profiles, workloads, an engine model and reports (``specpolicy simulate``)."""
 
-from .profile import (
+from ..profiles import (
     PROFILE_FORMAT,
     CostProfile,
     ProfileError,

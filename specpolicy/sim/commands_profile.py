@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from .profile import CostProfile, available_profiles, load_profile, profile_from_dict
+from ..profiles import CostProfile, available_profiles, load_profile, profile_from_dict
 
 __all__ = ["register", "cmd_list", "cmd_show", "cmd_fit"]
 

@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ConfigError
-from ..policy import Policy, available_policies, get_entry, make_policy, parse_config
+from ..policy import Policy
+from ..registry import available_policies, get_entry, make_policy, parse_config
 from ..stats import StepStats
 from .acceptance import expected_tokens
 from .engine import Decider, FloatArray, IntArray, SimProfile
@@ -96,11 +97,26 @@ class OracleDecider:
 def policy_label(config: dict[str, Any]) -> str:
     """The registry name, plus the parameters that differ from that policy's defaults: ``hysteresis{...}``."""
     name = str(config["name"])
-    defaults = parse_config({"name": name}).model_dump(mode="json")
-    diff = {k: v for k, v in config.items() if k != "name" and defaults.get(k) != v}
+    diff = _differs(config, parse_config({"name": name}).model_dump(mode="json"))
     if not diff:
         return name
     return name + json.dumps(diff, separators=(",", ":"), sort_keys=True)
+
+
+def _differs(config: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``config`` that differ from ``defaults``; a nested policy config (a composition's part)
+    shows its name and the fields that differ from that policy's defaults."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        default = defaults.get(key)
+        if key == "name" or default == value:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("name"), str):  # a nested policy config
+            if not (isinstance(default, dict) and default.get("name") == value["name"]):
+                default = parse_config({"name": value["name"]}).model_dump(mode="json")
+            value = {"name": value["name"], **_differs(value, default)}
+        out[key] = value
+    return out
 
 
 def _resolve(spec: Any, profile_ref: str | None) -> tuple[str, dict[str, Any]]:
@@ -119,9 +135,11 @@ def _resolve(spec: Any, profile_ref: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def _diagnostic(name: str) -> bool:
-    """Switching stress tests (e.g. ``alternate``) are not candidates for serving: left out by default."""
+    """Switching stress tests (e.g. ``alternate``) are not candidates for serving, and compositions (``gate``)
+    combine policies compared already: left out by default."""
     try:
-        return get_entry(name).config.diagnostic
+        config = get_entry(name).config
+        return config.diagnostic or config.composite
     except ConfigError:
         return False  # reported as skipped by the loop below
 

@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..costs import StepCostModel
+from ..profiles import PROFILE_FORMAT, ProfileError, StepCostModel, profile_from_dict
 from ..trace import TraceRecord, iter_trace_lines, read_trace
-from .profile import PROFILE_FORMAT, ProfileError, profile_from_dict
 
 __all__ = [
     "DepthFit",

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..profiles import CostProfile, ProfileError, load_profile, with_off_cost
 from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
 from .engine import EngineConfig, RunResult, simulate
-from .profile import CostProfile, ProfileError, load_profile, with_off_cost
 from .progress import ProgressBar
 from .workloads import Scenario, load_workload
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .profile import CostProfile
+from ..profiles import CostProfile
 
 __all__ = ["ClosedLoop", "expected_tokens_per_step", "closed_loop_tok_s"]
 

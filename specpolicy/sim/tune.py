@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..mode import MAX_NUM_STEPS
-from ..policy import PolicyConfig, get_entry, parse_config
+from ..policy import PolicyConfig
+from ..registry import get_entry, parse_config
 from .comparators import Comparator, measure_decide_cost_s
 from .report import rows
 from .run import SimulationSpec, resolve_profile, run_simulation

@@ -25,5 +25,5 @@ def test_shipped_profiles_are_reproducible_from_the_data() -> None:
     # Every shipped profile except those fitted from a live engine trace is rebuilt from the measured data.
     assert sorted(built) == [n for n in available_profiles() if n != "h200-live-sglang"]
     for name, doc in built.items():
-        shipped = json.loads((ROOT / "specpolicy" / "sim" / "profiles" / f"{name}.json").read_text())
+        shipped = json.loads((ROOT / "specpolicy" / "profiles" / "shipped" / f"{name}.json").read_text())
         assert shipped == doc, f"{name}.json is stale: run scripts/build_profiles.py"

@@ -83,9 +83,13 @@ def test_every_comparator_is_reported_per_level(sweep: Simulation) -> None:
     # Diagnostic policies (switching stress tests such as `alternate`) are left out of the default set.
     diagnostic = {n for n in names if get_entry(n).config.diagnostic}
     assert "alternate" in diagnostic
-    expected |= {n for n in available_policies() if n != "static"} - skipped - diagnostic
+    # Compositions (gate, clamp) combine policies that are compared already: left out too.
+    composite = {n for n in names if get_entry(n).config.composite}
+    assert {"gate", "clamp"} <= composite
+    expected |= {n for n in available_policies() if n != "static"} - skipped - diagnostic - composite
     assert expected <= labels
     assert not diagnostic & labels
+    assert not composite & labels
     for c in (2, 96):
         assert len([r for r in to_json(sweep)["runs"] if r["concurrency"] == c]) == len(labels)
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...mode import MAX_NUM_STEPS
-from ...policy import PolicyConfig, parse_config
+from ...policy import PolicyConfig
+from ...registry import parse_config
 from .config import SCHEDULER_CLS, SECTION
 
 __all__ = ["VllmArgs", "covering_schedule", "build_vllm_args"]

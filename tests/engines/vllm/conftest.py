@@ -17,7 +17,7 @@ pytest.importorskip("vllm")
 
 from _vllm_harness import ScriptedConfig, ScriptedPolicy, engine_args, write_model_dirs  # noqa: E402
 
-import specpolicy.policy as policy_mod  # noqa: E402
+import specpolicy.registry as policy_mod  # noqa: E402
 from specpolicy import PolicyEntry  # noqa: E402
 from specpolicy.adapters.vllm.config import SCHEDULER_CLS  # noqa: E402
 from specpolicy.policies import BUILTIN_ENTRIES  # noqa: E402

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from ....mode import SpecMode
+from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
 from ....stats import StepStats
 from ...controller import StepController, StepObserver
@@ -30,29 +30,6 @@ PATH_LABELS: Mapping[str, str] = {
     "v1": "v1 worker (EAGLEWorker, non-overlap scheduling)",
     "v2": "v2 worker (EAGLEWorkerV2, overlap scheduling)",
 }
-
-
-class OnOffAtDepth:
-    """Runs any policy as on/off at one fixed depth: the only depths a legacy worker has graphs for."""
-
-    __slots__ = ("inner", "_on")
-
-    def __init__(self, inner: Policy, depth: int) -> None:
-        self.inner = inner
-        self._on = SpecMode.on(depth)
-
-    def decide(self, stats: StepStats) -> SpecMode:
-        mode = self.inner.decide(stats)
-        if type(mode) is not SpecMode:
-            return mode  # the controller reports it as an invalid decision
-        return self._on if mode.num_steps > 0 else mode
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def estimates(self) -> Mapping[str, float]:
-        est = getattr(self.inner, "estimates", None)
-        return est() if callable(est) else {}
 
 
 class StepRuntime:

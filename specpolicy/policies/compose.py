@@ -1,0 +1,206 @@
+"""Compositions: policies made of other policies, configured, listed and validated like any other.
+
+- ``gate``: ``inner`` chooses the depth, ``gate`` may only turn it off (off whenever the gate says off,
+  ``inner``'s mode otherwise). Acceptance follows the drafter but cannot see load; gated by ``hysteresis`` it
+  stops speculating once the batch grows.
+- ``clamp``: ``inner`` run on an engine that has only ``depths``: each depth goes down to the deepest one the
+  engine runs, and on never becomes off nor off on while ``depths`` has both. ``OnOffAtDepth`` is the clamp
+  to ``{0, depth}``, for engines with graphs for one depth (legacy SGLang workers).
+
+The parts of a gate are both asked every step, so each keeps its own state (dwell, probes, learning) as if it
+ran alone. Every part sees what the engine ran, not what it chose: a part that learns from its own choices
+(``cost_model`` votes down a depth the engine keeps running shallower) reads a gate's or clamp's choice as
+the engine's limit, as it would on an engine with that limit. Faults stay the controller's to contain: a part
+that raises, or returns something that is not a ``SpecMode``, makes the composition do the same, so the step
+runs at the engine's default depth and the fault is logged, as for any policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from ..errors import FieldError
+from ..mode import MAX_NUM_STEPS, SpecMode
+from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry
+from ..stats import StepStats
+from ._validate import check_depths
+from .acceptance import AcceptanceConfig
+from .cost_model import CostModelConfig
+from .hysteresis import HysteresisConfig
+
+__all__ = [
+    "Clamp",
+    "ClampConfig",
+    "ENTRIES",
+    "Gate",
+    "GateConfig",
+    "OnOffAtDepth",
+    "clamp_table",
+]
+
+_OFF = SpecMode.off()
+
+
+def _estimates(policy: Policy) -> Mapping[str, float]:
+    est = getattr(policy, "estimates", None)
+    return est() if callable(est) else {}
+
+
+class Gate:
+    """``inner``'s mode unless ``gate`` says off."""
+
+    __slots__ = ("inner", "gate")
+
+    def __init__(self, inner: Policy, gate: Policy) -> None:
+        self.inner = inner
+        self.gate = gate
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        mode = self.inner.decide(stats)
+        gate = self.gate.decide(stats)
+        if type(mode) is not SpecMode:
+            return mode  # the controller reports it as an invalid decision
+        if type(gate) is not SpecMode:
+            return gate
+        return _OFF if gate.num_steps == 0 else mode
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.gate.reset()
+
+    def estimates(self) -> Mapping[str, float]:
+        out = dict(_estimates(self.inner))
+        out.update((f"gate_{k}", v) for k, v in _estimates(self.gate).items())
+        return out
+
+
+def clamp_table(depths: Iterable[int]) -> tuple[SpecMode, ...]:
+    """The mode run for each decided depth 0..MAX_NUM_STEPS on an engine that runs only ``depths``.
+
+    A depth goes down to the deepest allowed one not above it; a positive depth below every allowed positive
+    one goes up to the shallowest (speculating stays speculating), and off stays off when 0 is allowed (else
+    it runs the shallowest depth).
+    """
+    allowed = sorted(set(depths))
+    positive = [k for k in allowed if k > 0]
+    if not allowed or not all(0 <= k <= MAX_NUM_STEPS for k in allowed):
+        raise ValueError(f"depths must be non-empty, each in [0, {MAX_NUM_STEPS}], got {allowed}")
+    table = []
+    for k in range(MAX_NUM_STEPS + 1):
+        if k == 0:
+            run = 0 if allowed[0] == 0 else positive[0]
+        elif positive:
+            below = [d for d in positive if d <= k]
+            run = below[-1] if below else positive[0]
+        else:
+            run = 0
+        table.append(SpecMode.of(run))
+    return tuple(table)
+
+
+class Clamp:
+    """``inner``'s depth, mapped to the depths an engine runs (``clamp_table``): one index per step."""
+
+    __slots__ = ("inner", "_to")
+
+    def __init__(self, inner: Policy, depths: Iterable[int]) -> None:
+        self.inner = inner
+        self._to = clamp_table(depths)
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        mode = self.inner.decide(stats)
+        if type(mode) is not SpecMode:
+            return mode  # the controller reports it as an invalid decision
+        return self._to[mode.num_steps]
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def estimates(self) -> Mapping[str, float]:
+        return _estimates(self.inner)
+
+
+class OnOffAtDepth(Clamp):
+    """Runs any policy as on/off at one fixed depth: the only depths a legacy worker has graphs for."""
+
+    __slots__ = ()
+
+    def __init__(self, inner: Policy, depth: int) -> None:
+        super().__init__(inner, (0, depth))
+
+
+class GateConfig(PolicyConfig):
+    """inner's depth, but off whenever gate says off: a policy that may only turn another off."""
+
+    composite: ClassVar[bool] = True
+
+    name: Literal["gate"] = "gate"
+    inner: NestedConfig = Field(
+        default_factory=partial(AcceptanceConfig.model_validate, {}),
+        description="the policy choosing the depth (any policy config)",
+    )
+    gate: NestedConfig = Field(
+        default_factory=partial(HysteresisConfig.model_validate, {}),
+        description="the policy that may turn it off (its depth is not used)",
+    )
+
+    @model_validator(mode="after")
+    def _gate_can_say_off(self) -> GateConfig:
+        if 0 not in self.gate.candidate_steps():
+            raise FieldError(
+                "gate",
+                f"{self.gate.name} never says off (its candidate_steps are "
+                f"{list(self.gate.candidate_steps())}): it cannot gate anything",
+            )
+        return self
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return tuple(sorted({0, *self.inner.candidate_steps()}))
+
+    def needs_step_time(self) -> bool:
+        return self.inner.needs_step_time() or self.gate.needs_step_time()
+
+
+class ClampConfig(PolicyConfig):
+    """inner's depth, clamped to the depths an engine runs (down to the nearest; on stays on, off off)."""
+
+    composite: ClassVar[bool] = True
+
+    name: Literal["clamp"] = "clamp"
+    inner: NestedConfig = Field(
+        default_factory=partial(CostModelConfig.model_validate, {}),
+        description="the policy choosing the depth (any policy config)",
+    )
+    depths: tuple[int, ...] = Field(
+        (0, 3), min_length=1, description="the depths the engine runs (0 = off), strictly ascending"
+    )
+
+    @model_validator(mode="after")
+    def _depths(self) -> ClampConfig:
+        check_depths(self.depths, "depths", with_off=True)
+        return self
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        table = clamp_table(self.depths)
+        return tuple(sorted({table[k].num_steps for k in self.inner.candidate_steps()}))
+
+    def needs_step_time(self) -> bool:
+        return self.inner.needs_step_time()
+
+
+def _gate(config: GateConfig, build: Builder) -> Gate:
+    return Gate(build(config.inner), build(config.gate))
+
+
+def _clamp(config: ClampConfig, build: Builder) -> Clamp:
+    return Clamp(build(config.inner), config.depths)
+
+
+ENTRIES: tuple[PolicyEntry, ...] = (
+    PolicyEntry("gate", GateConfig, _gate, builds_nested=True),
+    PolicyEntry("clamp", ClampConfig, _clamp, builds_nested=True),
+)

@@ -1,0 +1,148 @@
+"""cost_model's step-time estimates: the predicted time of one step per (batch-size bucket, depth).
+
+Measurements are divided by a *base* before they enter the learned cells (``table.CostCells``): the profile's
+prediction for that batch size, depth and context when there is a profile (the cells learn a correction,
+about 1), else a square-root shape within the bucket. A bucket with unmeasured depths is filled in: two
+measured depths give a line in k (each draft step plus a wider verify), one gives the ratio of the nearest
+bucket that measured both, none the prior (the profile's shape, else ``PRIOR_STEP_COST`` per draft step).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...profiles import StepCostModel
+from ...stats import clean_float
+from .table import MAX_BATCH, BucketGrid, CostCells
+
+__all__ = ["PRIOR_STEP_COST", "StepCosts", "context_length"]
+
+#: Without a profile, a depth never measured anywhere is priced at (1 + PRIOR_STEP_COST * k) times off: an
+#: optimistic memory-bound guess, so promising depths get explored.
+PRIOR_STEP_COST = 0.1
+def context_length(value: object) -> float | None:
+    """A context length as a finite float > 0, else None (missing): the check where it enters the state."""
+    if value.__class__ is float:
+        return value if 0.0 < value < math.inf else None
+    f = clean_float(value)
+    return f if f else None
+
+
+class StepCosts:
+    """Predicted step times per bucket and depth index: learned cells over a base."""
+
+    __slots__ = ("cells", "model", "grid", "arms", "_memo")
+
+    def __init__(
+        self, grid: BucketGrid, arms: tuple[int, ...], halflife: float, model: StepCostModel | None
+    ) -> None:
+        self.cells = CostCells(len(grid), len(arms), halflife)
+        self.model = model
+        self.grid = grid
+        self.arms = arms
+        self._memo: dict[tuple[int, int, int], float] = {}
+
+    def add(self, batch: int, i: int, seq_len: float | None, t: float, step: int, count: int) -> int:
+        """A measured run (batch > 0) at depth index ``i``: its bucket, or -1 when it cannot be priced."""
+        b = self.grid.index[batch] if batch <= MAX_BATCH else len(self.grid) - 1
+        base = self.base(batch, self.arms[i], seq_len, b)
+        if base > 0.0:
+            self.cells.add(b, i, t / base, step, count)
+            return b
+        return -1
+
+    def base(self, batch: float, k: int, seq_len: float | None, b: int) -> float:
+        """What a measurement is divided by: the profile's prediction, else a sqrt shape within the bucket."""
+        if self.model is None:
+            return math.sqrt(batch / self.grid.rep[b])
+        lq = 0 if seq_len is None or not seq_len > 0 else int(round(8.0 * math.log2(seq_len)))
+        key = (int(round(batch)), k, lq)
+        memo = self._memo
+        v = memo.get(key)
+        if v is None:
+            if len(memo) > 65536:
+                memo.clear()
+            v = self._profile_time(key[0], k, None if lq == 0 else 2.0 ** (lq / 8.0))
+            memo[key] = v
+        return v
+
+    def _profile_time(self, batch: float, k: int, seq_len: float | None) -> float:
+        """The profile's step time; depths it does not cover are extrapolated from its deepest one."""
+        model = self.model
+        assert model is not None
+        try:
+            v = float(model.step_time_s(batch, k, seq_len))
+            if v > 0.0 and math.isfinite(v):
+                return v
+        except Exception:
+            pass
+        for kk in range(k - 1, 0, -1):  # deepest depth it prices, plus one more draft+verify share per step
+            try:
+                v = float(model.step_time_s(batch, kk, seq_len))
+                v1 = float(model.step_time_s(batch, kk - 1, seq_len))
+            except Exception:
+                continue
+            if v > 0.0 and math.isfinite(v) and math.isfinite(v1):
+                return v + (k - kk) * max(v - v1, 0.0)
+        return 1.0
+
+    def prior_ratio(self, i: int, j: int) -> float:
+        if self.model is not None:
+            return 1.0  # cells hold corrections to the profile; unknown ones default to "as the profile says"
+        return (1.0 + PRIOR_STEP_COST * self.arms[i]) / (1.0 + PRIOR_STEP_COST * self.arms[j])
+
+    def predict(self, b: int, seq_len: float | None, cur: int, timed: bool) -> tuple[list[float], bool]:
+        """(time per depth index in bucket b, blind): blind when one depth is measured there and nothing
+        lets the others be extrapolated from it (no profile, no neighbour that measured two)."""
+        cells = self.cells
+        n = len(self.arms)
+        src = cells.nearest_measured(b) if timed else -1
+        blind = False
+        if src < 0:
+            r = [self.prior_ratio(i, 0) for i in range(n)]
+        else:
+            wrow, rrow = cells.w[src], cells.r[src]
+            if all(x > 0.0 for x in wrow):
+                r = rrow
+            else:
+                r = self._fill(src, wrow, rrow, cur)
+                if src == b and self.model is None and sum(x > 0.0 for x in wrow) == 1:
+                    blind = cells.nearest_with(b, wrow.index(max(wrow))) < 0
+        if self.model is not None:
+            rep = self.grid.rep[b]
+            return [r[i] * self.base(rep, self.arms[i], seq_len, b) for i in range(n)], blind
+        return r, blind
+
+    def _fill(self, src: int, wrow: list[float], rrow: list[float], cur: int) -> list[float]:
+        """Times for a bucket with unmeasured depths. Two measured depths give the cost of one more depth (a
+        least-squares line in k: each draft step plus a wider verify; with a profile, a line through the
+        corrections, flat when the profile is right). With one, the nearest bucket that measured both gives
+        the ratio; else the prior (with a profile: its shape, scaled by the one measured correction)."""
+        n = len(rrow)
+        arms = self.arms
+        known = [i for i in range(n) if wrow[i] > 0.0]
+        if len(known) >= 2:
+            ks = [arms[i] for i in known]
+            mk = sum(ks) / len(ks)
+            mr = sum(rrow[i] for i in known) / len(known)
+            sxx = sum((k - mk) ** 2 for k in ks)
+            slope = sum((arms[i] - mk) * (rrow[i] - mr) for i in known) / sxx if sxx > 0 else 0.0
+            if self.model is None:  # verifying k+1 tokens costs at most k+1 times one token
+                floor = min(rrow[i] / (arms[i] + 1) for i in known)
+            else:  # corrections to the profile
+                floor = 0.25 * min(rrow[i] for i in known)
+            return [rrow[i] if wrow[i] > 0.0 else max(mr + slope * (arms[i] - mk), floor) for i in range(n)]
+        ref = cur if cur >= 0 and wrow[cur] > 0.0 else known[0]
+        nb = self.cells.nearest_with(src, ref)
+        if nb >= 0:
+            nw, nr = self.cells.w[nb], self.cells.r[nb]
+            scale = rrow[ref] / nr[ref]
+        out = []
+        for i in range(n):
+            if wrow[i] > 0.0:
+                out.append(rrow[i])
+            elif nb >= 0 and nw[i] > 0.0:
+                out.append(nr[i] * scale)
+            else:
+                out.append(rrow[ref] * self.prior_ratio(i, ref))
+        return out

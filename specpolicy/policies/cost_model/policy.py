@@ -1,0 +1,424 @@
+"""cost_model's policy: the per-step loop that ties the estimates, the choice and the probe schedule together.
+
+Per step it takes the outcome of the last step whose result is known (``_take_outcome``: a strided sample of
+at most ``_SAMPLE_CAP`` requests' accepted counts, appended as bytes, and the step time, added to the run of
+steps with the same batch size and depth; ``lag`` says which decision it describes), then decides for the
+coming step: its bucket's best depth, switched to under the margin and dwell rules, or a due probe. Every
+``update_interval`` steps per bucket it folds the queued data in (counting in C) and recomputes that bucket.
+Anything malformed in the stats is missing data. No RNG: the same inputs give the same outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...mode import MAX_NUM_STEPS, SpecMode
+from ...profiles import StepCostModel
+from ...stats import StepStats, clean_count, clean_float, clean_sequence
+from .acceptance import AcceptanceEstimator
+from .choice import BIG_GAIN, Choice
+from .config import CostModelConfig
+from .costs import StepCosts, context_length
+from .lag import FeedbackLag
+from .probes import ProbeSchedule
+from .table import MAX_BATCH, BucketGrid
+
+__all__ = ["CostModelPolicy"]
+
+#: Requests per step whose accepted counts are sampled (strided, rotating offset): enough for the
+#: per-position estimate, bounded so decide() does not grow with the batch.
+_SAMPLE_CAP = 8
+#: While off (no acceptance data), acceptance forgets this many times more slowly.
+_IDLE_FORGET = 8.0
+#: Times the engine must run a shallower depth than decided before that depth is given up.
+_CLAMP_VOTES = 4
+#: Within a run of steps at the same batch size and depth, a step this many times slower than the run's mean
+#: is left out of the mean (slow outliers are one-sided and depth-independent: ratios stay right).
+_AGG_OUTLIER = 3.0
+_NEVER = -(10**9)
+
+
+def _as_list(value: object) -> list[Any] | None:
+    """A per-request field that is not a list, as one (numpy arrays, tuples), or None when it is none."""
+    seq = clean_sequence(value)
+    if seq is None:
+        return None
+    try:
+        return list(seq)
+    except Exception:  # noqa: BLE001 - an array that cannot be iterated
+        return None
+
+
+_GRIDS: dict[int, BucketGrid] = {}
+
+
+def _grid(per_octave: int) -> BucketGrid:
+    g = _GRIDS.get(per_octave)
+    if g is None:
+        g = _GRIDS[per_octave] = BucketGrid(per_octave)
+    return g
+
+
+class CostModelPolicy:
+    """Goodput-maximising depth choice with an online step-cost model (docs/cost-model.md)."""
+
+    __slots__ = (
+        "config",
+        "cost_model",
+        # fixed by the config
+        "_arms",
+        "_idx",
+        "_modes",
+        "_grid",
+        "_index",
+        "_top",
+        "_margin1",
+        "_dwell",
+        # the parts (reset() makes new ones; the lists decide() reads every step are aliased here)
+        "_acc",
+        "_bufs",
+        "_costs",
+        "_choice",
+        "_best",
+        "_v",
+        "_probes",
+        "_visits",
+        "_probe_at",
+        "_lag",
+        # the loop's own state
+        "_step",
+        "_cur",
+        "_switched",
+        "_last_t",
+        "_timed",
+        "_refresh_at",
+        "_E",
+        "_acc_version",
+        "_acc_steps",
+        "_acc_folded",
+        "_pending",
+        "_agg_batch",
+        "_agg_k",
+        "_agg_len",
+        "_agg_t",
+        "_agg_n",
+        "_agg_step",
+        "_clamp_votes",
+        "_disabled",
+        "_disabled_at",
+    )
+
+    def __init__(self, config: CostModelConfig, cost_model: StepCostModel | None = None) -> None:
+        self.config = config
+        self.cost_model = cost_model
+        self._arms = config.candidate_steps()
+        idx = [-1] * (MAX_NUM_STEPS + 1)
+        for i, k in enumerate(self._arms):
+            idx[k] = i
+        self._idx = idx
+        self._modes = tuple(SpecMode.of(k) for k in self._arms)
+        self._grid = _grid(config.buckets_per_octave)
+        self._margin1 = 1.0 + config.switch_margin
+        self._dwell = config.min_dwell_steps
+        self._index = self._grid.index
+        self._top = len(self._grid) - 1
+        self.reset()
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        c = self.config
+        n_b, n_a = len(self._grid), len(self._arms)
+        self._step = 0
+        self._acc = AcceptanceEstimator(
+            max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
+        )
+        self._bufs = self._acc.bufs
+        self._acc_steps = 0
+        self._acc_folded = 0
+        self._timed = False
+        self._acc_version = -1
+        self._E = [1.0] * n_a
+        self._costs = StepCosts(self._grid, self._arms, c.cost_halflife, self.cost_model)
+        #: measured runs (batch, depth, context, mean time, steps, first step) waiting to be folded in, and
+        #: the run being measured: consecutive steps with the same batch size and depth.
+        self._pending: list[tuple[int, int, float | None, float, int, int]] = []
+        self._agg_batch = -1
+        self._agg_k = -1
+        self._agg_len: float | None = None
+        self._agg_t = 0.0
+        self._agg_n = 0
+        self._agg_step = 0
+        self._lag = FeedbackLag()
+        self._choice = Choice(n_b, n_a, c.switch_margin)
+        self._best, self._v = self._choice.best, self._choice.v
+        self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval)
+        self._visits, self._probe_at = self._probes.visits, self._probes.probe_at
+        #: per depth index: the engine ran something shallower when this depth was decided (votes), and
+        #: depths given up on for that reason.
+        self._clamp_votes = [0] * n_a
+        self._disabled = [False] * n_a
+        self._disabled_at = _NEVER
+        self._refresh_at = [0] * n_b
+        self._cur = -1
+        self._switched = _NEVER
+        self._last_t: object = None
+        self._refresh_expected()
+        self._cur = self._prior_best()
+
+    # -- the hot path ---------------------------------------------------------------------------------------
+    def decide(self, stats: StepStats) -> SpecMode:
+        try:
+            step = self._step = self._step + 1
+            # Each field is read once here, at the boundary: anything but a well-formed value is converted
+            # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
+            batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
+            self._take_outcome(step, k_obs, acc, drafted, t, mean)
+            if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
+                batch = self._odd_batch(batch)
+                b = self._index[batch] if batch <= MAX_BATCH else self._top
+            else:
+                b = self._index[batch]
+            visits = self._visits
+            vis = visits[b] = visits[b] + 1
+            if step >= self._refresh_at[b]:
+                try:
+                    self._refresh(b, context_length(seq_len))
+                except Exception:  # never retry the same failure every step: drop the queued data
+                    self._pending.clear()
+                    self._refresh_at[b] = step + self.config.update_interval
+            cur = self._cur
+            best = self._best[b]
+            if best != cur:
+                v = self._v[b]
+                if v[best] > v[cur] * self._margin1 and (
+                    step - self._switched >= self._dwell or v[best] > v[cur] * BIG_GAIN
+                ):
+                    cur = self._cur = best
+                    self._switched = step
+            if vis >= self._probe_at[b]:
+                probe = self._probes.take(b, vis, step)
+                if probe >= 0:
+                    cur = probe
+                    if self._costs.cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
+                        self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it
+            lag = self._lag
+            lag.before = lag.last
+            lag.last = (batch, self._arms[cur], seq_len)  # read through context_length() when used
+            return self._modes[cur]
+        except Exception:  # odd inputs are missing data: keep the running depth
+            return self._modes[self._cur]
+
+    def _take_outcome(self, step: int, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any) -> None:
+        """What the stats say about the last step whose result is known: its acceptance and its time."""
+        if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
+            c = clean_count(k_obs)
+            if c is None or c > MAX_NUM_STEPS:
+                k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
+            else:
+                k_obs = c
+        # a list, or another sequence copied into one; a string, a number or an object: missing
+        if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
+            try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
+                n = len(acc)
+                if n <= _SAMPLE_CAP:
+                    stride, sample = 1, acc
+                elif step & 1:
+                    n = 0  # large batches: every other step is plenty (and halves the cost)
+                    self._acc_steps += 1
+                else:
+                    stride = -(-n // _SAMPLE_CAP)
+                    sample = acc[(step >> 1) % stride :: stride]
+                if n and k_obs > 0:
+                    if drafted is not None and drafted.__class__ is not list:
+                        drafted = clean_sequence(drafted)
+                    if drafted is None:
+                        self._bufs[k_obs] += bytes(sample)
+                        self._acc_steps += 1
+                    else:
+                        self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
+            except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
+                pass
+        elif k_obs > 0 and mean is not None:
+            self._take_mean(mean, k_obs)
+        if t.__class__ is not float and t is not None:
+            t = clean_float(t)
+        if t is not None:
+            try:
+                # the same time again: the same step re-reported
+                if 0.0 < t < 1e4 and t != self._last_t:
+                    self._last_t = t
+                    h = self._lag.described(k_obs)
+                    if 0 <= k_obs < h[1]:  # shallower than decided (deeper is no sign of a limit)
+                        self._ran_other(h[1], k_obs)
+                    if acc is not None:
+                        nb = len(acc)  # the measured step's exact batch size
+                    else:
+                        nb = h[0] if h[1] == k_obs else 0
+                    if nb > 0:
+                        if not self._timed:  # the first measurement: start exploring now
+                            self._timed = True
+                            self._refresh_at = [0] * len(self._refresh_at)
+                        if nb == self._agg_batch and k_obs == self._agg_k:
+                            n_agg = self._agg_n
+                            if t * n_agg > _AGG_OUTLIER * self._agg_t:
+                                pass  # a stray slow step (a prefill joined it, a pause): not its cost
+                            elif n_agg == 1 and t * _AGG_OUTLIER < self._agg_t:
+                                self._agg_t = t  # the run's first step was the stray one: drop it
+                            else:
+                                self._agg_t += t
+                                self._agg_n = n_agg + 1
+                        else:
+                            self._flush_time()
+                            self._agg_batch = nb
+                            self._agg_k = k_obs
+                            self._agg_len = context_length(h[2])
+                            self._agg_t = t
+                            self._agg_n = 1
+                            self._agg_step = step
+            except Exception:  # NaN, inf, negative, zero or not a number: missing
+                pass
+
+    def _odd_batch(self, batch: object) -> int:
+        """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
+        c = clean_count(batch)
+        return self._lag.last[0] if c is None else c
+
+    def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
+        """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
+        if sample.__class__ is not list:
+            sample = list(sample)
+        if drafted is None:
+            self._acc.add(depth, bytes(sample))
+            return
+        self._take_trimmed(sample, drafted, depth, stride, off, n)
+
+    def _ran_other(self, decided: int, ran: Any) -> None:
+        """The engine ran a shallower depth than decided: after a few times, stop offering that depth and
+        deeper ones (the engine cannot run them: no graph for them, or a cap of its own)."""
+        if decided < 0 or ran.__class__ is not int or not 0 <= ran < decided:
+            return
+        i = self._idx[decided]
+        if i < 0 or self._disabled[i]:
+            return
+        self._clamp_votes[i] += 1
+        if self._clamp_votes[i] >= _CLAMP_VOTES:
+            for j in range(max(i, 1), len(self._arms)):  # the shallowest depth always stays
+                self._disabled[j] = True
+            self._disabled_at = self._step
+            self._refresh_at = [0] * len(self._refresh_at)
+
+    def _flush_time(self) -> None:
+        """Queue the aggregated measurements of consecutive steps with the same batch size and depth."""
+        if self._agg_n:
+            n = self._agg_n
+            pend = (self._agg_batch, self._agg_k, self._agg_len, self._agg_t / n, n, self._agg_step)
+            self._pending.append(pend)
+            self._agg_n = 0
+            self._agg_batch = -1
+
+    def _take_mean(self, mean: Any, depth: int) -> None:
+        """Only the mean accepted count is known (no per-request list): a weak, geometric pseudo-sample."""
+        try:
+            m = clean_float(mean)
+            if m is not None and 0.0 <= m <= depth <= MAX_NUM_STEPS:
+                self._acc.add_mean(depth, m)
+                self._acc_steps += 1
+        except Exception:
+            pass
+
+    def _take_trimmed(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
+        if drafted.__class__ is not list and drafted.__class__ is not tuple:
+            drafted = list(drafted)
+        if len(drafted) != n:
+            return
+        dsample = drafted[off::stride] if stride > 1 else drafted
+        if dsample.count(depth) == len(dsample):
+            self._acc.add(depth, bytes(sample))
+            return
+        normal: list[int] = []
+        full: list[int] = []
+        for a, d in zip(sample, dsample, strict=False):
+            if a > d or a < 0:
+                continue
+            if a == d < depth:
+                full.append(d)  # accepted all it proposed, proposed fewer than depth: tried 1..d only
+            else:
+                normal.append(a)
+        self._acc.add(depth, bytes(normal))
+        if full:
+            self._acc.add_full(depth, bytes(full))
+
+    # -- periodic work ---------------------------------------------------------------------------------------
+    def _refresh(self, b: int, seq_len: float | None) -> None:
+        step = self._step
+        acc = self._acc
+        acc.data_steps += self._acc_steps
+        self._acc_steps = 0
+        acc.fold(step - self._acc_folded)
+        self._acc_folded = step
+        if acc.version != self._acc_version:
+            self._refresh_expected()
+        self._flush_time()
+        if self._pending:
+            self._fold_times()
+        if self._disabled_at > _NEVER and step - self._disabled_at > 4 * self.config.max_probe_interval:
+            # Not forever (an engine may gain the depth back, or the evidence was a misattribution).
+            self._disabled = [False] * len(self._arms)
+            self._clamp_votes = [0] * len(self._arms)
+            self._disabled_at = _NEVER
+        self._table(b, seq_len)
+        self._refresh_at[b] = step + self.config.update_interval
+
+    def _refresh_expected(self) -> None:
+        self._E = self._acc.expected_tokens(self._arms)
+        self._acc_version = self._acc.version
+
+    def _fold_times(self) -> None:
+        idx, costs, seen, visits = self._idx, self._costs, self._probes.seen, self._visits
+        for batch, k, seq_len, t, count, step in self._pending:
+            if batch <= 0 or not 0 <= k <= MAX_NUM_STEPS:
+                continue
+            i = idx[k]
+            if i < 0:
+                continue
+            b = costs.add(batch, i, seq_len, t, step, count)
+            if b >= 0:
+                self._clamp_votes[i] = 0  # it does run
+                if seen[b][i] < visits[b]:
+                    seen[b][i] = visits[b]
+        self._pending.clear()
+
+    def _table(self, b: int, seq_len: float | None) -> None:
+        """Bucket b's predicted times and tokens/s per depth, its best depth and its next probe."""
+        cur = self._cur
+        times, blind = self._costs.predict(b, seq_len, cur, self._timed)
+        v = self._choice.update(b, self._E, times, self._disabled)
+        if cur < 0 or not self._timed:
+            return  # nothing to measure with: no probing until the engine reports step times
+        samples = self._costs.cells.n[b]
+        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0])
+
+    def _prior_best(self) -> int:
+        """The depth to start with: the best under the prior acceptance and the profile (or prior costs)."""
+        self._table(0, None)
+        return self._best[0]
+
+    # -- metrics ---------------------------------------------------------------------------------------------
+    def estimates(self) -> Mapping[str, float]:
+        """Per-position acceptance; expected tokens, step time and tokens/s per depth (last bucket seen)."""
+        out: dict[str, float] = {"num_steps": float(self._arms[self._cur])}
+        rates = self._acc.rates
+        for j in range(1, self._acc.max_pos + 1):
+            out[f"accept_rate_{j}"] = rates[j]
+        batch = self._lag.last[0]
+        b = self._index[batch] if 0 <= batch <= MAX_BATCH else self._top
+        rep = self._grid.rep[b]
+        absolute = self.cost_model is not None or self._costs.cells.nearest_measured(b) >= 0
+        for i, k in enumerate(self._arms):
+            out[f"expected_tokens_{k}"] = self._E[i]
+            t = self._choice.t[b][i]
+            if absolute and t > 0.0:
+                out[f"step_ms_{k}"] = t * 1e3
+                out[f"tokens_per_s_{k}"] = self._E[i] * rep / t
+        return out

@@ -1,0 +1,95 @@
+"""cost_model's probe schedule: when to run one step at another depth, to measure it.
+
+Learning from the engine's own clock needs measurements of depths it is not running. Each bucket keeps a
+clock (its visits) and, per depth, the visit of its last measurement or probe. A measured depth is due again
+after ``loss / share`` visits (``loss``: its predicted shortfall against the running depth; ``share``: the
+probe budget split over the other depths), at least ``MIN_PROBE_INTERVAL`` and at most
+``max_probe_interval``: a depth predicted 50% slower is re-measured rarely, a near-tie often, and every
+depth's estimate is refreshed eventually, so a change in costs or acceptance is noticed. A depth never
+measured in the bucket is first tried after ``loss**2 / (share * EXPLORE_SCALE)`` visits: near-ties at once,
+clear losers like any other probe. A depth that loses by more than ``CONFIRM_LOSS`` on a single sample is
+measured again after ``CONFIRM_INTERVAL`` visits: one slow step (the first after a prefill, 5-10x) must not
+lock it out. In a bucket where one depth is measured and nothing lets the others be extrapolated (blind),
+off (or the farthest depth) is measured next, so a line through two points prices the rest. Two probes are
+at least ``PROBE_GAP`` steps apart.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FAR", "ProbeSchedule"]
+
+#: Steps between two probes.
+PROBE_GAP = 4
+#: A measured depth is re-measured at most once per this many visits of its bucket; an unanswered
+#: exploration probe is retried after as many.
+MIN_PROBE_INTERVAL = 128
+CONFIRM_INTERVAL = 16
+CONFIRM_LOSS = 0.1
+EXPLORE_SCALE = 0.1
+#: "Never": a visit count no bucket reaches.
+FAR = 1 << 62
+_NEVER = -(10**9)
+
+
+class ProbeSchedule:
+    """Per bucket: visits, the next probe (visit and depth index), and per depth the visit last measured."""
+
+    __slots__ = ("probe_at", "probe_i", "visits", "seen", "last", "_share", "_max_interval")
+
+    def __init__(self, n_buckets: int, n_arms: int, budget: float, max_interval: int) -> None:
+        self.probe_at = [FAR] * n_buckets
+        self.probe_i = [0] * n_buckets
+        #: decide() calls that fell in the bucket (the clock of its schedule).
+        self.visits = [0] * n_buckets
+        #: per bucket and depth index: the visit count of its last measurement or probe (-1: never).
+        self.seen: list[list[int]] = [[-1] * n_arms for _ in range(n_buckets)]
+        #: the step of the last probe.
+        self.last = _NEVER
+        self._share = budget / max(n_arms - 1, 1)
+        self._max_interval = max_interval
+
+    def plan(
+        self, b: int, v: list[float], cur: int, off: list[bool], samples: list[int], blind: bool, first: int
+    ) -> None:
+        """Bucket b's next probe from its values per depth index (``samples``: per cell, counted up to 3;
+        ``first``: the shallowest depth, 0 when off is offered)."""
+        n = len(v)
+        vcur = v[cur] if v[cur] > 0.0 else 1e-300
+        share = self._share
+        max_int = self._max_interval
+        seen, vis = self.seen[b], self.visits[b]
+        due_best, due_i, due_loss = FAR, -1, 2.0
+        for i in range(n):
+            if i == cur or off[i]:
+                continue
+            loss = 1.0 - v[i] / vcur
+            if loss < 0.0:
+                loss = 0.0
+            if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
+                if loss > CONFIRM_LOSS and samples[i] == 1:
+                    due = seen[i] + CONFIRM_INTERVAL  # a loser on one sample: it may have been an outlier
+                else:
+                    due = seen[i] + int(min(max(loss / share, MIN_PROBE_INTERVAL), max_int))
+            else:
+                due = int(min(loss * loss / (share * EXPLORE_SCALE), max_int))
+            if due < due_best or (due == due_best and loss < due_loss):
+                due_best, due_i, due_loss = due, i, loss
+        if blind:
+            # One depth measured here and nothing to extrapolate from: measure off (or the depth farthest
+            # from the running one) next, so a line through two points prices all the others.
+            far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
+            if far != cur and seen[far] < 0:
+                due_best, due_i = 0, far
+        if due_i >= 0:
+            self.probe_at[b] = max(due_best, vis)
+            self.probe_i[b] = due_i
+
+    def take(self, b: int, vis: int, step: int) -> int:
+        """The depth index to probe now (its visit is due), or -1 while the last probe is too recent."""
+        if step - self.last < PROBE_GAP:
+            return -1
+        i = self.probe_i[b]
+        self.seen[b][i] = vis
+        self.last = step
+        self.probe_at[b] = FAR
+        return i
