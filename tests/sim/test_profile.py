@@ -83,7 +83,7 @@ def test_shipped_profile_loads_and_is_a_step_cost_model(name: str) -> None:
     assert p.description
     assert isinstance(p, StepCostModel)
     assert p.max_steps >= (3 if name in TRACE_FITTED else 5)
-    assert p.off_cost == "catch_up"
+    assert p.off_cost == ("lazy" if name in TRACE_FITTED else "catch_up")  # live: the drafter is skipped while off
     assert load_profile(name) is p  # shipped profiles are immutable and shared
 
 
@@ -221,11 +221,15 @@ def test_costs_are_positive_and_monotone(name: str, b: float, db: float, s: floa
 
 @settings(deadline=None)
 @given(name=st.sampled_from(SHIPPED), b=batches, s=contexts)
-def test_off_inside_the_speculative_engine_costs_more_than_a_speculation_free_step(
+def test_off_inside_the_speculative_engine_never_costs_less_than_a_speculation_free_step(
     name: str, b: float, s: float | None
 ) -> None:
+    """Strictly more with a per-step draft pass; the same with a lazy drafter (the live SGLang fit)."""
     p = load_profile(name)
-    assert p.off_step_s(b, s) > p.never_step_s(b, s)
+    if p.off_cost == "catch_up":
+        assert p.off_step_s(b, s) > p.never_step_s(b, s)
+    else:
+        assert p.off_step_s(b, s) >= p.never_step_s(b, s)
 
 
 # -- errors ------------------------------------------------------------------------------------------------
