@@ -243,7 +243,7 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
+            batch, _, seq_len, k_obs, acc, drafted, t, mean, _ = stats  # one unpack: cheaper than 7 lookups
             if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
                 c = clean_count(k_obs)
                 if c is None or c > MAX_NUM_STEPS:
