@@ -23,14 +23,13 @@ Where each StepStats field comes from (all CPU data the engine already has; noth
   that right after its own wait for the round's results, so the interval runs from the end of the round
   before to the end of this round: with overlap and a busy GPU, the round's own GPU time; without overlap,
   its cycle time (GPU plus the scheduler's CPU work). Measured where the feedback is, time, depth and
-  accepted drafts always describe the same round. The interval between decisions would not: with overlap
-  the decision for round N+1 waits on round N's verify when an attention backend needs CPU sequence lengths
-  (the scheduler's ``resolve_seq_lens_cpu``; e.g. FlashInfer) and only on round N-1's results otherwise
-  (e.g. FA3, Triton), so the round it times depends on the backend. None for the first round after a
-  prefill (its interval holds the prefill) and when the previous round's feedback never came. No CUDA event
-  or sync is added. The same interval is the trace's ``step_time_s`` for that round (reported with the
-  round's controller step, so the trace pairs it with the round's own record even when it arrives a
-  decision late).
+  accepted drafts always describe the same round (the bridge reports them together, with the round's
+  decision number, and the controller builds the next StepStats from them). The interval between decisions
+  would not: with overlap the decision for round N+1 waits on round N's verify when an attention backend
+  needs CPU sequence lengths (the scheduler's ``resolve_seq_lens_cpu``; e.g. FlashInfer) and only on round
+  N-1's results otherwise (e.g. FA3, Triton), so the round it times depends on the backend. None for the
+  first round after a prefill (its interval holds the prefill) and when the previous round's feedback never
+  came. No CUDA event or sync is added. The same interval is the trace's ``step_time_s`` for that round.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from ...stats import StepStats
 from ..runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ..settings import AdapterSettings
 from ..tp import BroadcastSync
@@ -92,14 +90,10 @@ class SpecPolicyParams:
         self.runtime = runtime
         self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
-        # (depth, batch size, a non-decode batch ran just before it) of each round awaiting feedback
-        # rounds decided and not yet reported: (depth, batch size, prefill just before it, controller step)
-        self._inflight: deque[tuple[int, int, bool, int]] = deque(maxlen=8)
-        # feedback of the most recent round with results: depth, accepted drafts, its time
-        self._last_k = 0
-        self._accepted: list[int] | None = None
-        self._round_s: float | None = None
-        self._fed_t: float | None = None  # when that feedback arrived (None: the next interval is unknown)
+        # (controller step, batch size, a non-decode batch ran just before it) of each round decided and
+        # not yet reported: SGLang's feedback names only the batch size, so this says which decision it is
+        self._inflight: deque[tuple[int, int, bool]] = deque(maxlen=8)
+        self._fed_t: float | None = None  # when the latest feedback came (None: the next interval is unknown)
         self._gap = True
         self.num_waiting = 0
         self.mean_seq_len: float | None = None
@@ -122,11 +116,9 @@ class SpecPolicyParams:
         gap = self._gap
         self._gap = False
         runtime = self.runtime
-        stats = StepStats.fast(
-            batch_size, self.num_waiting, self.mean_seq_len, self._last_k, self._accepted, None, self._round_s
-        )
-        k = runtime.decide(stats)
-        self._inflight.append((k, batch_size, gap, runtime.controller.step))
+        controller = runtime.controller
+        k = runtime.decide(controller.next_stats(batch_size, self.num_waiting, self.mean_seq_len))
+        self._inflight.append((controller.step, batch_size, gap))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -135,21 +127,17 @@ class SpecPolicyParams:
         inflight = self._inflight
         prev = self._fed_t
         while inflight:
-            k, bs, gap, step = inflight.popleft()
+            step, bs, gap = inflight.popleft()
             if bs == n:
-                self._last_k = k
-                self._accepted = num_correct_drafts_per_req if k > 0 and n else None
-                self._round_s = None if (prev is None or gap) else now - prev
                 self._fed_t = now
-                self.runtime.step_time(self._round_s, step)  # the trace pairs it with its own round
+                round_s = None if (prev is None or gap) else now - prev
+                self.runtime.controller.outcome(step, num_correct_drafts_per_req if n else None, round_s)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
         # than attribute it to the wrong depth.
-        self._last_k = 0
-        self._accepted = None
-        self._round_s = None
         self._fed_t = None
+        self.runtime.controller.forget()
         return None
 
     # -- fed by the Scheduler.run_batch hook --
