@@ -122,6 +122,8 @@ class StepController:
         self.budget_steps = budget_steps
         self.step = 0
         self.errors = 0
+        #: "Type: message" of the first policy error, for reports that name it (the simulator's).
+        self.first_error: str | None = None
         self.switches = 0
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
@@ -168,6 +170,8 @@ class StepController:
             k = self.default_steps
             fallback = True
             self.errors += 1
+            if self.first_error is None:
+                self.first_error = f"{type(exc).__name__}: {short_str(exc)}"
             self._on_error(exc, "policy", f"running the default depth {k}")
         dt = time.perf_counter() - t0
         self.busy_since = 0.0
