@@ -72,6 +72,7 @@ MAX_OPEN = 16
 #: The outcome fields of StepStats (``last_num_steps`` .. ``last_batch_size``) when nothing is known.
 NOTHING_KNOWN: tuple[Any, ...] = (0, None, None, None, None, None)
 _new = tuple.__new__
+_perf = time.perf_counter
 _Open = tuple[int, StepStats, int, float, bool, float]
 
 
@@ -153,7 +154,7 @@ class StepController:
             return self._commit(stats, self.default_steps, 0.0, True, time.perf_counter())
         if not self.thread_id:
             self.thread_id = threading.get_ident()
-        t0 = self.busy_since = time.perf_counter()
+        t0 = self.busy_since = _perf()
         fallback = False
         try:
             mode = self.policy.decide(stats)
@@ -173,13 +174,23 @@ class StepController:
             if self.first_error is None:
                 self.first_error = f"{type(exc).__name__}: {short_str(exc)}"
             self._on_error(exc, "policy", f"running the default depth {k}")
-        dt = time.perf_counter() - t0
+        dt = _perf() - t0
         self.busy_since = 0.0
         if dt > self.decide_budget_s:
             self._over_budget(dt)
         elif self._slow_run:
             self._back_in_budget()
-        return self._commit(stats, k, dt, fallback, t0)
+        # ``_commit``, inlined: this is every step's path (k is an allowed depth, so already counted from 0)
+        if k != self._last_k and self._last_k >= 0:
+            self.switches += 1
+        self._last_k = k
+        step = self.step = self.step + 1
+        self.steps_by_depth[k] += 1
+        open_ = self._open
+        open_.append((step, stats, k, dt, fallback, t0))
+        if len(open_) > MAX_OPEN:  # an outcome that never came (an aborted step): hand it over without one
+            self._release(open_.popleft(), None)
+        return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
         if k != self._last_k and self._last_k >= 0:
@@ -207,7 +218,6 @@ class StepController:
         step: int,
         accepted: Sequence[int] | None,
         step_time_s: float | None,
-        *,
         num_steps: int | None = None,
         drafted: Sequence[int] | None = None,
         mean_accepted: float | None = None,
@@ -220,18 +230,27 @@ class StepController:
         decisions still waiting are handed over without an outcome (the trace stays in order); an outcome
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
+        # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
         open_ = self._open
-        while open_ and open_[0][0] < step:
-            self._release(open_.popleft(), None)
-        if not open_ or open_[0][0] != step:
+        if not open_:
             return
-        item = open_.popleft()
+        item = open_[0]
+        if item[0] != step:
+            if item[0] > step:
+                return  # no longer waiting
+            while open_ and open_[0][0] < step:
+                self._release(open_.popleft(), None)
+            if not open_ or open_[0][0] != step:
+                return
+            item = open_[0]
+        open_.popleft()
         k = item[2] if num_steps is None else num_steps
         if k > 0:
             self.known = (k, accepted, drafted, step_time_s, mean_accepted, item[1][0])
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
             self.known = (0, None, None, step_time_s, None, item[1][0])
-        self._release(item, step_time_s)
+        if self.observers:
+            self._release(item, step_time_s)
 
     def forget(self) -> None:
         """Feedback arrived that matches no decision: the next StepStats say nothing rather than guess."""

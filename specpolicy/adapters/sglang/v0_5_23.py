@@ -88,6 +88,10 @@ class SpecPolicyParams:
 
     def __init__(self, runtime: AdapterRuntime, initial_steps: int) -> None:
         self.runtime = runtime
+        self._controller = controller = runtime.controller
+        self._decide = runtime.decide
+        self._next_stats = controller.next_stats
+        self._outcome = controller.outcome
         self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
         # (controller step, batch size, a non-decode batch ran just before it) of each round decided and
@@ -115,10 +119,8 @@ class SpecPolicyParams:
     def get_steps_for_batch(self, batch_size: int) -> int:
         gap = self._gap
         self._gap = False
-        runtime = self.runtime
-        controller = runtime.controller
-        k = runtime.decide(controller.next_stats(batch_size, self.num_waiting, self.mean_seq_len))
-        self._inflight.append((controller.step, batch_size, gap))
+        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len))
+        self._inflight.append((self._controller.step, batch_size, gap))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -131,7 +133,7 @@ class SpecPolicyParams:
             if bs == n:
                 self._fed_t = now
                 round_s = None if (prev is None or gap) else now - prev
-                self.runtime.controller.outcome(step, num_correct_drafts_per_req if n else None, round_s)
+                self._outcome(step, num_correct_drafts_per_req if n else None, round_s)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather

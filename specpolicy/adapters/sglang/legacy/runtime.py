@@ -94,6 +94,8 @@ class StepRuntime:
         "decode_steps",
         "forced_steps",
         "gpu_timer",
+        "_outcome",
+        "_next_stats",
     )
 
     def __init__(
@@ -124,6 +126,8 @@ class StepRuntime:
         self.decode_steps = 0
         self.forced_steps = 0
         self.gpu_timer = gpu_timer
+        self._outcome = self.controller.outcome
+        self._next_stats = self.controller.next_stats
 
     def begin_decode(self, batch_size: int, seq_lens_sum: int | None, forced_on: bool = False) -> bool:
         """Decide the coming decode step; True means skip speculation (one-token verify). Never raises.
@@ -141,14 +145,20 @@ class StepRuntime:
             now = self._clock()
             prev, self._t_prev = self._t_prev, now
             step_time = None if prev is None else now - prev
-        if step_time is not None and timed_step > 0:
-            self._on_time(timed_step, step_time)
         acc = self._accepted
+        if step_time is not None and timed_step > 0:
+            if acc is not None and acc[0] == timed_step:  # the common case: the acceptance came first
+                self._accepted = None
+                self._outcome(timed_step, acc[1], step_time)
+                acc = None
+            else:
+                self._on_time(timed_step, step_time)
+                acc = self._accepted
         if acc is not None and acc[0] <= timed_step:  # its time, had there been one, came just now
             self._accepted = None
             ctl.outcome(acc[0], acc[1], None)
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
-        stats = ctl.next_stats(batch_size, self.num_waiting, mean_len)
+        stats = self._next_stats(batch_size, self.num_waiting, mean_len)
         if forced_on:
             ctl.force(stats, self.launch_depth)
             self.forced_steps += 1
@@ -170,7 +180,7 @@ class StepRuntime:
         return self.controller.step
 
     def on_result(self, step: int, accepted_per_req: Sequence[int] | None) -> None:
-        """Accepted drafts per request of the finished step ``step`` (v1: the same step; v2: one step late)."""
+        """Accepted drafts per request of the finished step ``step`` (v1: the step just run; v2: one late)."""
         timed = self._timed
         if timed is not None and timed[0] == step:
             self._timed = None
