@@ -60,7 +60,7 @@ def _time(step: Callable[[int], None], steps: int, repeats: int) -> float:
 
 
 def sglang_adaptive(settings: AdapterSettings, batch: int) -> Callable[[int], None]:
-    from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams
+    from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams  # the module's name at 1f76902 too
 
     params = SpecPolicyParams(_runtime(settings, ALLOWED), DEPTH)
     get, feed = params.get_steps_for_batch, params.on_verify_complete

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, NamedTuple, ParamSpec
+from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 from .errors import short_repr
 
@@ -75,10 +75,7 @@ class StepStats(_Fields):
     #: Build without validation (the adapters' per-step path). Policies stay robust to bad values.
     fast = _unchecked(_fields_new)
 
-    if not TYPE_CHECKING:  # type checkers see the field list's own signature
-
-        def __new__(cls, *args, **kwargs):
-            return _validated(_fields_new(cls, *args, **kwargs))
+    # ``__new__`` (the validating constructor, the field list's signature) is set below the helpers.
 
     @property
     def has_acceptance(self) -> bool:
@@ -95,14 +92,14 @@ class StepStats(_Fields):
 
 _INF = math.inf
 
-def _validated(s: StepStats) -> StepStats:
-    """``s`` with its scalar fields checked (numpy numbers converted); ValueError naming a bad field."""
-    batch_size, num_waiting, last_num_steps = s.batch_size, s.num_waiting, s.last_num_steps
-    mean_seq_len, last_step_time_s, mean_accepted = s.mean_seq_len, s.last_step_time_s, s.mean_accepted
-    accepted_draft_tokens, drafted_tokens, last_batch_size = (
-        s.accepted_draft_tokens, s.drafted_tokens, s.last_batch_size
-    )
-    changed: dict[str, Any] = {}
+def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
+    """The StepStats of ``values`` (the fields in order) with its scalar fields checked and numpy numbers
+    converted; ValueError naming a bad field."""
+    (
+        batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
+        last_step_time_s, mean_accepted, last_batch_size,
+    ) = values
+    changed = False
     # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
     if (
         type(batch_size) is not int
@@ -110,17 +107,21 @@ def _validated(s: StepStats) -> StepStats:
         or type(last_num_steps) is not int
         or (batch_size | num_waiting | last_num_steps) >> 53  # any negative or > MAX_COUNT: nonzero
     ):
-        changed["batch_size"] = _valid_count("batch_size", batch_size)
-        changed["num_waiting"] = _valid_count("num_waiting", num_waiting)
-        changed["last_num_steps"] = last_num_steps = _valid_count("last_num_steps", last_num_steps)
+        batch_size = _valid_count("batch_size", batch_size)
+        num_waiting = _valid_count("num_waiting", num_waiting)
+        last_num_steps = _valid_count("last_num_steps", last_num_steps)
+        changed = True
     if last_batch_size is not None and (type(last_batch_size) is not int or last_batch_size >> 53):
-        changed["last_batch_size"] = _valid_count("last_batch_size", last_batch_size)
+        last_batch_size = _valid_count("last_batch_size", last_batch_size)
+        changed = True
     if mean_seq_len is not None and (mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF):
-        changed["mean_seq_len"] = _valid_float("mean_seq_len", mean_seq_len)
+        mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
+        changed = True
     if last_step_time_s is not None and (
         last_step_time_s.__class__ is not float or not 0.0 <= last_step_time_s < _INF
     ):
-        changed["last_step_time_s"] = _valid_float("last_step_time_s", last_step_time_s)
+        last_step_time_s = _valid_float("last_step_time_s", last_step_time_s)
+        changed = True
     if accepted_draft_tokens is not None and last_num_steps == 0:
         raise ValueError(
             "StepStats.accepted_draft_tokens must be None when last_num_steps is 0 (a step without "
@@ -136,7 +137,8 @@ def _validated(s: StepStats) -> StepStats:
                 f"or None, got {short_repr(mean_accepted)}"
             )
         if m is not mean_accepted:
-            changed["mean_accepted"] = m
+            mean_accepted = m
+            changed = True
     if drafted_tokens is not None or accepted_draft_tokens.__class__ is not list:
         n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
         n_drafted = _valid_len("drafted_tokens", drafted_tokens)
@@ -145,7 +147,29 @@ def _validated(s: StepStats) -> StepStats:
                 "StepStats.drafted_tokens must have one entry per request of accepted_draft_tokens "
                 f"({n_drafted} != {n_acc})"
             )
-    return s._replace(**changed) if changed else s
+    if changed:
+        values = (
+            batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
+            last_step_time_s, mean_accepted, last_batch_size,
+        )
+    stats: StepStats = _new(cls, values)
+    return stats
+
+
+def _with_field_signature(target: Callable[[type[StepStats], tuple[Any, ...]], StepStats]) -> Any:
+    """A ``__new__`` with the field list's own signature (names and defaults) that hands ``target`` the
+    fields as one tuple, generated as ``namedtuple`` generates its own: no argument forwarding per call, and
+    no second copy of the field list to keep in step."""
+    names = ", ".join(_Fields._fields)
+    namespace: dict[str, Any] = {"_target": target}
+    exec(f"def __new__(cls, {names}):\n    return _target(cls, ({names},))\n", namespace)  # noqa: S102
+    new = namespace["__new__"]
+    new.__defaults__ = _fields_new.__defaults__
+    new.__qualname__ = "StepStats.__new__"
+    return new
+
+
+StepStats.__new__ = _with_field_signature(_validated)  # type: ignore[method-assign]
 
 
 #: Largest count (batch size, queue length, depth) a StepStats field may hold: beyond float precision a
