@@ -186,3 +186,74 @@ def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
     timed = dict(rec.times)
     assert all(t == pytest.approx(durations[step - 1] / 1e3) for step, t in timed.items())
     assert len(timed) >= len(durations) - 3  # every step but the last few gets its own time
+
+
+BATCHES = st.lists(
+    st.tuples(
+        st.sampled_from(["decode", "decode", "decode", "prefill"]),
+        st.booleans(),  # the scheduler processes the previous result before running this batch (grammar)
+        st.sampled_from([2.0, 6.0, 9.0]),  # how long the batch runs (ms)
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("path,timing", [("v2", "cuda events"), ("v2", "host clock"), ("v1", "host clock")])
+@given(batches=BATCHES)
+def test_every_stats_describes_one_step_whatever_the_order(
+    path: Path, timing: str, batches: list[tuple[str, bool, float]]
+) -> None:
+    """SGLang's loops with prefills in between and, on the overlap loop, batches whose previous result is
+    processed first: whatever arrives when, the outcome fields of every StepStats come from one step (its
+    depth, acceptance and batch size, each step's batch size unique) and its time, when given, is that
+    step's own; each decision's trace record carries its own step's time or none."""
+    rec = Recorder()
+    gpu = FakeGpu()
+    clock = HostClock()
+    rt = _runtime(rec, path, Alternate(), gpu_timer=GpuStepTimer(gpu.event) if timing == "cuda events" else None)
+    rt._clock = clock
+    pending: list[int | None] = []  # results not yet processed, oldest first: decision number or None
+    steps: list[tuple[int, int, float]] = []  # per decision: (depth, batch size, duration)
+
+    def process() -> None:
+        step = pending.pop(0)
+        if step is not None:
+            depth, bs, _ = steps[step - 1]
+            rt.on_result(step, [step % 4] * bs if depth else None)
+
+    for kind, first, duration in batches:
+        gpu.done_until = gpu.queued  # the GPU has reached the start of the batch launched last
+        if path == "v2" and first and pending:
+            process()
+        if kind == "decode":
+            bs = len(steps) + 1
+            skip = rt.begin_decode(bs, 10 * bs)
+            rt.end_decode()
+            steps.append((0 if skip else 3, bs, duration / 1e3))
+            pending.append(rt.current_step)
+        else:
+            rt.on_non_decode()
+            pending.append(None)
+        gpu.queued += duration
+        clock.t += duration / 1e3
+        if path == "v1":
+            process()  # non-overlap: each batch's result is processed right after it
+        elif len(pending) > 1:
+            process()  # overlap: the previous batch's result, after this one was launched
+    rt.controller.close()
+    timed = [step for step, _ in rec.times]
+    assert timed == sorted(set(timed))  # each decision's record once, in order
+    for n, stats in enumerate(rec.stats):
+        if stats.last_batch_size is None:
+            assert stats.last_num_steps == 0 and stats.last_step_time_s is None
+            continue
+        src = stats.last_batch_size - 1
+        assert src < n
+        depth, bs, duration = steps[src]
+        assert stats.last_num_steps == depth
+        assert stats.accepted_draft_tokens == ([(src + 1) % 4] * bs if depth else None)
+        if stats.last_step_time_s is not None:
+            assert stats.last_step_time_s == pytest.approx(duration)
+    for step, t in rec.times:
+        assert t == pytest.approx(steps[step - 1][2])
