@@ -211,7 +211,8 @@ def test_every_stats_describes_one_step_whatever_the_order(
     rec = Recorder()
     gpu = FakeGpu()
     clock = HostClock()
-    rt = _runtime(rec, path, Alternate(), gpu_timer=GpuStepTimer(gpu.event) if timing == "cuda events" else None)
+    timer = GpuStepTimer(gpu.event) if timing == "cuda events" else None
+    rt = _runtime(rec, path, Alternate(), gpu_timer=timer)
     rt._clock = clock
     pending: list[int | None] = []  # results not yet processed, oldest first: decision number or None
     steps: list[tuple[int, int, float]] = []  # per decision: (depth, batch size, duration)
