@@ -104,11 +104,8 @@ class Alternate:
 
 def _runtime(rec: Recorder, path: Path, policy: Any, **kw: Any) -> StepRuntime:
     """The production legacy assembly, with ``rec`` watching the controller."""
-    rt = make_runtime(
-        AdapterSettings.build("static", metrics=False), launch_depth=3, path=path, policy=policy, **kw
-    )
-    rt.controller.observers = (rec,)
-    return rt
+    settings = AdapterSettings.build("static", metrics=False)
+    return make_runtime(settings, launch_depth=3, path=path, policy=policy, observers=[rec], **kw)
 
 
 def test_overlap_runtime_bills_each_step_its_own_time() -> None:

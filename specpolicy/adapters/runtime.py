@@ -58,6 +58,7 @@ class AdapterRuntime:
         wrap: applied to the policy before the controller guards it (e.g. ``OnOffAtDepth`` for an engine
             with graphs for one depth only); it maps every candidate depth onto ``allowed_steps``.
         policy: an already built policy to run instead of the one the settings name (tests, embedding).
+        observers: more observers of the step records, beside the trace and the metrics.
         header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
             and the adapter's running totals for the metrics.
     """
@@ -79,6 +80,7 @@ class AdapterRuntime:
         engine_counts: Callable[[], Mapping[str, int]] | None = None,
         wrap: Callable[[Policy], Policy] | None = None,
         policy: Policy | None = None,
+        observers: Sequence[StepObserver] = (),
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
@@ -92,7 +94,7 @@ class AdapterRuntime:
         self.world_size = world_size
         self.candidate_steps = tuple(sorted(set(candidates)))
         self.policy = get_entry(config.name).factory(config) if policy is None else policy
-        observers: list[StepObserver] = []
+        observers = list(observers)
         self.trace = None
         self.metrics = None
         if settings.trace_path is not None:

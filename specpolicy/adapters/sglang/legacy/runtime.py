@@ -27,6 +27,7 @@ from typing import Any, Literal
 from ....mode import SpecMode
 from ....policy import Policy
 from ....stats import StepStats
+from ...controller import StepObserver
 from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import DecisionSync
@@ -230,10 +231,11 @@ def make_runtime(
     engine_counts: Callable[[], Mapping[str, int]] | None = None,
     gpu_timer: GpuStepTimer | None = None,
     policy: Policy | None = None,
+    observers: Sequence[StepObserver] = (),
 ) -> StepRuntime:
     """The legacy assembly: a controller that runs exactly {0, launch_depth} (every policy depth maps onto
     them through ``OnOffAtDepth``) and falls back to the launch depth. ``policy`` replaces the one the
-    settings name (tests)."""
+    settings name, ``observers`` watch the records beside the trace and metrics (tests)."""
     if type(launch_depth) is not int or launch_depth < 1:
         raise ValueError(f"launch_depth must be an int >= 1 (a speculative worker), got {launch_depth!r}")
     art = AdapterRuntime(
@@ -250,5 +252,6 @@ def make_runtime(
         engine_counts=engine_counts,
         wrap=lambda p: OnOffAtDepth(p, launch_depth),
         policy=policy,
+        observers=observers,
     )
     return StepRuntime(art, launch_depth=launch_depth, path=path, gpu_timer=gpu_timer)
