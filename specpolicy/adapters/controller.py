@@ -69,8 +69,9 @@ class StepObserver(Protocol):
 
 #: Decisions awaiting their outcome, at most; engines report outcomes at most a few decisions late.
 MAX_OPEN = 16
-#: The outcome fields of StepStats (``last_num_steps`` .. ``last_batch_size``) when nothing is known.
-NOTHING_KNOWN: tuple[Any, ...] = (0, None, None, None, None, None)
+#: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_batch_size``) when
+#: nothing is known: their defaults.
+NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:])
 _new = tuple.__new__
 _perf = time.perf_counter
 _Open = tuple[int, StepStats, int, float, bool, float]
