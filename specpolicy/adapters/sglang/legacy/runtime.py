@@ -153,8 +153,7 @@ class StepRuntime:
                 self._outcome(timed_step, acc[1], step_time)
                 acc = None
             else:
-                self._on_time(timed_step, step_time)
-                acc = self._accepted
+                self._hold_time(timed_step, step_time)
         if acc is not None and acc[0] <= timed_step:  # its time, had there been one, came just now
             self._accepted = None
             ctl.outcome(acc[0], acc[1], None)
@@ -195,12 +194,8 @@ class StepRuntime:
             self.controller.outcome(old[0], old[1], None)
         self._accepted = (step, accepted_per_req)
 
-    def _on_time(self, step: int, step_time_s: float) -> None:
-        acc = self._accepted
-        if acc is not None and acc[0] == step:
-            self._accepted = None
-            self.controller.outcome(step, acc[1], step_time_s)
-            return
+    def _hold_time(self, step: int, step_time_s: float) -> None:
+        """A step's time that came before its acceptance (the overlap worker's host clock)."""
         old = self._timed
         if old is not None:  # its acceptance never came: the time alone
             self.controller.outcome(old[0], None, old[1])
