@@ -11,7 +11,8 @@ metrics and trace off unless ``--metrics``):
 * ``sglang 0.5.23``: ``SpecPolicyParams.get_steps_for_batch`` then ``on_verify_complete`` (SGLang's two
   calls per round);
 * ``sglang legacy v1``: ``StepRuntime.begin_decode``, ``end_decode`` and ``on_result`` of the same step;
-* ``sglang legacy v2``: the same, the acceptance one step late (the overlap scheduler's order);
+* ``sglang legacy v2``: the same, the acceptance one step late (the overlap scheduler's order), step times
+  from (stand-in) CUDA events;
 * ``vllm``: ``StepLedger.on_schedule``, one ``on_draft`` per request and ``on_update`` (sync scheduling).
 
 Each figure is the median over ``--repeats`` loops of ``--steps`` steps, loop overhead included.
@@ -89,6 +90,10 @@ def sglang_legacy(settings: AdapterSettings, batch: int, path: str) -> Callable[
         ctl.steps_by_depth = {0: 0, DEPTH: 0}
         rt = legacy.StepRuntime(art.decide, ctl, launch_depth=DEPTH, path=path)  # type: ignore[arg-type,call-arg]
         by_step = False
+    if path == "v2":  # the overlap worker times steps with CUDA events: events that are always complete
+        from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
+
+        rt.gpu_timer = GpuStepTimer(_DoneEvent)
     accs = [[(i + j) % (DEPTH + 1) for j in range(batch)] for i in range(16)]
     begin, end, result = rt.begin_decode, rt.end_decode, rt.on_result
     ctl = rt.controller
@@ -101,6 +106,19 @@ def sglang_legacy(settings: AdapterSettings, batch: int, path: str) -> Callable[
             result(ctl.step - lag if by_step else (0 if skip else DEPTH), accs[i & 15])
 
     return step
+
+
+class _DoneEvent:
+    """A CUDA event stand-in whose step has always finished (5 ms)."""
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, other: object) -> float:
+        return 5.0
 
 
 def vllm_ledger(settings: AdapterSettings, batch: int) -> Callable[[int], None]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -67,8 +66,9 @@ class StepObserver(Protocol):
     def on_record(self, record: StepRecord) -> None: ...
 
 
-#: Decisions awaiting their outcome, at most; engines report outcomes at most a few decisions late.
+#: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
 MAX_OPEN = 16
+_SLOT = MAX_OPEN - 1
 #: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_batch_size``) when
 #: nothing is known: their defaults.
 NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:])
@@ -126,14 +126,16 @@ class StepController:
         self.errors = 0
         #: "Type: message" of the first policy error, for reports that name it (the simulator's).
         self.first_error: str | None = None
-        self.switches = 0
+        self._switches = -1  # the first decision is no switch (see ``switches``)
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
         self.steps_by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
-        #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome
-        self._open: deque[_Open] = deque()
+        #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome, in
+        #: slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its slot is taken)
+        self._ring: list[_Open | None] = [None] * MAX_OPEN
+        self._done = 0  # every decision up to this one has been handed over (with its outcome or without)
         #: StepStats' outcome fields for the next decision: those of the latest decision with a known outcome
         self.known: tuple[Any, ...] = NOTHING_KNOWN
         self._logged: set[tuple[str, str, str]] = set()
@@ -147,6 +149,11 @@ class StepController:
             from .watchdog import DecideWatchdog
 
             self.watchdog = DecideWatchdog(self, watchdog_s)
+
+    @property
+    def switches(self) -> int:
+        """Decisions whose depth differs from the previous decision's."""
+        return max(self._switches, 0)
 
     def decide(self, stats: StepStats) -> int:
         """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
@@ -182,27 +189,29 @@ class StepController:
         elif self._slow_run:
             self._back_in_budget()
         # ``_commit``, inlined: this is every step's path (k is an allowed depth, so already counted from 0)
-        if k != self._last_k and self._last_k >= 0:
-            self.switches += 1
-        self._last_k = k
+        if k != self._last_k:
+            self._switches += 1
+            self._last_k = k
         step = self.step = self.step + 1
         self.steps_by_depth[k] += 1
-        open_ = self._open
-        open_.append((step, stats, k, dt, fallback, t0))
-        if len(open_) > MAX_OPEN:  # an outcome that never came (an aborted step): hand it over without one
-            self._release(open_.popleft(), None)
+        ring = self._ring
+        i = step & _SLOT
+        if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
+            self._evict(ring[i])  # type: ignore[arg-type]
+        ring[i] = (step, stats, k, dt, fallback, t0)
         return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
-        if k != self._last_k and self._last_k >= 0:
-            self.switches += 1
-        self._last_k = k
+        if k != self._last_k:
+            self._switches += 1
+            self._last_k = k
         step = self.step = self.step + 1
         self.steps_by_depth[k] = self.steps_by_depth.get(k, 0) + 1
-        open_ = self._open
-        open_.append((step, stats, k, dt, fallback, t0))
-        if len(open_) > MAX_OPEN:  # an outcome that never came (an aborted step): hand it over without one
-            self._release(open_.popleft(), None)
+        ring = self._ring
+        i = step & _SLOT
+        if ring[i] is not None:
+            self._evict(ring[i])  # type: ignore[arg-type]
+        ring[i] = (step, stats, k, dt, fallback, t0)
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
@@ -232,25 +241,24 @@ class StepController:
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
         # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
-        open_ = self._open
-        if not open_:
-            return
-        item = open_[0]
-        if item[0] != step:
-            if item[0] > step:
-                return  # no longer waiting
-            while open_ and open_[0][0] < step:
-                self._release(open_.popleft(), None)
-            if not open_ or open_[0][0] != step:
-                return
-            item = open_[0]
-        open_.popleft()
+        done = self._done
+        if step <= done:
+            return  # handed over already
+        ring = self._ring
+        i = step & _SLOT
+        item = ring[i]
+        if item is None or item[0] != step:
+            return  # evicted, or never decided
+        ring[i] = None
+        self._done = step
         k = item[2] if num_steps is None else num_steps
         if k > 0:
             self.known = (k, accepted, drafted, step_time_s, mean_accepted, item[1][0])
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
             self.known = (0, None, None, step_time_s, None, item[1][0])
         if self.observers:
+            if step != done + 1:
+                self._release_before(step, done)
             self._release(item, step_time_s)
 
     def forget(self) -> None:
@@ -259,8 +267,26 @@ class StepController:
 
     @property
     def waiting(self) -> int:
-        """Decisions whose outcome has not been reported yet."""
-        return len(self._open)
+        """Decisions whose outcome has not been reported yet (nor handed over without one)."""
+        return sum(1 for item in self._ring if item is not None and item[0] > self._done)
+
+    def _evict(self, item: _Open) -> None:
+        """The decision in a slot about to be reused: hand it over without an outcome, if still waiting."""
+        if item[0] > self._done:
+            if self.observers:
+                self._release_before(item[0], self._done)
+                self._release(item, None)
+            self._done = item[0]
+
+    def _release_before(self, step: int, done: int) -> None:
+        """Hand over, in order and without an outcome, the decisions after ``done`` still waiting before
+        ``step``."""
+        ring = self._ring
+        for s in range(done + 1, step):
+            item = ring[s & _SLOT]
+            if item is not None and item[0] == s:
+                ring[s & _SLOT] = None
+                self._release(item, None)
 
     def _release(self, item: _Open, step_time_s: float | None) -> None:
         if not self.observers:
@@ -281,9 +307,10 @@ class StepController:
     def close(self) -> None:
         """Hand the decisions still waiting to the observers (without an outcome) and stop the watchdog
         (observers are closed by their owner)."""
-        open_ = self._open
-        while open_:
-            self._release(open_.popleft(), None)
+        if self.observers:
+            self._release_before(self.step + 1, self._done)
+        self._ring = [None] * MAX_OPEN
+        self._done = self.step
         if self.watchdog is not None:
             self.watchdog.stop()
 

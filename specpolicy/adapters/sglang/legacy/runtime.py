@@ -88,7 +88,8 @@ class StepRuntime:
         "skip",
         "_clock",
         "_t_prev",
-        "_accepted",
+        "_acc_step",
+        "_acc",
         "_timed",
         "_untimed_upto",
         "skipped_steps",
@@ -120,7 +121,8 @@ class StepRuntime:
         self._clock = clock
         self._t_prev: float | None = None
         # one part of a step's outcome waiting for the other: (step, accepted) and (step, time)
-        self._accepted: tuple[int, Sequence[int] | None] | None = None
+        self._acc_step = 0  # the step whose acceptance ``_acc`` waits for its time (0: none)
+        self._acc: Sequence[int] | None = None
         self._timed: tuple[int, float] | None = None
         self._untimed_upto = 0  # steps up to this one will get no time (a non-decode forward broke the chain)
         self.skipped_steps = 0
@@ -146,17 +148,14 @@ class StepRuntime:
             now = self._clock()
             prev, self._t_prev = self._t_prev, now
             step_time = None if prev is None else now - prev
-        acc = self._accepted
         if step_time is not None and timed_step > 0:
-            if acc is not None and acc[0] == timed_step:  # the common case: the acceptance came first
-                self._accepted = None
-                self._outcome(timed_step, acc[1], step_time)
-                acc = None
+            if self._acc_step == timed_step:  # the common case: the acceptance came first
+                self._acc_step = 0
+                self._outcome(timed_step, self._acc, step_time)
             else:
                 self._hold_time(timed_step, step_time)
-        if acc is not None and acc[0] <= timed_step:  # its time, had there been one, came just now
-            self._accepted = None
-            ctl.outcome(acc[0], acc[1], None)
+        elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
+            self._flush_accepted()
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
         stats = self._next_stats(batch_size, self.num_waiting, mean_len)
         if forced_on:
@@ -189,13 +188,21 @@ class StepRuntime:
         if step <= self._untimed_upto:  # no time will come for it
             self.controller.outcome(step, accepted_per_req, None)
             return
-        old = self._accepted
-        if old is not None:
-            self.controller.outcome(old[0], old[1], None)
-        self._accepted = (step, accepted_per_req)
+        if self._acc_step:
+            self._flush_accepted()
+        self._acc_step = step
+        self._acc = accepted_per_req
+
+    def _flush_accepted(self) -> None:
+        """The waiting acceptance without a time: none will come for it."""
+        step, self._acc_step = self._acc_step, 0
+        self.controller.outcome(step, self._acc, None)
 
     def _hold_time(self, step: int, step_time_s: float) -> None:
-        """A step's time that came before its acceptance (the overlap worker's host clock)."""
+        """A step's time that came before its acceptance (the overlap worker's host clock); an acceptance
+        of an earlier step still waiting will get no time."""
+        if 0 < self._acc_step < step:
+            self._flush_accepted()
         old = self._timed
         if old is not None:  # its acceptance never came: the time alone
             self.controller.outcome(old[0], None, old[1])
@@ -207,10 +214,8 @@ class StepRuntime:
         self._untimed_upto = self.controller.step
         if self.gpu_timer is not None:
             self.gpu_timer.reset()
-        acc = self._accepted
-        if acc is not None:
-            self._accepted = None
-            self.controller.outcome(acc[0], acc[1], None)
+        if self._acc_step:
+            self._flush_accepted()
 
 
 def make_runtime(
