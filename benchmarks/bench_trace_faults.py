@@ -22,11 +22,13 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from specpolicy.adapters import trace_writer as tw
+from specpolicy.adapters.controller import StepRecord
 from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace
@@ -98,8 +100,7 @@ def feed(w: TraceWriter, n: int, batch: int = 4, start: int = 1, bad_every: int 
             stats = StepStats.fast(b, 0, math.nan, 2, [1, _Opaque()], None, math.inf)
         else:
             stats = StepStats.fast(batch, 0, 100.0, 2, acc, None, 0.01)
-        w.on_decision(step, stats, 2, 1e-6, False)
-        w.on_step_time(step, 0.01)
+        w.on_record(StepRecord(step, stats, 2, 1e-6, False, time.perf_counter(), 0.01))
 
 
 def on_disk(path: Path) -> int:

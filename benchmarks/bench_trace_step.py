@@ -6,12 +6,12 @@ Usage (from the repository root)::
     python benchmarks/bench_trace_step.py --steps 20000 --batch 64 --json out.json
 
 Each step is what an engine adapter does per step: ``controller.decide(stats)`` then
-``controller.step_time(t)``, timed together, with ``--work-us`` of engine work in between (by default a
-wait that releases the GIL, as an engine waiting on the device does; ``--spin`` holds it), so the writer
-thread runs concurrently, as it does in an engine. The policy is
-``cost_model``; ``accepted_draft_tokens`` has one entry per request. "trace on" writes the trace to a
-temporary directory with the default writer settings. The figures are wall-clock percentiles of the
-step-path calls only (the busy work is excluded).
+``controller.outcome(step, accepted, t)`` (which hands the completed record to the trace), timed together,
+with ``--work-us`` of engine work in between (by default a wait that releases the GIL, as an engine waiting
+on the device does; ``--spin`` holds it), so the writer thread runs concurrently, as it does in an engine.
+The policy is ``cost_model``; ``accepted_draft_tokens`` has one entry per request. "trace on" writes the
+trace to a temporary directory with the default writer settings. The figures are wall-clock percentiles of
+the step-path calls only (the busy work is excluded).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run(steps: int, batch: int, work_us: float, trace_dir: Path | None, spin: bo
         stats = pool[i & 63]
         t0 = perf()
         ctl.decide(stats)
-        ctl.step_time(0.02)
+        ctl.outcome(ctl.step, stats[4], 0.02)
         lat[i] = perf() - t0
         work(work_us)
     out: dict[str, Any] = {}
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["trace off"] = run(args.steps, args.batch, args.work_us, None, args.spin)
     with tempfile.TemporaryDirectory() as d:
         results["trace on"] = run(args.steps, args.batch, args.work_us, Path(d), args.spin)
-    print(f"# step path (decide + step_time), batch {args.batch}, {args.steps} steps, "
+    print(f"# step path (decide + outcome), batch {args.batch}, {args.steps} steps, "
           f"{args.work_us} us work per step")
     print("| | p50 (us) | p99 (us) | p99.9 (us) | max (us) | > 1 ms | offered / written / dropped |")
     print("|---|---:|---:|---:|---:|---:|---|")

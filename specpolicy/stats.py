@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 from .errors import short_repr
 
@@ -20,6 +20,8 @@ __all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "clean_sequen
 
 
 class _Fields(NamedTuple):
+    """The one list of StepStats fields; ``StepStats.fast``, ``TraceRecord`` and the trace follow it."""
+
     batch_size: int
     num_waiting: int = 0
     mean_seq_len: float | None = None
@@ -28,9 +30,17 @@ class _Fields(NamedTuple):
     drafted_tokens: Sequence[int] | None = None
     last_step_time_s: float | None = None
     mean_accepted: float | None = None
+    last_batch_size: int | None = None
 
 
 _new = tuple.__new__
+_fields_new = _Fields.__new__
+_P = ParamSpec("_P")
+
+
+def _unchecked(new: Callable[Concatenate[Any, _P], Any]) -> classmethod[StepStats, _P, StepStats]:
+    """The field list's own constructor (positional or by name, defaults filled in) as a classmethod."""
+    return classmethod(new)
 
 
 class StepStats(_Fields):
@@ -53,104 +63,19 @@ class StepStats(_Fields):
             bonus not counted) for adapters that already hold the aggregate (an engine counter, a tensor
             reduction, the simulator). When set, policies use it and never sum the per-request list, so the
             O(batch) work is done once, where it is cheapest. None when last_num_steps is 0.
+        last_batch_size: the batch size of that step (the step the ``last_*`` fields describe), so a policy
+            that learns per batch size never has to infer which decision the outcome belongs to. None when
+            no outcome is known.
 
     "Acceptance length" everywhere in specpolicy means 1 + accepted drafts (the bonus token counted).
     """
 
     __slots__ = ()
 
-    def __new__(
-        cls,
-        batch_size: int,
-        num_waiting: int = 0,
-        mean_seq_len: float | None = None,
-        last_num_steps: int = 0,
-        accepted_draft_tokens: Sequence[int] | None = None,
-        drafted_tokens: Sequence[int] | None = None,
-        last_step_time_s: float | None = None,
-        mean_accepted: float | None = None,
-    ) -> StepStats:
-        # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
-        if (
-            type(batch_size) is not int
-            or type(num_waiting) is not int
-            or type(last_num_steps) is not int
-            or (batch_size | num_waiting | last_num_steps) >> 53  # any negative or > MAX_COUNT: nonzero
-        ):
-            batch_size = _valid_count("batch_size", batch_size)
-            num_waiting = _valid_count("num_waiting", num_waiting)
-            last_num_steps = _valid_count("last_num_steps", last_num_steps)
-        if mean_seq_len is not None and (
-            mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF
-        ):
-            mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
-        if last_step_time_s is not None and (
-            last_step_time_s.__class__ is not float or not 0.0 <= last_step_time_s < _INF
-        ):
-            last_step_time_s = _valid_float("last_step_time_s", last_step_time_s)
-        if accepted_draft_tokens is not None and last_num_steps == 0:
-            raise ValueError(
-                "StepStats.accepted_draft_tokens must be None when last_num_steps is 0 (a step without "
-                "speculation has no acceptance data)"
-            )
-        if mean_accepted is not None:
-            if last_num_steps == 0:
-                raise ValueError("StepStats.mean_accepted must be None when last_num_steps is 0")
-            m = clean_float(mean_accepted)
-            if m is None or m > last_num_steps:
-                raise ValueError(
-                    f"StepStats.mean_accepted must be a finite float in [0, last_num_steps={last_num_steps}] "
-                    f"or None, got {short_repr(mean_accepted)}"
-                )
-            mean_accepted = m
-        if drafted_tokens is not None or accepted_draft_tokens.__class__ is not list:
-            n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
-            n_drafted = _valid_len("drafted_tokens", drafted_tokens)
-            if n_drafted >= 0 and n_acc >= 0 and n_drafted != n_acc:
-                raise ValueError(
-                    "StepStats.drafted_tokens must have one entry per request of accepted_draft_tokens "
-                    f"({n_drafted} != {n_acc})"
-                )
-        return _new(
-            cls,
-            (
-                batch_size,
-                num_waiting,
-                mean_seq_len,
-                last_num_steps,
-                accepted_draft_tokens,
-                drafted_tokens,
-                last_step_time_s,
-                mean_accepted,
-            ),
-        )
+    #: Build without validation (the adapters' per-step path). Policies stay robust to bad values.
+    fast = _unchecked(_fields_new)
 
-    @classmethod
-    def fast(
-        cls,
-        batch_size: int,
-        num_waiting: int = 0,
-        mean_seq_len: float | None = None,
-        last_num_steps: int = 0,
-        accepted_draft_tokens: Sequence[int] | None = None,
-        drafted_tokens: Sequence[int] | None = None,
-        last_step_time_s: float | None = None,
-        mean_accepted: float | None = None,
-    ) -> StepStats:
-        """Build without validation (the adapters' per-step path). Policies stay robust to bad values."""
-        return _new(
-            cls,
-            (
-                batch_size,
-                num_waiting,
-                mean_seq_len,
-                last_num_steps,
-                accepted_draft_tokens,
-                drafted_tokens,
-                last_step_time_s,
-                mean_accepted,
-            ),
-        )
+    # ``__new__`` (the validating constructor, the field list's signature) is set below the helpers.
 
     @property
     def has_acceptance(self) -> bool:
@@ -167,9 +92,91 @@ class StepStats(_Fields):
 
 _INF = math.inf
 
+def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
+    """The StepStats of ``values`` (the fields in order) with its scalar fields checked and numpy numbers
+    converted; ValueError naming a bad field."""
+    (
+        batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
+        last_step_time_s, mean_accepted, last_batch_size,
+    ) = values
+    changed = False
+    # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
+    if (
+        type(batch_size) is not int
+        or type(num_waiting) is not int
+        or type(last_num_steps) is not int
+        or (batch_size | num_waiting | last_num_steps) >> 53  # any negative or > MAX_COUNT: nonzero
+    ):
+        batch_size = _valid_count("batch_size", batch_size)
+        num_waiting = _valid_count("num_waiting", num_waiting)
+        last_num_steps = _valid_count("last_num_steps", last_num_steps)
+        changed = True
+    if last_batch_size is not None and (type(last_batch_size) is not int or last_batch_size >> 53):
+        last_batch_size = _valid_count("last_batch_size", last_batch_size)
+        changed = True
+    if mean_seq_len is not None and (mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF):
+        mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
+        changed = True
+    if last_step_time_s is not None and (
+        last_step_time_s.__class__ is not float or not 0.0 <= last_step_time_s < _INF
+    ):
+        last_step_time_s = _valid_float("last_step_time_s", last_step_time_s)
+        changed = True
+    if accepted_draft_tokens is not None and last_num_steps == 0:
+        raise ValueError(
+            "StepStats.accepted_draft_tokens must be None when last_num_steps is 0 (a step without "
+            "speculation has no acceptance data)"
+        )
+    if mean_accepted is not None:
+        if last_num_steps == 0:
+            raise ValueError("StepStats.mean_accepted must be None when last_num_steps is 0")
+        m = clean_float(mean_accepted)
+        if m is None or m > last_num_steps:
+            raise ValueError(
+                f"StepStats.mean_accepted must be a finite float in [0, last_num_steps={last_num_steps}] "
+                f"or None, got {short_repr(mean_accepted)}"
+            )
+        if m is not mean_accepted:
+            mean_accepted = m
+            changed = True
+    if drafted_tokens is not None or accepted_draft_tokens.__class__ is not list:
+        n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
+        n_drafted = _valid_len("drafted_tokens", drafted_tokens)
+        if n_drafted >= 0 and n_acc >= 0 and n_drafted != n_acc:
+            raise ValueError(
+                "StepStats.drafted_tokens must have one entry per request of accepted_draft_tokens "
+                f"({n_drafted} != {n_acc})"
+            )
+    if changed:
+        values = (
+            batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
+            last_step_time_s, mean_accepted, last_batch_size,
+        )
+    stats: StepStats = _new(cls, values)
+    return stats
+
+
+def _with_field_signature(target: Callable[[type[StepStats], tuple[Any, ...]], StepStats]) -> Any:
+    """A ``__new__`` with the field list's own signature (names and defaults) that hands ``target`` the
+    fields as one tuple, generated as ``namedtuple`` generates its own: no argument forwarding per call, and
+    no second copy of the field list to keep in step."""
+    names = ", ".join(_Fields._fields)
+    namespace: dict[str, Any] = {"_target": target}
+    exec(f"def __new__(cls, {names}):\n    return _target(cls, ({names},))\n", namespace)  # noqa: S102
+    new = namespace["__new__"]
+    new.__defaults__ = _fields_new.__defaults__
+    new.__qualname__ = "StepStats.__new__"
+    return new
+
+
+StepStats.__new__ = _with_field_signature(_validated)  # type: ignore[method-assign]
+
+
 #: Largest count (batch size, queue length, depth) a StepStats field may hold: beyond float precision a
 #: number is not a count, and arithmetic on it would overflow.
 MAX_COUNT = 2**53 - 1
+
+
 def _valid_count(name: str, value: object) -> int:
     """An int or an integer type (numpy) in [0, MAX_COUNT]; floats are refused here, as a type error."""
     try:
@@ -269,7 +276,7 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     (So an out-of-range entry hidden by an in-range sum is not repaired: the contract says entries are in
     [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
     """
-    _, _, _, raw_k, acc, drafted, _, m = stats
+    raw_k, acc, drafted, m = stats[3], stats[4], stats[5], stats[7]
     k = raw_k if type(raw_k) is int else clean_count(raw_k)
     if k is None or k <= 0:
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,11 @@ TRACE_FORMAT = "specpolicy-trace/1"
 class TraceRecord:
     """One executed step.
 
-    ``batch_size`` .. ``last_step_time_s`` are the StepStats fields given to decide() before the step;
-    ``num_steps`` is the depth the step actually ran with (after fallbacks); ``step_time_s`` its measured wall
-    time (None if unknown); ``rank`` the tensor/data-parallel rank that wrote it; ``decide_us`` the decide()
-    call's own time; ``fallback`` is true when the policy failed and the engine default ran instead.
+    The StepStats fields (``StepStats._fields``, checked against this class at import) are those given to
+    decide() before the step; ``num_steps`` is the depth the step actually ran with (after fallbacks);
+    ``step_time_s`` its measured wall time (None if unknown); ``rank`` the tensor/data-parallel rank that
+    wrote it; ``decide_us`` the decide() call's own time; ``fallback`` is true when the policy failed and
+    the engine default ran instead.
     """
 
     step: int
@@ -44,6 +45,7 @@ class TraceRecord:
     drafted_tokens: Sequence[int] | None = None
     last_step_time_s: float | None = None
     mean_accepted: float | None = None
+    last_batch_size: int | None = None
     rank: int = 0
     ts: float | None = None
     decide_us: float | None = None
@@ -54,35 +56,15 @@ class TraceRecord:
     def from_stats(
         cls, step: int, stats: StepStats, num_steps: int, step_time_s: float | None, **kw: Any
     ) -> TraceRecord:
-        return cls(
-            step=step,
-            batch_size=stats.batch_size,
-            num_steps=num_steps,
-            step_time_s=step_time_s,
-            num_waiting=stats.num_waiting,
-            mean_seq_len=stats.mean_seq_len,
-            last_num_steps=stats.last_num_steps,
-            accepted_draft_tokens=(
-                None if stats.accepted_draft_tokens is None else list(stats.accepted_draft_tokens)
-            ),
-            drafted_tokens=None if stats.drafted_tokens is None else list(stats.drafted_tokens),
-            last_step_time_s=stats.last_step_time_s,
-            mean_accepted=stats.mean_accepted,
-            **kw,
-        )
+        d = record_dict(step, stats, num_steps, step_time_s, **kw)
+        for name in _LISTS:
+            if d[name] is not None:
+                d[name] = list(d[name])
+        return cls(**d)
 
     def stats(self) -> StepStats:
         """The StepStats the policy saw before this step."""
-        return StepStats.fast(
-            self.batch_size,
-            self.num_waiting,
-            self.mean_seq_len,
-            self.last_num_steps,
-            self.accepted_draft_tokens,
-            self.drafted_tokens,
-            self.last_step_time_s,
-            self.mean_accepted,
-        )
+        return StepStats.fast(*[getattr(self, name) for name in _STATS])
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -113,14 +95,32 @@ def record_dict(
 ) -> dict[str, Any]:
     """The fields of ``TraceRecord.from_stats(...)`` in its order, without building the record or copying
     the per-request lists: what the trace writer serialises on its thread (fewer allocations, less GIL)."""
-    b, w, L, k, acc, drafted, lt, m = stats
-    d = {
-        "step": step, "batch_size": b, "num_steps": num_steps, "step_time_s": step_time_s, "num_waiting": w,
-        "mean_seq_len": L, "last_num_steps": k, "accepted_draft_tokens": acc, "drafted_tokens": drafted,
-        "last_step_time_s": lt, "mean_accepted": m,
+    d: dict[str, Any] = {
+        "step": step, "batch_size": stats[0], "num_steps": num_steps, "step_time_s": step_time_s,
     }
+    d.update(zip(_STATS_AFTER_BATCH, stats[1:], strict=False))  # a malformed stats: what it has
     d.update(kw)
     return d
+
+
+#: The StepStats fields, in order; a record declares each with the same default (checked below).
+_STATS = StepStats._fields
+_STATS_AFTER_BATCH = _STATS[1:]
+#: Per-request fields, copied into lists when a record is built from live stats.
+_LISTS = ("accepted_draft_tokens", "drafted_tokens")
+
+
+def _check_fields() -> None:
+    """TraceRecord must carry every StepStats field with its default: one field list, enforced."""
+    declared = TraceRecord.__dataclass_fields__
+    for name in _STATS:
+        f = declared.get(name)
+        default = StepStats._field_defaults.get(name, MISSING)
+        if f is None or (name != "batch_size" and f.default != default):
+            raise TypeError(f"TraceRecord must declare StepStats field {name!r} with default {default!r}")
+
+
+_check_fields()
 
 
 def _default(obj: Any) -> Any:

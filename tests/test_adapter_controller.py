@@ -66,10 +66,7 @@ def test_a_repeated_error_is_logged_once_with_its_traceback(caplog: pytest.LogCa
 
 def test_an_observer_that_raises_does_not_break_the_step() -> None:
     class Bad:
-        def on_decision(self, *a: Any) -> None:
-            raise OSError("disk full")
-
-        def on_step_time(self, *a: Any) -> None:
+        def on_record(self, *a: Any) -> None:
             raise OSError("disk full")
 
     ctl = StepController(
@@ -78,7 +75,7 @@ def test_an_observer_that_raises_does_not_break_the_step() -> None:
     logging.disable(logging.CRITICAL)
     try:
         assert ctl.decide(StepStats(1)) == 1
-        ctl.step_time(0.01)
+        ctl.outcome(ctl.step, [1], 0.01)
         assert ctl.decide(StepStats(1)) == 1
     finally:
         logging.disable(logging.NOTSET)

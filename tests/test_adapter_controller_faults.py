@@ -98,11 +98,11 @@ def test_an_invalid_mode_with_a_huge_repr_is_reported_briefly(caplog: pytest.Log
 
 def test_observer_errors_say_the_step_kept_its_depth(caplog: pytest.LogCaptureFixture) -> None:
     class Bad:
-        def on_decision(self, *a: Any) -> None:
-            raise OSError("disk full")
+        calls = 0
 
-        def on_step_time(self, *a: Any) -> None:
-            raise _StrRaises()
+        def on_record(self, *a: Any) -> None:
+            self.calls += 1
+            raise OSError("disk full") if self.calls == 1 else _StrRaises()
 
     class On1:
         def decide(self, stats: StepStats) -> SpecMode:
@@ -114,7 +114,9 @@ def test_observer_errors_say_the_step_kept_its_depth(caplog: pytest.LogCaptureFi
     ctl = StepController(On1(), allowed_steps=[0, 1, 3], default_steps=3, observers=[Bad()])
     with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
         assert ctl.decide(StepStats(1)) == 1
-        ctl.step_time(0.01)
+        ctl.outcome(ctl.step, [1], 0.01)
+        assert ctl.decide(StepStats(1)) == 1
+        ctl.outcome(ctl.step, [1], 0.01)
     text = [r.getMessage() for r in caplog.records]
     assert len(text) == 2 and ctl.errors == 0
     assert all("default depth" not in t for t in text)

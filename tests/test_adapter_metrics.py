@@ -14,7 +14,7 @@ import pytest
 prom = pytest.importorskip("prometheus_client")
 
 from specpolicy import SpecMode, StepStats  # noqa: E402
-from specpolicy.adapters.controller import StepController  # noqa: E402
+from specpolicy.adapters.controller import StepController, StepRecord  # noqa: E402
 from specpolicy.adapters.metrics import MetricsObserver  # noqa: E402
 
 
@@ -46,6 +46,7 @@ def test_counts_switches_errors_and_estimates_reach_the_registry() -> None:
     ctl = StepController(policy, allowed_steps=[0, 3], default_steps=3, observers=[obs])
     for _ in range(10):
         ctl.decide(StepStats(8))
+    ctl.close()  # decisions whose outcome never came reach the observers
     obs.close()
     lab = {"engine": "sglang", "rank": "1"}
     # depths 3,3,0,5,0 repeated twice; 5 is not allowed -> fallback to 3 (counted as a policy error)
@@ -69,7 +70,7 @@ def test_over_budget_decide_calls_are_counted_and_bad_estimates_skipped() -> Non
 
     obs = MetricsObserver(engine="e", rank=0, policy=Odd(), registry=reg, decide_budget_s=1e-3)
     for i, dt in enumerate([1e-6, 2e-3, 5e-4, 0.05]):
-        obs.on_decision(i, StepStats(1), 3, dt, False)
+        obs.on_record(StepRecord(i, StepStats(1), 3, dt, False, 0.0))
     obs.close()
     lab = {"engine": "e", "rank": "0"}
     assert _value(reg, "specpolicy_decide_over_budget_total", **lab) == 2
@@ -88,11 +89,11 @@ def test_engine_counts_reach_the_registry_as_increments_and_a_failing_report_is_
         return dict(totals)
 
     obs = MetricsObserver(engine="sglang", registry=reg, push_every=1, engine_counts=counts)
-    obs.on_decision(1, StepStats(1), 0, 1e-6, False)
+    obs.on_record(StepRecord(1, StepStats(1), 0, 1e-6, False, 0.0))
     totals.update(forced_steps=5, draft_catch_ups=1, draft_positions_caught_up=40)
-    obs.on_decision(2, StepStats(1), 0, 1e-6, False)
+    obs.on_record(StepRecord(2, StepStats(1), 0, 1e-6, False, 0.0))
     fail[0] = True
-    obs.on_decision(3, StepStats(1), 0, 1e-6, False)  # a failing report changes nothing and raises nothing
+    obs.on_record(StepRecord(3, StepStats(1), 0, 1e-6, False, 0.0))  # a failing report changes nothing
     lab = {"engine": "sglang", "rank": "0"}
     assert _value(reg, "specpolicy_engine_events_total", event="forced_steps", **lab) == 5
     assert _value(reg, "specpolicy_engine_events_total", event="draft_catch_ups", **lab) == 1
@@ -103,7 +104,7 @@ def test_nothing_is_pushed_between_push_intervals() -> None:
     reg = prom.CollectorRegistry()
     obs = MetricsObserver(engine="vllm", registry=reg, push_every=100)
     for step in range(1, 51):
-        obs.on_decision(step, StepStats(1), 2, 1e-6, False)
+        obs.on_record(StepRecord(step, StepStats(1), 2, 1e-6, False, 0.0))
     assert _value(reg, "specpolicy_steps_total", engine="vllm", rank="0", depth="2") is None
     obs.push()
     assert _value(reg, "specpolicy_steps_total", engine="vllm", rank="0", depth="2") == 50
@@ -120,10 +121,11 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
     worker = textwrap.dedent(
         """
         from specpolicy.adapters.metrics import MetricsObserver
+        from specpolicy.adapters.controller import StepRecord
         from specpolicy.stats import StepStats
         obs = MetricsObserver(engine="sglang", rank=0, push_every=1)
         for step in range(1, 6):
-            obs.on_decision(step, StepStats(4), 3 if step % 2 else 0, 2e-6, False)
+            obs.on_record(StepRecord(step, StepStats(4), 3 if step % 2 else 0, 2e-6, False, 0.0))
         """
     )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

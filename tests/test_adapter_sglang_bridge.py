@@ -38,6 +38,7 @@ class _Recorder:
 
 
 def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
+    rec = _Recorder(script)
     rt = AdapterRuntime(
         AdapterSettings.build({"name": "alternate", "depths": list(DEPTHS)}, metrics=False),
         engine="sglang",
@@ -45,9 +46,8 @@ def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
         path="test",
         allowed_steps=DEPTHS,
         default_steps=3,
+        policy=rec,
     )
-    rec = _Recorder(script)
-    rt.controller.policy = rec
     return SpecPolicyParams(rt, 3), rec
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy.adapters import trace_writer as tw
+from specpolicy.adapters.controller import StepRecord
 from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import TraceRecord, read_trace, record_dict
@@ -28,8 +30,7 @@ faults = load("bench_trace_faults")
 def _feed(w: TraceWriter, n: int, batch: int = 4, start: int = 1) -> None:
     for step in range(start, start + n):
         stats = StepStats.fast(batch, 0, 100.0, 2, [1] * batch, None, 0.01)
-        w.on_decision(step, stats, 2, 1e-6, False)
-        w.on_step_time(step, 0.01)
+        w.on_record(StepRecord(step, stats, 2, 1e-6, False, time.perf_counter(), 0.01))
 
 
 def _close_in_thread(w: TraceWriter) -> bool:
@@ -90,8 +91,10 @@ def test_a_bad_record_loses_only_itself(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     w = TraceWriter(path, flush_interval_s=10)
     _feed(w, 10)
-    w.on_decision(11, StepStats.fast(4, 0, math.nan, 2, [1, _Opaque()], None, math.inf), 2, 1e-6, False)
-    w.on_decision(12, StepStats.fast(_Opaque(), 0, 1.0, 2, None, None, None), 2, 1e-6, False)  # type: ignore[arg-type]
+    bad_acc = StepStats.fast(4, 0, math.nan, 2, [1, _Opaque()], None, math.inf)
+    w.on_record(StepRecord(11, bad_acc, 2, 1e-6, False, time.perf_counter()))
+    bad_batch = StepStats.fast(_Opaque(), 0, 1.0, 2, None, None, None)  # type: ignore[arg-type]
+    w.on_record(StepRecord(12, bad_batch, 2, 1e-6, False, time.perf_counter()))
     _feed(w, 10, start=13)
     assert _close_in_thread(w)
     _check_accounting(w, path)

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpolicy.adapters.controller import StepController, StepRecord
 from specpolicy.adapters.trace_writer import TraceWriter, rank_path
+from specpolicy.policies.static import StaticConfig, StaticPolicy
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace
 
@@ -20,8 +22,14 @@ from specpolicy.trace import read_trace
 def _feed(w: TraceWriter, n: int, start: int = 1) -> None:
     for step in range(start, start + n):
         stats = StepStats(batch_size=step % 7 + 1, last_num_steps=2, accepted_draft_tokens=[1, 2])
-        w.on_decision(step, stats, step % 4, 2e-6, step % 5 == 0)
-        w.on_step_time(step, 0.001 * step)
+        w.on_record(StepRecord(step, stats, step % 4, 2e-6, step % 5 == 0, time.perf_counter(), 0.001 * step))
+
+
+def _controller(w: TraceWriter) -> StepController:
+    """A controller feeding ``w``; its steps' depths are imposed with ``force``."""
+    return StepController(
+        StaticPolicy(StaticConfig(num_steps=3)), allowed_steps=(0, 3), default_steps=3, observers=[w]
+    )
 
 
 def test_records_round_trip_through_read_trace(tmp_path: Path) -> None:
@@ -47,10 +55,12 @@ def test_records_round_trip_through_read_trace(tmp_path: Path) -> None:
 def test_a_step_whose_time_never_comes_is_still_written(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     w = TraceWriter(path)
-    w.on_decision(1, StepStats(4), 3, 1e-6, False)
-    w.on_decision(2, StepStats(4), 0, 1e-6, False)  # step 1's time was never reported
-    w.on_step_time(2, 0.02)
-    w.on_decision(3, StepStats(4), 3, 1e-6, False)
+    ctl = _controller(w)
+    ctl.force(StepStats(4), 3)
+    ctl.force(StepStats(4), 0)  # step 1's time was never reported
+    ctl.outcome(2, None, 0.02)
+    ctl.force(StepStats(4), 3)
+    ctl.close()
     w.close()
     assert [(r.step, r.step_time_s) for r in read_trace(path)] == [(1, None), (2, 0.02), (3, None)]
 
@@ -124,12 +134,14 @@ def test_a_step_time_reported_decisions_later_is_paired_with_its_own_step(tmp_pa
     # Overlap / async engines learn a round's time one or two decisions after deciding it.
     path = tmp_path / "lag.jsonl"
     w = TraceWriter(path)
-    w.on_decision(1, StepStats(4), 3, 1e-6, False)
-    w.on_decision(2, StepStats(4), 0, 1e-6, False)
-    w.on_step_time(1, 0.031)  # step 1's time arrives after step 2 was decided
-    w.on_decision(3, StepStats(4), 3, 1e-6, False)
-    w.on_step_time(3, 0.017)  # step 2's never comes: it is written without one, in order
-    w.on_decision(4, StepStats(4), 3, 1e-6, False)
+    ctl = _controller(w)
+    ctl.force(StepStats(4), 3)
+    ctl.force(StepStats(4), 0)
+    ctl.outcome(1, None, 0.031)  # step 1's time arrives after step 2 was decided
+    ctl.force(StepStats(4), 3)
+    ctl.outcome(3, None, 0.017)  # step 2's never comes: it is written without one, in order
+    ctl.force(StepStats(4), 3)
+    ctl.close()
     w.close()
     assert [(r.step, r.num_steps, r.step_time_s) for r in read_trace(path)] == [
         (1, 3, 0.031),

@@ -1,4 +1,4 @@
-"""The vLLM adapter's step ledger and trace relay, against an independent model of vLLM's step timeline.
+"""The vLLM adapter's step ledger, against an independent model of vLLM's step timeline.
 
 The model (from vLLM 0.33's EngineCore, see docs/vllm.md): every scheduled step S either samples (it has
 requests in decode) or not (only non-final prefill chunks). The depth chosen for a sampling step S is
@@ -14,8 +14,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy import StepStats
-from specpolicy.adapters.vllm.ledger import CycleRelay, StepLedger
+from specpolicy import SpecMode, StepStats
+from specpolicy.adapters.controller import StepController, StepRecord
+from specpolicy.adapters.vllm.ledger import StepLedger
 
 step_plan = st.lists(
     st.tuples(
@@ -32,24 +33,36 @@ SKIP = "no decode in this step"
 
 
 class Recorder:
+    """A policy answering scripted depths; records the stats it saw and the step times the trace would."""
+
     def __init__(self, answers: list[int]) -> None:
         self.answers = answers
         self.seen: list[StepStats] = []
+        self.times: list[tuple[int, float]] = []
 
-    def decide(self, stats: StepStats) -> int:
+    def decide(self, stats: StepStats) -> SpecMode:
         self.seen.append(stats)
-        return self.answers[len(self.seen) - 1]
+        return SpecMode.of(self.answers[len(self.seen) - 1])
 
-    def number(self) -> int:
-        return len(self.seen)
+    def reset(self) -> None:
+        pass
+
+    def on_record(self, record: StepRecord) -> None:
+        if record.step_time_s is not None:
+            self.times.append((record.step, record.step_time_s))
+
+    def ledger(self) -> StepLedger:
+        """A ledger on the production controller, this recorder as its policy and observer."""
+        ctl = StepController(self, allowed_steps=range(5), default_steps=0, observers=[self])
+        return StepLedger(ctl.decide, ctl)
 
 
 def run(plan: list[tuple[bool, int, list[int]]], mode: str) -> tuple[Recorder, list[Any], list[Any]]:
     """Drive a ledger through the plan; return the recorder, each update's verify, and the cycle times."""
     answers = [k for samples, k, _ in plan if samples]
     rec = Recorder(answers)
-    times: list[tuple[int, float]] = []
-    ledger = StepLedger(rec.decide, rec.number, lambda d, t: times.append((d, t)))
+    times = rec.times
+    ledger = rec.ledger()
     clock = [0.0]
     prev_k = 0  # the depth drafted after the last sampling step
     reported: list[Any] = []  # per update: (verified depth, accepted list) or None, in update order
@@ -128,7 +141,7 @@ def test_step_times_are_positive_and_attributed_to_the_verified_decision(plan: A
 
 def test_idle_time_before_a_step_is_not_counted() -> None:
     rec = Recorder([2, 2])
-    ledger = StepLedger(rec.decide, rec.number)
+    ledger = rec.ledger()
     ledger.on_schedule("a", 1, 0, None, True, now=0.0)
     ledger.on_update("a", now=0.010)
     ledger.on_schedule("b", 1, 0, None, True, now=100.0)  # the engine idled for 100 s
@@ -141,7 +154,7 @@ def test_idle_time_before_a_step_is_not_counted() -> None:
 
 def test_an_output_that_never_comes_back_does_not_shift_the_accounting() -> None:
     rec = Recorder([1, 3, 2])
-    ledger = StepLedger(rec.decide, rec.number)
+    ledger = rec.ledger()
     ledger.on_schedule("lost", 1, 0, None, True, 0.0)
     ledger.on_schedule("b", 1, 0, None, True, 1.0)
     ledger.on_draft(1, 1)
@@ -149,44 +162,3 @@ def test_an_output_that_never_comes_back_does_not_shift_the_accounting() -> None
     assert ledger.known[:3] == (1, [1], [1]) and ledger.in_flight == 0
     ledger.on_update("unknown", 3.0)  # an empty step (nothing scheduled): ignored
     assert ledger.known[:3] == (1, [1], [1])
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int, Any]] = []
-
-    def on_decision(
-        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
-    ) -> None:
-        self.events.append(("decision", step, num_steps))
-
-    def on_step_time(self, step: int, step_time_s: float | None) -> None:
-        self.events.append(("time", step, step_time_s))
-
-
-def test_relay_forwards_each_decision_immediately_before_its_time() -> None:
-    obs = Observer()
-    relay = CycleRelay([obs], max_held=3)
-    stats = StepStats.fast(1)
-    for step in (1, 2, 3):
-        relay.on_decision(step, stats, step, 0.0, False)
-    relay.on_step_time(2, 0.5)  # 1 never got a time: forwarded without one, then 2 with its time
-    assert obs.events == [("decision", 1, 1), ("decision", 2, 2), ("time", 2, 0.5)]
-    for step in (4, 5, 6, 7):
-        relay.on_decision(step, stats, step, 0.0, False)
-    assert obs.events[-2:] == [("decision", 3, 3), ("decision", 4, 4)]  # over max_held: oldest go out
-    relay.flush()
-    assert [e[1] for e in obs.events if e[0] == "decision"] == [1, 2, 3, 4, 5, 6, 7]
-
-
-def test_relay_survives_a_raising_observer() -> None:
-    class Bad(Observer):
-        def on_decision(self, *a: Any) -> None:
-            raise OSError("disk full")
-
-    good = Observer()
-    relay = CycleRelay([Bad(), good])
-    relay.on_decision(1, StepStats.fast(1), 2, 0.0, False)
-    relay.on_step_time(1, 0.1)
-    assert good.events == [("decision", 1, 2), ("time", 1, 0.1)]
-    assert relay.errors == 1

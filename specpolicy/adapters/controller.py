@@ -6,6 +6,13 @@ traceback, counted, and the step runs at the engine's configured default depth),
 engine pre-built, and tells observers (metrics, the JSONL trace) what happened. The policy itself stays a
 small pure object.
 
+It is also the one place where a decision meets its outcome. Every decision gets a number (``step``); the
+adapter, which alone knows when the engine's feedback for a decision arrives, reports it with
+``outcome(step, accepted, step_time_s)``. The controller then builds the next StepStats' outcome fields
+from that decision's own depth and batch size (``next_stats``), and hands each decision to the observers
+once, complete, as a ``StepRecord``. A decision whose outcome never comes is handed over without one when a
+later decision's outcome arrives, when ``MAX_OPEN`` newer ones are waiting, or on ``close``.
+
 It also times every decide() call: one over ``decide_budget_s`` is logged once; after ``budget_steps``
 consecutive ones the engine default runs and the policy is consulted only every ``RETRY_INTERVAL`` steps
 until a call fits the budget again (a slow policy must not slow every step). A policy that hangs cannot be
@@ -19,14 +26,14 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
 from ..mode import SpecMode
 from ..policy import Policy
 from ..stats import StepStats
 
-__all__ = ["StepController", "StepObserver", "Decision"]
+__all__ = ["MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
 
 log = logging.getLogger("specpolicy.adapter")
 
@@ -37,26 +44,37 @@ MAX_LOGGED = 16
 _FATAL = (KeyboardInterrupt, SystemExit)
 
 
+class StepRecord(NamedTuple):
+    """One decision and, once known, its outcome: what observers (trace, metrics) receive, once per step.
+
+    ``decided_at`` is the ``time.perf_counter()`` of the decision; ``step_time_s`` the measured time of the
+    step it ran (None when unknown).
+    """
+
+    step: int
+    stats: StepStats
+    num_steps: int
+    decide_s: float
+    fallback: bool
+    decided_at: float
+    step_time_s: float | None = None
+
+
 class StepObserver(Protocol):
-    """Receives what the controller saw; implementations must be cheap and must not raise."""
+    """Receives completed step records; implementations must be cheap and must not raise."""
 
-    def on_decision(
-        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
-    ) -> None: ...
-
-    def on_step_time(self, step: int, step_time_s: float | None) -> None: ...
+    def on_record(self, record: StepRecord) -> None: ...
 
 
-class Decision:
-    """Mutable per-step scratch kept by the controller (reused, never reallocated)."""
-
-    __slots__ = ("step", "num_steps", "fallback", "decide_s")
-
-    def __init__(self) -> None:
-        self.step = -1
-        self.num_steps = 0
-        self.fallback = False
-        self.decide_s = 0.0
+#: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
+MAX_OPEN = 16
+_SLOT = MAX_OPEN - 1
+#: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_batch_size``) when
+#: nothing is known: their defaults.
+NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:])
+_new = tuple.__new__
+_perf = time.perf_counter
+_Open = tuple[int, StepStats, int, float, bool, float]
 
 
 class StepController:
@@ -106,13 +124,20 @@ class StepController:
         self.budget_steps = budget_steps
         self.step = 0
         self.errors = 0
-        self.switches = 0
+        #: "Type: message" of the first policy error, for reports that name it (the simulator's).
+        self.first_error: str | None = None
+        self._switches = -1  # the first decision is no switch (see ``switches``)
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
         self.steps_by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
-        self.last = Decision()
-        self.last.num_steps = default_steps
+        self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
+        #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome, in
+        #: slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its slot is taken)
+        self._ring: list[_Open | None] = [None] * MAX_OPEN
+        self._done = 0  # every decision up to this one has been handed over (with its outcome or without)
+        #: StepStats' outcome fields for the next decision: those of the latest decision with a known outcome
+        self.known: tuple[Any, ...] = NOTHING_KNOWN
         self._logged: set[tuple[str, str, str]] = set()
         self._slow_run = 0  # consecutive over-budget calls
         #: perf_counter() when the running decide() started (0.0: none running), and the deciding thread;
@@ -125,14 +150,19 @@ class StepController:
 
             self.watchdog = DecideWatchdog(self, watchdog_s)
 
+    @property
+    def switches(self) -> int:
+        """Decisions whose depth differs from the previous decision's."""
+        return max(self._switches, 0)
+
     def decide(self, stats: StepStats) -> int:
         """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
         if self._slow_run >= self.budget_steps > 0 and self.step % RETRY_INTERVAL:
             self.budget_fallbacks += 1
-            return self._commit(stats, self.default_steps, 0.0, True)
+            return self._commit(stats, self.default_steps, 0.0, True, time.perf_counter())
         if not self.thread_id:
             self.thread_id = threading.get_ident()
-        t0 = self.busy_since = time.perf_counter()
+        t0 = self.busy_since = _perf()
         fallback = False
         try:
             mode = self.policy.decide(stats)
@@ -149,52 +179,138 @@ class StepController:
             k = self.default_steps
             fallback = True
             self.errors += 1
+            if self.first_error is None:
+                self.first_error = f"{type(exc).__name__}: {short_str(exc)}"
             self._on_error(exc, "policy", f"running the default depth {k}")
-        dt = time.perf_counter() - t0
+        dt = _perf() - t0
         self.busy_since = 0.0
         if dt > self.decide_budget_s:
             self._over_budget(dt)
         elif self._slow_run:
             self._back_in_budget()
-        return self._commit(stats, k, dt, fallback)
+        # ``_commit``, inlined: this is every step's path (k is an allowed depth, so already counted from 0)
+        if k != self._last_k:
+            self._switches += 1
+            self._last_k = k
+        step = self.step = self.step + 1
+        self.steps_by_depth[k] += 1
+        ring = self._ring
+        i = step & _SLOT
+        if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
+            self._evict(ring[i])  # type: ignore[arg-type]
+        ring[i] = (step, stats, k, dt, fallback, t0)
+        return k
 
-    def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool) -> int:
-        last = self.last
-        if k != last.num_steps and last.step >= 0:
-            self.switches += 1
-        self.step += 1
-        last.step = self.step
-        last.num_steps = k
-        last.fallback = fallback
-        last.decide_s = dt
+    def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
+        if k != self._last_k:
+            self._switches += 1
+            self._last_k = k
+        step = self.step = self.step + 1
         self.steps_by_depth[k] = self.steps_by_depth.get(k, 0) + 1
-        for obs in self.observers:
-            try:
-                obs.on_decision(self.step, stats, k, dt, fallback)
-            except _FATAL:
-                raise
-            except BaseException as exc:
-                self._on_error(exc, "observer", f"the step keeps its depth {k}")
+        ring = self._ring
+        i = step & _SLOT
+        if ring[i] is not None:
+            self._evict(ring[i])  # type: ignore[arg-type]
+        ring[i] = (step, stats, k, dt, fallback, t0)
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
         """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""
-        return self._commit(stats, num_steps, 0.0, False)
+        return self._commit(stats, num_steps, 0.0, False, time.perf_counter())
 
-    def step_time(self, step_time_s: float | None, step: int | None = None) -> None:
-        """Report a step's measured wall time to the observers: the most recent step unless ``step`` names
-        an earlier one (engines whose timing arrives with the feedback of a round decided earlier)."""
-        which = self.step if step is None else step
+    def next_stats(self, batch_size: int, num_waiting: int, mean_seq_len: float | None) -> StepStats:
+        """The StepStats of the coming decision: the engine's load now, and the outcome ``known``."""
+        stats: StepStats = _new(StepStats, (batch_size, num_waiting, mean_seq_len) + self.known)
+        return stats
+
+    def outcome(
+        self,
+        step: int,
+        accepted: Sequence[int] | None,
+        step_time_s: float | None,
+        num_steps: int | None = None,
+        drafted: Sequence[int] | None = None,
+        mean_accepted: float | None = None,
+    ) -> None:
+        """Decision ``step``'s outcome: per request accepted drafts (bonus not counted; None: unknown), the
+        measured time of its step (None: unknown), and, when the engine says so, the depth that actually
+        ran (default: the decided one) and the drafts proposed per request.
+
+        The next StepStats describe that decision's step; the observers receive its record. Earlier
+        decisions still waiting are handed over without an outcome (the trace stays in order); an outcome
+        for a decision no longer waiting (reported twice, or evicted) is ignored.
+        """
+        # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
+        done = self._done
+        if step <= done:
+            return  # handed over already
+        ring = self._ring
+        i = step & _SLOT
+        item = ring[i]
+        if item is None or item[0] != step:
+            return  # evicted, or never decided
+        ring[i] = None
+        self._done = step
+        k = item[2] if num_steps is None else num_steps
+        if k > 0:
+            self.known = (k, accepted, drafted, step_time_s, mean_accepted, item[1][0])
+        else:  # a step without speculation has no acceptance data, never "zero acceptance"
+            self.known = (0, None, None, step_time_s, None, item[1][0])
+        if self.observers:
+            if step != done + 1:
+                self._release_before(step, done)
+            self._release(item, step_time_s)
+
+    def forget(self) -> None:
+        """Feedback arrived that matches no decision: the next StepStats say nothing rather than guess."""
+        self.known = NOTHING_KNOWN
+
+    @property
+    def waiting(self) -> int:
+        """Decisions whose outcome has not been reported yet (nor handed over without one)."""
+        return sum(1 for item in self._ring if item is not None and item[0] > self._done)
+
+    def _evict(self, item: _Open) -> None:
+        """The decision in a slot about to be reused: hand it over without an outcome, if still waiting."""
+        if item[0] > self._done:
+            if self.observers:
+                self._release_before(item[0], self._done)
+                self._release(item, None)
+            self._done = item[0]
+
+    def _release_before(self, step: int, done: int) -> None:
+        """Hand over, in order and without an outcome, the decisions after ``done`` still waiting before
+        ``step``."""
+        ring = self._ring
+        for s in range(done + 1, step):
+            item = ring[s & _SLOT]
+            if item is not None and item[0] == s:
+                ring[s & _SLOT] = None
+                self._release(item, None)
+
+    def _release(self, item: _Open, step_time_s: float | None) -> None:
+        if not self.observers:
+            return
+        record: StepRecord = _new(StepRecord, item + (step_time_s,))
         for obs in self.observers:
             try:
-                obs.on_step_time(which, step_time_s)
+                obs.on_record(record)
             except _FATAL:
                 raise
             except BaseException as exc:
-                self._on_error(exc, "observer", "the step time is not recorded")
+                self._on_error(
+                    exc, "observer",
+                    f"the step keeps its depth {item[2]}; this observer misses its record, so the step time "
+                    "is not recorded",
+                )
 
     def close(self) -> None:
-        """Stop the watchdog, if any (observers are closed by their owner)."""
+        """Hand the decisions still waiting to the observers (without an outcome) and stop the watchdog
+        (observers are closed by their owner)."""
+        if self.observers:
+            self._release_before(self.step + 1, self._done)
+        self._ring = [None] * MAX_OPEN
+        self._done = self.step
         if self.watchdog is not None:
             self.watchdog.stop()
 

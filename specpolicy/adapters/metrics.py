@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
-from ..stats import StepStats
+from .controller import StepRecord
 
 __all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
 
@@ -165,22 +165,18 @@ class MetricsObserver:
         self._pending = 0
 
     # -- StepObserver (hot path) --
-    def on_decision(
-        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
-    ) -> None:
+    def on_record(self, record: StepRecord) -> None:
+        num_steps = record[2]
         by = self._by_depth
         by[num_steps] = by.get(num_steps, 0) + 1
         if num_steps != self._last_k and self._last_k >= 0:
             self._n_switches += 1
         self._last_k = num_steps
-        self._n_errors += fallback
-        self._decide_times.append(decide_s)
+        self._n_errors += record[4]
+        self._decide_times.append(record[3])
         self._pending += 1
         if self._pending >= self._push_every:
             self.push()
-
-    def on_step_time(self, step: int, step_time_s: float | None) -> None:
-        pass
 
     def push(self) -> None:
         """Move the counts gathered since the last push into the Prometheus metrics."""

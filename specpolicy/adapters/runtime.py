@@ -2,8 +2,9 @@
 
 Every engine adapter does the same five things at start-up: build the policy from the settings, check its
 depths against what the engine pre-built, wrap it in a StepController, pick the rank-agreement mode, and
-attach the trace writer and metrics. This module does them once for all engines; the adapters only supply
-what the engine knows (allowed depths, default depth, rank, world size, CPU group).
+attach the trace writer and metrics. This module does them once for all engines, in one constructor; the
+adapters only supply what the engine knows (the depths it runs, its default depth, rank, world size, CPU
+group) and, where the engine runs fewer depths than a policy may choose, a policy wrapper that maps them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import short_str
+from ..policy import Policy
 from ..registry import get_entry
 from ..stats import StepStats
 from .controller import StepController, StepObserver
@@ -42,7 +44,25 @@ def check_candidate_steps(policy_steps: Sequence[int], engine_steps: Sequence[in
 
 
 class AdapterRuntime:
-    """Per-process policy runtime. ``decide`` is the only per-step call besides ``step_time``."""
+    """Per-process policy runtime.
+
+    Per step an adapter calls ``decide(controller.next_stats(...))`` and, once the engine has reported how
+    that step went, ``controller.outcome(step, accepted, step_time_s)``.
+
+    Args:
+        settings: the policy and adapter settings.
+        engine, engine_version, path: what runs (the start-up line and the trace header).
+        allowed_steps: every depth the engine can run (pre-built states, graphs); the policy's candidate
+            depths must be among them unless ``wrap`` maps them.
+        default_steps: the engine's configured depth, run whenever the policy fails.
+        rank, world_size, sync_factory: this rank, the ranks that must agree, and their CPU group.
+        wrap: applied to the policy before the controller guards it (e.g. ``OnOffAtDepth`` for an engine
+            with graphs for one depth only); it maps every candidate depth onto ``allowed_steps``.
+        policy: an already built policy to run instead of the one the settings name (tests, embedding).
+        observers: more observers of the step records, beside the trace and the metrics.
+        header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
+            and the adapter's running totals for the metrics.
+    """
 
     def __init__(
         self,
@@ -59,10 +79,14 @@ class AdapterRuntime:
         header: Mapping[str, Any] | None = None,
         metrics_registry: Any = None,
         engine_counts: Callable[[], Mapping[str, int]] | None = None,
+        wrap: Callable[[Policy], Policy] | None = None,
+        policy: Policy | None = None,
+        observers: Sequence[StepObserver] = (),
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
-        check_candidate_steps(candidates, allowed_steps, where=f"{engine} {engine_version}, {path}")
+        if wrap is None:
+            check_candidate_steps(candidates, allowed_steps, where=f"{engine} {engine_version}, {path}")
         self.settings = settings
         self.engine = engine
         self.engine_version = engine_version
@@ -70,8 +94,8 @@ class AdapterRuntime:
         self.rank = rank
         self.world_size = world_size
         self.candidate_steps = tuple(sorted(set(candidates)))
-        self.policy = get_entry(config.name).factory(config)
-        observers: list[StepObserver] = []
+        self.policy = get_entry(config.name).factory(config) if policy is None else policy
+        observers = list(observers)
         self.trace = None
         self.metrics = None
         if settings.trace_path is not None:
@@ -105,7 +129,7 @@ class AdapterRuntime:
             except ImportError:
                 log.warning("specpolicy: prometheus-client is not installed; metrics are off")
         self.controller = StepController(
-            self.policy,
+            self.policy if wrap is None else wrap(self.policy),
             allowed_steps=allowed_steps,
             default_steps=default_steps,
             rank=rank,
@@ -122,14 +146,13 @@ class AdapterRuntime:
                 f"the policy {config.name!r} needs rank 0's decision broadcast to {world_size} ranks, "
                 "but this engine path offers no CPU process group; use tp_agreement='local'"
             )
-        self.decider = AgreedDecider(self.controller, self.mode, sync, world_size)
-
-    def decide(self, stats: StepStats) -> int:
-        """The depth to run this step (guarded, agreed across ranks)."""
-        return self.decider.decide(stats)
-
-    def step_time(self, step_time_s: float | None, step: int | None = None) -> None:
-        self.controller.step_time(step_time_s, step)
+        #: The depth to run this step, guarded and agreed across ranks: the controller's own ``decide`` when
+        #: there is nothing to agree on (one rank), so the step pays for no extra call.
+        self.decide: Callable[[StepStats], int] = (
+            self.controller.decide
+            if world_size <= 1
+            else AgreedDecider(self.controller, self.mode, sync, world_size).decide
+        )
 
     def startup_line(self) -> str:
         """The one log line that says what is live: engine, path, policy and its configuration, depths."""
@@ -143,8 +166,9 @@ class AdapterRuntime:
 
     def close(self) -> None:
         """Close metrics, trace and watchdog; never raises, and one failing does not skip the others."""
-        # the trace first: its final counts reach the metrics' last push
-        closers = (("trace", self.trace), ("metrics", self.metrics), ("controller", self.controller))
+        # the controller first (its waiting decisions reach the observers), then the trace: its final counts
+        # reach the metrics' last push
+        closers = (("controller", self.controller), ("trace", self.trace), ("metrics", self.metrics))
         for what, closer in closers:
             if closer is None:
                 continue

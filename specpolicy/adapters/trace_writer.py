@@ -1,6 +1,7 @@
 """TraceWriter: a StepObserver that writes the JSONL step trace without ever blocking the engine step.
 
-The step path only appends a small tuple to a bounded deque (a few hundred nanoseconds); a daemon thread turns
+It receives each step's record once, complete (the controller pairs decisions with their outcomes). The step
+path only appends the record to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
 passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy).
 
@@ -41,13 +42,14 @@ from typing import Any
 from ..errors import short_repr, short_str
 from ..stats import StepStats
 from ..trace import TRACE_FORMAT, dumps_record, record_dict
+from .controller import StepRecord
 
 __all__ = ["DROP_CAUSES", "TraceWriter", "rank_path"]
 
 log = logging.getLogger("specpolicy.trace")
 
-# (step, stats, num_steps, decide_s, fallback, wall-clock ts)
-_Pending = tuple[int, StepStats, int, float, bool, float]
+# (step, stats, num_steps, decide_s, fallback, wall-clock ts of the decision, step time)
+_Pending = tuple[int, StepStats, int, float, bool, float, float | None]
 
 #: Why a record was not written: the queue was full (the writer fell behind or the disk stalled), the write
 #: failed (full disk, read-only directory), the record could not be serialised, it arrived after close(), or
@@ -77,15 +79,10 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
     return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
-#: How many decisions a step time may lag behind and still be paired with its step.
-MAX_TIME_LAG = 4
-
-
 class TraceWriter:
     """Buffered, rotating JSONL trace writer; one per engine process (rank).
 
-    ``on_decision`` remembers the step; ``on_step_time`` completes it with its measured wall time and queues
-    the record. A step whose time never arrives is written (time null) when the next decision comes.
+    ``on_record`` queues a completed step record (its time null when the engine never reported one).
     """
 
     def __init__(
@@ -120,15 +117,12 @@ class TraceWriter:
         self.written = 0
         self._drops = dict.fromkeys(DROP_CAUSES, 0)  # queue_full, after_close, close_timeout: engine thread
         self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)  # write_error, bad_record: writer thread
-        self._queue: deque[tuple[_Pending, float | None, int]] = deque()
+        self._queue: deque[tuple[_Pending, int]] = deque()
         self._max_pending = max_pending
         self._max_pending_bytes = max_pending_bytes
         self._bytes_in = 0  # engine thread: estimated bytes queued, ever
         self._bytes_out = 0  # writer thread: estimated bytes taken off the queue, ever
         self._inflight = 0  # records the writer thread has taken and not yet accounted for
-        # Decisions still waiting for their step time, oldest first. Engines report a step's time up to a
-        # couple of decisions late (overlap, async scheduling); older than MAX_TIME_LAG: written without one.
-        self._open: deque[_Pending] = deque()
         self._fd: int | None = None
         self._size = 0
         self._wake = threading.Event()
@@ -171,22 +165,12 @@ class TraceWriter:
             )
 
     # -- StepObserver (engine thread; must stay cheap and never raise) --
-    def on_decision(
-        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
-    ) -> None:
-        open_ = self._open
-        if len(open_) >= MAX_TIME_LAG:
-            self._push(open_.popleft(), None)
-        open_.append((step, stats, num_steps, decide_s, fallback, time.time()))
+    def on_record(self, record: StepRecord) -> None:
+        step, stats, k, decide_s, fallback, decided_at, step_time_s = record
+        ts = time.time() - (time.perf_counter() - decided_at)  # the decision's wall-clock time
+        self._push((step, stats, k, decide_s, fallback, ts, step_time_s))
 
-    def on_step_time(self, step: int, step_time_s: float | None) -> None:
-        open_ = self._open
-        while open_ and open_[0][0] < step:  # earlier steps whose time never came: keep the trace in order
-            self._push(open_.popleft(), None)
-        if open_ and open_[0][0] == step:
-            self._push(open_.popleft(), step_time_s)
-
-    def _push(self, pending: _Pending, step_time_s: float | None) -> None:
+    def _push(self, pending: _Pending) -> None:
         self.offered += 1
         if self._closed:
             self._drop(self._drops, "after_close", 1)
@@ -200,7 +184,7 @@ class TraceWriter:
             self._drop(self._drops, "queue_full", 1, "the writer fell behind or the disk stalled")
             return
         self._bytes_in += size
-        self._queue.append((pending, step_time_s, size))
+        self._queue.append((pending, size))
 
     # -- background thread --
     def _run(self) -> None:
@@ -226,12 +210,12 @@ class TraceWriter:
                 self._write_batch(batch)
                 self._inflight = 0
 
-    def _write_batch(self, batch: list[tuple[_Pending, float | None, int]]) -> None:
+    def _write_batch(self, batch: list[tuple[_Pending, int]]) -> None:
         lines: list[bytes] = []
         perf = time.perf_counter
         mark = perf()
         rank = self.rank
-        for (step, stats, k, decide_s, fallback, ts), t, size in batch:
+        for (step, stats, k, decide_s, fallback, ts, t), size in batch:
             self._bytes_out += size
             line = _encode(step, stats, k, t, rank, ts, decide_s, fallback)
             if line is None:
@@ -347,15 +331,13 @@ class TraceWriter:
         self._open_file()
 
     def close(self) -> None:
-        """Write what is queued (including steps still waiting for their time) and stop the thread.
+        """Write what is queued and stop the thread.
 
         Never raises; returns within about ``close_timeout_s``. Called again (the exit hook), it does nothing.
         """
         if self._closed:
             return
         try:
-            while self._open:
-                self._push(self._open.popleft(), None)
             self._closed = True
             self._stop = True
             self._wake.set()

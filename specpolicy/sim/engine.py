@@ -5,7 +5,11 @@ profile and which emits every admitted request's first token), then runs one dec
 batch. Before the decode step the decider (a policy under test, or the oracle) sees a real ``StepStats``:
 batch size, queue, mean context length, and the outcome of the most recent step whose result is known (the
 previous step, as in SGLang's non-overlap worker, or the one before with ``feedback_lag=1``, as with overlap
-or async scheduling). The chosen depth k (clamped to the profile's range) decides the step: each request emits
+or async scheduling). The decider runs inside the same ``StepController`` as in live serving: it numbers the
+decisions, receives each step's outcome and builds the next StepStats from it, and contains a failing
+decider the same way (the step runs the engine's default depth, here the profile's deepest, as a vLLM
+engine runs its configured ``num_speculative_tokens``). The chosen depth k (clamped to the profile's range)
+decides the step: each request emits
 ``1 + min(k, G)`` tokens, clipped to what it still owes, and the step costs the profile's spec step at
 (batch, k, context) or its "off" step at k = 0, plus the decider's fixed per-step charge.
 
@@ -26,6 +30,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..adapters.controller import StepController
+from ..mode import MAX_NUM_STEPS, SpecMode
 from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform, logit_shift_for_mean
 from .batch import Arrivals, Request, RunningBatch
@@ -97,6 +103,25 @@ class EngineConfig:
             raise ValueError(f"jitter must be in [0, 1), got {self.jitter!r}")
 
 
+class _AsPolicy:
+    """A decider as the controller's policy: the engine sets the step's true acceptance, what each request
+    still owes and the context length (the oracle's inputs) before every decision."""
+
+    __slots__ = ("decider", "p", "remaining", "seq_len")
+
+    def __init__(self, decider: Decider) -> None:
+        self.decider = decider
+        self.p: FloatArray = np.zeros(0)
+        self.remaining: IntArray = np.zeros(0, dtype=np.int64)
+        self.seq_len = 0.0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        return SpecMode.of(int(self.decider(stats, self.p, self.remaining, self.seq_len)))
+
+    def reset(self) -> None:
+        pass
+
+
 def simulate(
     scenario: Scenario,
     profile: SimProfile,
@@ -143,12 +168,23 @@ def simulate(
     t = 0.0
     phase_idx = -1
     shift = 0.0
-    clamped = errors = max_batch = 0
+    clamped = max_batch = 0
     extrapolated = False
     extrap_seen: set[tuple[int, int]] = set()
-    first_error: str | None = None
-    # (depth, accepted drafts per request, step time, their mean) of the last two decode steps.
-    history: deque[tuple[int, list[int] | None, float, float | None]] = deque(maxlen=2)
+    controller: StepController | None = None
+    bound = _AsPolicy(decider) if config.speculative and decider is not None else None
+    if bound is not None:
+        controller = StepController(
+            bound,
+            allowed_steps=range(MAX_NUM_STEPS + 1),  # beyond the profile: clamped below, and counted
+            default_steps=max_k,
+            policy_name=type(decider).__name__,
+            decide_budget_s=math.inf,  # simulated time does not depend on the host's speed
+            budget_steps=0,
+        )
+    # (decision number, depth, accepted drafts per request, step time, their mean) of decode steps whose
+    # outcome the policy has not seen yet (``feedback_lag`` of them stay back).
+    unseen: deque[tuple[int, int, list[int] | None, float, float | None]] = deque()
     decide_cost = config.decide_cost_s if config.speculative else 0.0
     last_progress = 0.0
     iterations = 0
@@ -204,20 +240,12 @@ def simulate(
         remaining = batch.out - batch.emitted
         acc_list: list[int] | None = None
         acc_total = 0
-        if config.speculative:
-            assert decider is not None
-            if history and (config.feedback_lag == 0 or len(history) == 2):
-                last_k, last_acc, last_dt, last_mean = history[-1] if config.feedback_lag == 0 else history[0]
-            else:
-                last_k, last_acc, last_dt, last_mean = 0, None, None, None
-            # The per-request list and its mean, as an adapter that reduces on the device would pass them.
-            stats = StepStats.fast(n_run, len(waiting), seq_mean, last_k, last_acc, None, last_dt, last_mean)
-            try:
-                k = int(decider(stats, batch.p, remaining, seq_mean))
-            except Exception as exc:  # a broken policy is reported, not fatal: the step runs without drafts
-                errors += 1
-                first_error = first_error or f"{type(exc).__name__}: {exc}"
-                k = 0
+        decision = 0
+        if controller is not None:
+            assert bound is not None
+            bound.p, bound.remaining, bound.seq_len = batch.p, remaining, seq_mean
+            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean))
+            decision = controller.step
             if k > max_k or k < 0:
                 clamped += 1
                 k = min(max(k, 0), max_k)
@@ -245,7 +273,13 @@ def simulate(
         if config.jitter:
             dt *= math.exp(config.jitter * float(rng.standard_normal()))
         t += dt + decide_cost
-        history.append((k, acc_list, dt + decide_cost, acc_total / n_run if acc_list is not None else None))
+        if controller is not None:
+            # The per-request list and its mean, as an adapter that reduces on the device would pass them.
+            mean = acc_total / n_run if acc_list is not None else None
+            unseen.append((decision, k, acc_list, dt + decide_cost, mean))
+            if len(unseen) > config.feedback_lag:
+                step, k_ran, acc_ran, dt_ran, mean_ran = unseen.popleft()
+                controller.outcome(step, acc_ran, dt_ran, num_steps=k_ran, mean_accepted=mean_ran)
         max_batch = max(max_batch, n_run)
         ekey = (n_run, int(seq_mean) >> 5)
         if ekey not in extrap_seen:
@@ -256,6 +290,8 @@ def simulate(
         meter.decode(t, k, n_run, int(emit.sum()), acc_total)
         finish(t)
 
+    if controller is not None:
+        controller.close()
     # Requests still running or queued at the end: recorded for the conservation check.
     if track_requests:
         for i in range(len(batch)):
@@ -276,7 +312,7 @@ def simulate(
         prefill_steps=meter.prefill_steps,
         switches=meter.switches,
         clamped_steps=clamped,
-        policy_errors=errors,
+        policy_errors=0 if controller is None else controller.errors,
         mean_batch=meter.batch_sum / meter.decode_steps if meter.decode_steps else 0.0,
         mean_accept_len=1.0 + meter.acc_sum / meter.acc_n if meter.acc_n else None,
         max_batch=max_batch,
@@ -287,5 +323,5 @@ def simulate(
         requests_completed=meter.completed,
         emitted_per_request=per_req,
         timeline=meter.timeline(),
-        first_error=first_error,
+        first_error=None if controller is None else controller.first_error,
     )

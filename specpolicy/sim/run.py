@@ -206,8 +206,8 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     for o in outcomes:
         if o.result.policy_errors:
             notes.append(
-                f"{o.comparator.label}: decide() raised on {o.result.policy_errors} steps (ran them without "
-                f"drafts); first: {o.result.first_error}"
+                f"{o.comparator.label}: decide() failed on {o.result.policy_errors} steps (they ran the "
+                f"engine's default depth, the profile's deepest); first: {o.result.first_error}"
             )
         if o.result.clamped_steps:
             notes.append(

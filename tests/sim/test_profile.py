@@ -83,7 +83,7 @@ def test_shipped_profile_loads_and_is_a_step_cost_model(name: str) -> None:
     assert p.description
     assert isinstance(p, StepCostModel)
     assert p.max_steps >= (3 if name in TRACE_FITTED else 5)
-    assert p.off_cost == ("lazy" if name in TRACE_FITTED else "catch_up")  # live: the drafter is skipped while off
+    assert p.off_cost == ("lazy" if name in TRACE_FITTED else "catch_up")  # live: no drafter while off
     assert load_profile(name) is p  # shipped profiles are immutable and shared
 
 

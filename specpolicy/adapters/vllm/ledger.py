@@ -1,11 +1,12 @@
-"""StepLedger: which depth each vLLM step verifies, and the StepStats the policy sees. No vLLM import.
+"""StepLedger: which decision each vLLM step verifies, and the outcome it reports. No vLLM import.
 
 The vLLM timeline (docs/vllm.md): the depth K chosen when step S is scheduled is *drafted* after step S runs
 and *verified* in step S+1, whose per-request (drafted, accepted) counts reach the scheduler in
 ``update_from_output(S+1)``. With synchronous scheduling that happens before step S+2 is scheduled; with async
 scheduling step S+2 is already scheduled by then, so the policy's stats are one step older. The ledger
-keeps one record per scheduled step (in schedule order), so whatever the lag, the stats handed to ``decide``
-always describe one cycle, the cycle of the decision whose drafts were verified:
+keeps one record per scheduled step (in schedule order), so whatever the lag it reports each verify to the
+controller as the outcome of the decision whose drafts it verified, and the stats handed to ``decide``
+(``StepController.next_stats``) always describe that one cycle:
 
 * ``last_num_steps``: that decision's depth;
 * ``accepted_draft_tokens`` / ``drafted_tokens``: per request, from ``make_spec_decoding_stats``;
@@ -21,12 +22,13 @@ the ledger does not consult the policy for it and it is transparent to the accou
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Any
 
 from ...stats import StepStats
-from ..controller import StepObserver
+from ..controller import StepController
 
-__all__ = ["StepLedger", "CycleRelay"]
+__all__ = ["StepLedger"]
 
 
 class _Record:
@@ -51,18 +53,16 @@ class StepLedger:
 
     Args:
         decide: the guarded decision (``AdapterRuntime.decide``): StepStats -> depth.
-        decision_number: the number of the decision ``decide`` just made (the controller's step counter).
-        on_cycle_time: called with (decision number, wall time of the step that verified its drafts).
+        controller: the controller behind ``decide``: it numbers the decisions, builds their StepStats and
+            receives their outcomes.
     """
 
     __slots__ = (
         "_decide",
-        "_number",
-        "_on_cycle_time",
+        "_controller",
         "_pending",
         "_acc",
         "_drafted",
-        "_known",
         "_last_k",
         "_last_decision",
         "_t_last_update",
@@ -72,24 +72,15 @@ class StepLedger:
     def __init__(
         self,
         decide: Callable[[StepStats], int],
-        decision_number: Callable[[], int],
-        on_cycle_time: Callable[[int, float], None] | None = None,
+        controller: StepController,
         *,
         max_pending: int = 64,
     ) -> None:
         self._decide = decide
-        self._number = decision_number
-        self._on_cycle_time = on_cycle_time
+        self._controller = controller
         self._pending: deque[_Record] = deque()
         self._acc: list[int] = []
         self._drafted: list[int] = []
-        # (last_num_steps, accepted, drafted, last_step_time_s) of the latest completed cycle
-        self._known: tuple[int, Sequence[int] | None, Sequence[int] | None, float | None] = (
-            0,
-            None,
-            None,
-            None,
-        )
         self._last_k = 0
         self._last_decision: int | None = None
         self._t_last_update = float("-inf")
@@ -107,10 +98,11 @@ class StepLedger:
         """The depth for the step just scheduled (``key`` identifies its SchedulerOutput)."""
         pending = self._pending
         if samples:
-            k = self._decide(StepStats.fast(batch_size, num_waiting, mean_seq_len, *self._known))
+            controller = self._controller
+            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len))
             pending.append(_Record(key, now, self._last_k, self._last_decision))
             self._last_k = k
-            self._last_decision = self._number()
+            self._last_decision = controller.step
         else:  # nothing is drafted for a later verify: keep the depth, verify and time nothing
             k = self._last_k
             pending.append(_Record(key, now, -1, None))
@@ -133,16 +125,17 @@ class StepLedger:
         if rec is None:
             return
         k = rec.verifies_steps
-        if k < 0:
+        decision = rec.verifies_decision
+        if k < 0 or decision is None:  # verifies nothing (no decode, or the engine's first step)
             return
         step_time = now - (t_prev if t_prev > rec.t_sched else rec.t_sched)
         if acc:
             deepest = max(drafted)
-            self._known = (k if k >= deepest else deepest, acc, drafted, step_time)
+            self._controller.outcome(
+                decision, acc, step_time, num_steps=k if k >= deepest else deepest, drafted=drafted
+            )
         else:
-            self._known = (k, None, None, step_time)
-        if rec.verifies_decision is not None and self._on_cycle_time is not None:
-            self._on_cycle_time(rec.verifies_decision, step_time)
+            self._controller.outcome(decision, None, step_time)
 
     def _pop(self, key: object) -> _Record | None:
         pending = self._pending
@@ -156,59 +149,11 @@ class StepLedger:
         return None
 
     @property
-    def known(self) -> tuple[int, Sequence[int] | None, Sequence[int] | None, float | None]:
-        """(last_num_steps, accepted, drafted, last_step_time_s) the next decision will see."""
-        return self._known
+    def known(self) -> tuple[Any, ...]:
+        """The outcome fields (``last_num_steps`` .. ``last_batch_size``) the next decision will see."""
+        return self._controller.known
 
     @property
     def in_flight(self) -> int:
         """Scheduled steps whose output has not been processed yet."""
         return len(self._pending)
-
-
-class CycleRelay:
-    """Holds each decision back until the wall time of the step that verified it is known.
-
-    In vLLM that time arrives one (sync) or two (async) decisions later. The relay forwards a decision
-    immediately followed by its time, so the observers (trace writer, metrics) receive each decision with
-    its own cycle's time. Decisions whose time never comes are forwarded, without a time, once ``max_held``
-    newer ones are waiting, or on ``flush``.
-    """
-
-    __slots__ = ("_observers", "_held", "max_held", "errors")
-
-    def __init__(self, observers: Sequence[StepObserver], max_held: int = 8) -> None:
-        self._observers = tuple(observers)
-        self._held: deque[tuple[int, StepStats, int, float, bool]] = deque()
-        self.max_held = max_held
-        self.errors = 0
-
-    def on_decision(
-        self, step: int, stats: StepStats, num_steps: int, decide_s: float, fallback: bool
-    ) -> None:
-        self._held.append((step, stats, num_steps, decide_s, fallback))
-        if len(self._held) > self.max_held:
-            self._release(self._held.popleft())
-
-    def on_step_time(self, step: int, step_time_s: float | None) -> None:
-        held = self._held
-        while held and held[0][0] < step:
-            self._release(held.popleft())
-        if held and held[0][0] == step:
-            self._release(held.popleft())
-            for obs in self._observers:
-                try:
-                    obs.on_step_time(step, step_time_s)
-                except Exception:  # observers must not raise; one that does loses only its own record
-                    self.errors += 1
-
-    def flush(self) -> None:
-        while self._held:
-            self._release(self._held.popleft())
-
-    def _release(self, item: tuple[int, StepStats, int, float, bool]) -> None:
-        for obs in self._observers:
-            try:
-                obs.on_decision(*item)
-            except Exception:
-                self.errors += 1

@@ -11,7 +11,8 @@ So the adapter overrides three methods and patches nothing:
   must run before ``super()``, which builds the async placeholders from that number.
 * ``make_spec_decoding_stats``: vLLM calls it for every verified request, with stats logging on or off; the
   per-request (drafted, accepted) counts go to the ledger.
-* ``update_from_output``: closes the step in the ledger (timing, which decision it verified).
+* ``update_from_output``: closes the step in the ledger, which reports the verified decision's outcome
+  (acceptance, timing) to the controller.
 
 TP/PP ranks receive the same SchedulerOutput, so they share the decision by construction. Data parallelism is
 refused (``checks.py``).
@@ -28,7 +29,7 @@ from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
 from ..runtime import AdapterRuntime
 from .checks import preflight
-from .ledger import CycleRelay, StepLedger
+from .ledger import StepLedger
 from .versions import installed_version
 
 __all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge", "Installed", "install"]
@@ -42,21 +43,14 @@ _perf_counter = time.perf_counter
 class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
-    __slots__ = ("runtime", "ledger", "relay", "default_steps", "errors", "_logged")
+    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged")
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
-        controller = runtime.controller
-        # Decisions reach the trace/metrics only once the time of the step that verified them is known.
-        self.relay = CycleRelay(controller.observers)
-        controller.observers = (self.relay,)
-        self.ledger = StepLedger(runtime.decide, lambda: controller.step, self._cycle_time)
+        self.ledger = StepLedger(runtime.decide, runtime.controller)
         self.default_steps = default_steps
         self.errors = 0
         self._logged = False
-
-    def _cycle_time(self, decision: int, step_time_s: float) -> None:
-        self.relay.on_step_time(decision, step_time_s)
 
     def schedule(self, sched: Any, so: Any) -> int:
         """Depth for a non-empty step: O(scheduled requests) attribute reads, then one guarded decide()."""
@@ -94,7 +88,6 @@ class CoreBridge:
         return self.default_steps
 
     def close(self) -> None:
-        self.relay.flush()
         self.runtime.close()
 
 

@@ -172,8 +172,8 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean = stats  # one unpack: cheaper than 7 lookups
-            self._take_outcome(step, k_obs, acc, drafted, t, mean)
+            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b = stats  # one unpack, not 9 lookups
+            self._take_outcome(step, k_obs, acc, drafted, t, mean, last_b)
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
                 b = self._index[batch] if batch <= MAX_BATCH else self._top
@@ -209,8 +209,13 @@ class CostModelPolicy:
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
 
-    def _take_outcome(self, step: int, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any) -> None:
-        """What the stats say about the last step whose result is known: its acceptance and its time."""
+    def _take_outcome(
+        self, step: int, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any, last_b: Any
+    ) -> None:
+        """What the stats say about the last step whose result is known: its acceptance and its time.
+
+        Its batch size is ``last_b`` when the adapter says it (``StepStats.last_batch_size``); otherwise the
+        size of the per-request acceptance list, else the decision the feedback lag points at."""
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
             if c is None or c > MAX_NUM_STEPS:
@@ -251,8 +256,10 @@ class CostModelPolicy:
                     h = self._lag.described(k_obs)
                     if 0 <= k_obs < h[1]:  # shallower than decided (deeper is no sign of a limit)
                         self._ran_other(h[1], k_obs)
-                    if acc is not None:
-                        nb = len(acc)  # the measured step's exact batch size
+                    if last_b.__class__ is int and 0 < last_b <= MAX_BATCH:
+                        nb = last_b  # the measured step's exact batch size, from the adapter
+                    elif acc is not None:
+                        nb = len(acc)
                     else:
                         nb = h[0] if h[1] == k_obs else 0
                     if nb > 0:

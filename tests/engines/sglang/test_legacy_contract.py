@@ -380,10 +380,9 @@ def test_scheduler_hook_attaches_after_sglang_built_the_worker() -> None:
 
 
 def test_waiting_queue_reaches_the_runtime() -> None:
-    from specpolicy.adapters.sglang.legacy.runtime import make_runtime
     from specpolicy.policies.static import StaticConfig, StaticPolicy
 
-    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v2")
+    rt = ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v2")
     worker = SimpleNamespace(**{hooks.RT: rt})
     run_batch = hooks.scheduler_run_batch(lambda self, batch: "ran")
     sched = SimpleNamespace(draft_worker=worker, waiting_queue=[1, 2, 3, 4])

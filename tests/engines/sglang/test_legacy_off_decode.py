@@ -34,7 +34,6 @@ from specpolicy.adapters.sglang.legacy import off_step as off_mod  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
-from specpolicy.adapters.sglang.legacy.runtime import make_runtime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 
 PROMPTS = [5, 9, 2]
@@ -59,7 +58,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _runtime(depth: int) -> Any:
-    return make_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=STEPS, path="v1")
+    return ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=STEPS, path="v1")
 
 
 class V1:
@@ -432,7 +431,7 @@ def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped
         return off_mod  # any object: the wrapper tags it with the executed depth
 
     on_policy = StaticPolicy(StaticConfig(num_steps=STEPS))
-    setattr(s.worker, hooks.RT, make_runtime(on_policy, launch_depth=STEPS, path="v2"))
+    setattr(s.worker, hooks.RT, ls.legacy_runtime(on_policy, launch_depth=STEPS, path="v2"))
     hooks.v2_forward(on_step)(s.worker, mwb)
     (ext,) = s.draft_runner.extends
     assert ext["lens"] == [3, 3, 3]

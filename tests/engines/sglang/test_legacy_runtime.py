@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
 from specpolicy.stats import StepStats
@@ -32,6 +33,9 @@ class Scripted:
         pass
 
 
+SETTINGS = AdapterSettings.build("static", metrics=False)
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 100.0
@@ -41,7 +45,7 @@ class Clock:
 
 
 def _runtime(policy: Scripted, launch: int = 3) -> StepRuntime:
-    rt = make_runtime(policy, launch_depth=launch, path="v1")
+    rt = make_runtime(SETTINGS, policy=policy, launch_depth=launch, path="v1")
     rt._clock = Clock()
     return rt
 
@@ -58,11 +62,11 @@ def test_stats_carry_load_context_and_last_steps_acceptance() -> None:
     rt.num_waiting = 5
     assert rt.begin_decode(4, 40) is False
     rt.end_decode()
-    rt.on_result(3, [1, 0, 3, 2])
+    rt.on_result(rt.current_step, [1, 0, 3, 2])
     rt._clock.t += 0.020  # type: ignore[attr-defined]
     assert rt.begin_decode(4, 44) is True
     rt.end_decode()
-    rt.on_result(0, [0, 0, 0, 0])
+    rt.on_result(rt.current_step, [0, 0, 0, 0])
     rt._clock.t += 0.005  # type: ignore[attr-defined]
     rt.begin_decode(3, 30)
     first, second, third = pol.seen
@@ -107,7 +111,7 @@ def test_forced_steps_do_not_ask_the_policy() -> None:
 
 def test_launch_depth_must_be_positive() -> None:
     with pytest.raises(ValueError, match="launch_depth"):
-        make_runtime(Scripted([]), launch_depth=0, path="v1")
+        make_runtime(SETTINGS, policy=Scripted([]), launch_depth=0, path="v1")
 
 
 step = st.tuples(
@@ -134,7 +138,7 @@ def test_skip_iff_the_policy_said_off_and_stats_stay_valid(
         assert skip == (kind == "off" and not forced)
         rt.end_decode()
         assert rt.skip is False
-        rt.on_result(0 if skip else launch, acc)
+        rt.on_result(rt.current_step, acc)
     for s in pol.seen:
         # every StepStats the runtime built passes the validating constructor
         assert StepStats(*s) == s

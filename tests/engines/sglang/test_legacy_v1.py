@@ -29,7 +29,7 @@ from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
-from specpolicy.adapters.sglang.legacy.runtime import StepRuntime, make_runtime  # noqa: E402
+from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 
 PROMPTS = [5, 9, 2]
@@ -52,7 +52,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _attach(setup: Any, depth: int) -> StepRuntime:
-    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=3, path="v1")
+    rt = ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=3, path="v1")
     w = setup.worker
     one = OneTokenTarget("one-token-attn", "one-token-graph", [setup.server_args])
     # The one-token verify off step (the fallback when no decode target could be built).
@@ -151,7 +151,7 @@ def test_on_step_calls_the_original_draft_and_verify() -> None:
     )
     draft = hooks.v1_draft(orig_draft, names)
     verify = hooks.v1_verify(orig_verify)
-    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v1")
+    rt = ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=3)), launch_depth=3, path="v1")
     worker = type("W", (), {})()
     setattr(worker, hooks.RT, rt)
     assert rt.begin_decode(2, 10) is False  # policy says on

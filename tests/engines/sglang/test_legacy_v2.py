@@ -39,7 +39,7 @@ from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.install import _patch  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
-from specpolicy.adapters.sglang.legacy.runtime import StepRuntime, make_runtime  # noqa: E402
+from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 
 PROMPTS = [5, 9, 2]
@@ -64,7 +64,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_version: 
 
 def _setup(names: FieldNames, depth: int) -> tuple[Any, Any, Any, StepRuntime]:
     s = ls.make_v2_worker(STEPS)
-    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=STEPS, path="v2")
+    rt = ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=depth)), launch_depth=STEPS, path="v2")
     one = OneTokenTarget(
         SimpleNamespace(init_forward_metadata=lambda fb: None, name="one-token-attn"),
         SimpleNamespace(can_run=lambda fb: False, name="one-token-graph"),
@@ -217,7 +217,7 @@ def test_return_logprob_batches_always_speculate(names: FieldNames, wrapped: Any
         return "tree"
 
     draft = hooks.v2_draft(orig_draft, names)
-    rt = make_runtime(StaticPolicy(StaticConfig(num_steps=0)), launch_depth=STEPS, path="v2")
+    rt = ls.legacy_runtime(StaticPolicy(StaticConfig(num_steps=0)), launch_depth=STEPS, path="v2")
     holder = SimpleNamespace(**{hooks.RT: rt})
     assert rt.begin_decode(3, 30, forced_on=True) is False
     assert draft(holder, None) == "tree" and calls == ["draft"]

@@ -79,10 +79,20 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from specpolicy import StepStats
+    from specpolicy import SpecMode, StepStats
     from specpolicy.adapters.runtime import AdapterRuntime
     from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.sglang import v0_5_23
+
+    seen: list[StepStats] = []
+
+    class Seeing:
+        def decide(self, stats: StepStats) -> SpecMode:
+            seen.append(stats)
+            return SpecMode.on(3)
+
+        def reset(self) -> None:
+            pass
 
     rt = AdapterRuntime(
         AdapterSettings.build("static", metrics=False),
@@ -91,6 +101,7 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
         path="test",
         allowed_steps=[3],
         default_steps=3,
+        policy=Seeing(),
     )
     params = v0_5_23.SpecPolicyParams(rt, 3)
     reqs = [SimpleNamespace(seqlen=n) for n in (10, 20, 60)]
@@ -106,10 +117,6 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
         assert rt.policy is not None
         # a prefill between two decode rounds: the next round's interval holds it, so it has no step time
         v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.EXTEND, reqs=reqs))
-        seen: list[StepStats] = []
-        rt.controller.observers = (
-            SimpleNamespace(on_decision=lambda *a: seen.append(a[1]), on_step_time=lambda *a: None),
-        )
         params.get_steps_for_batch(3)  # reports the second round, which followed the first directly
         assert seen[-1].last_step_time_s is not None and seen[-1].num_waiting == 5
         params.on_verify_complete([1, 1, 1], 3)

@@ -43,7 +43,7 @@ log = logging.getLogger("specpolicy.sglang.legacy")
 
 RT = "_specpolicy_rt"  # attribute holding the StepRuntime on a worker (and the v2 draft worker)
 OT = "_specpolicy_off_path"  # attribute holding the OffPath (off-step machinery) on a worker
-DEPTH = "_specpolicy_depth"  # attribute marking the executed depth on a v2 result
+STEP = "_specpolicy_step"  # attribute carrying a v2 result's decision number to the scheduler's resolve
 
 #: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
 #: and for restoring in tests.
@@ -141,7 +141,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
                 result = orig(self, batch, *args, **kwargs)
         finally:
             rt.end_decode()
-        rt.on_result(0 if skip else rt.launch_depth, getattr(result, acc_field, None))
+        rt.on_result(rt.current_step, getattr(result, acc_field, None))
         return result
 
     return forward_batch_generation
@@ -243,7 +243,7 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
                 result = orig(self, mwb, *args, **kwargs)
         finally:
             rt.end_decode()
-        setattr(result, DEPTH, 0 if skip else rt.launch_depth)
+        setattr(result, STEP, rt.current_step)
         return result
 
     return forward_batch_generation
@@ -318,8 +318,9 @@ def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
     def resolve(self: Any, result: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         out = orig(self, result, batch, *args, **kwargs)
         rt: StepRuntime | None = getattr(getattr(self, "draft_worker", None), RT, None)
-        if rt is not None:
-            rt.on_result(getattr(result, DEPTH, rt.launch_depth), getattr(result, acc_field, None))
+        step = getattr(result, STEP, None)
+        if rt is not None and step is not None:
+            rt.on_result(step, getattr(result, acc_field, None))
         return out
 
     return resolve

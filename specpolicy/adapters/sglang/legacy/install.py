@@ -16,7 +16,6 @@ from typing import Any
 
 from ....errors import ConfigError
 from ..._support import installed_version
-from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
 from ..releases import layout_for, legacy_releases
@@ -26,7 +25,7 @@ from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
 from .off_step import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
-from .runtime import PATH_LABELS, OnOffAtDepth, StepRuntime
+from .runtime import PATH_LABELS, StepRuntime, make_runtime
 from .targets import check_targets
 
 __all__ = ["InstallError", "InstallInfo", "install", "attach", "sglang_version"]
@@ -268,33 +267,19 @@ def attach(scheduler: Any) -> StepRuntime | None:
         return None
     cfg = settings.policy
     runtimes: list[StepRuntime] = []  # filled below; the metrics read the totals of the runtime once built
-    # The shared runtime checks the policy's depths against what the engine can run: every depth maps to
-    # {off, launch depth} here, so all of them are accepted; the controller is then narrowed to the depths
-    # that actually run, so that traces and metrics record the executed depth.
-    art = AdapterRuntime(
+    rt = make_runtime(
         settings,
-        engine="sglang",
+        launch_depth=launch,
+        path=path,  # type: ignore[arg-type]
         engine_version=_STATE.info.version if _STATE.info else sglang_version(),
-        path=PATH_LABELS[path],
-        allowed_steps=sorted({*cfg.candidate_steps(), 0, launch}),
-        default_steps=launch,
         rank=rank,
         world_size=world,
         sync_factory=_tp_sync,
-        header={"launch_depth": launch, "legacy_on_off": True, "off_step": off.label},
+        header={"off_step": off.label},
         engine_counts=lambda: off.counts(runtimes[0]) if runtimes else {},
-    )
-    controller = art.controller
-    controller.policy = OnOffAtDepth(art.policy, launch)
-    controller.allowed_steps = frozenset({0, launch})
-    controller.steps_by_depth = {0: 0, launch: 0}
-    rt = StepRuntime(
-        art.decide,
-        controller,
-        launch_depth=launch,
-        path=path,  # type: ignore[arg-type]
         gpu_timer=_gpu_timer(worker) if path == "v2" else None,
     )
+    art = rt.runtime
     runtimes.append(rt)
     setattr(worker, hooks.OT, off)
     setattr(worker, hooks.RT, rt)

@@ -8,21 +8,31 @@ prefill/idle forwards (which break the step-time chain).
 Legacy releases build one set of CUDA graphs and buffers for the launch depth, so the runtime runs a policy as
 on/off at that depth: any ``SpecMode.on(k)`` runs the launch depth, ``SpecMode.off()`` runs the one-token
 verify.
+
+Each step's outcome reaches the controller in two parts that arrive in either order: its accepted drafts
+(``on_result``, with the step's decision number: the same step on the v1 worker, one step late on the
+overlap worker) and its time (at a later ``begin_decode``: the interval between two step starts, on the
+host clock or, on the overlap worker, from CUDA events read two starts later, see ``gpu_timer``). The
+runtime reports them together, so a StepStats always pairs one step's depth, acceptance, batch size and
+time; a part that can no longer come (a prefill broke the chain, an event was not ready) is reported as
+unknown.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
-from ....stats import StepStats
-from ...controller import StepController, StepObserver
+from ...controller import StepObserver
+from ...runtime import AdapterRuntime
+from ...settings import AdapterSettings
+from ...tp import DecisionSync
 from .gpu_timer import GpuStepTimer
 
-__all__ = ["OnOffAtDepth", "StepRuntime", "Path"]
+__all__ = ["OnOffAtDepth", "StepRuntime", "Path", "make_runtime"]
 
 Path = Literal["v1", "v2"]
 
@@ -33,20 +43,19 @@ PATH_LABELS: Mapping[str, str] = {
 
 
 class StepRuntime:
-    """Builds StepStats from CPU-side engine data, asks the controller once per step, remembers the outcome.
+    """Asks the controller once per decode step and reports each step's outcome to it.
 
     Args:
-        decide: the rank-agreed decision function (``StepController.decide`` or ``AgreedDecider.decide``).
-        controller: the controller behind ``decide`` (for step-time reports and counters).
+        runtime: the process's AdapterRuntime (its controller runs only {0, launch_depth}).
         launch_depth: the worker's ``speculative_num_steps``; every "on" step runs this depth.
         path: which worker path this runtime serves.
         clock: monotonic clock (tests pass a fake).
-        gpu_timer: per-step GPU times from CUDA events (the overlap path, see ``gpu_timer``); each step's
-            time is then reported one step late, with the acceptance of the same step. None: the wall time
-            between consecutive decode steps (the non-overlap path, whose steps end with a sync).
+        gpu_timer: per-step GPU times from CUDA events (the overlap path, see ``gpu_timer``). None: the host
+            clock's interval between two step starts is the earlier step's time.
     """
 
     __slots__ = (
+        "runtime",
         "decide",
         "controller",
         "launch_depth",
@@ -54,20 +63,22 @@ class StepRuntime:
         "num_waiting",
         "skip",
         "_clock",
-        "_last_depth",
-        "_last_accepted",
         "_t_prev",
-        "_t_last_interval",
+        "_acc_step",
+        "_acc",
+        "_timed",
+        "_untimed_upto",
         "skipped_steps",
         "decode_steps",
         "forced_steps",
         "gpu_timer",
+        "_outcome",
+        "_next_stats",
     )
 
     def __init__(
         self,
-        decide: Callable[[StepStats], int],
-        controller: StepController,
+        runtime: AdapterRuntime,
         *,
         launch_depth: int,
         path: Path,
@@ -76,21 +87,26 @@ class StepRuntime:
     ) -> None:
         if launch_depth < 1:
             raise ValueError(f"launch_depth must be >= 1 (a speculative worker), got {launch_depth}")
-        self.decide = decide
-        self.controller = controller
+        self.runtime = runtime
+        self.decide = runtime.decide
+        self.controller = runtime.controller
         self.launch_depth = launch_depth
         self.path = path
         self.num_waiting = 0
         self.skip = False
         self._clock = clock
-        self._last_depth = 0
-        self._last_accepted: Sequence[int] | None = None
         self._t_prev: float | None = None
-        self._t_last_interval: float | None = None
+        # one part of a step's outcome waiting for the other: (step, accepted) and (step, time)
+        self._acc_step = 0  # the step whose acceptance ``_acc`` waits for its time (0: none)
+        self._acc: Sequence[int] | None = None
+        self._timed: tuple[int, float] | None = None
+        self._untimed_upto = 0  # steps up to this one will get no time (a non-decode forward broke the chain)
         self.skipped_steps = 0
         self.decode_steps = 0
         self.forced_steps = 0
         self.gpu_timer = gpu_timer
+        self._outcome = self.controller.outcome
+        self._next_stats = self.controller.next_stats
 
     def begin_decode(self, batch_size: int, seq_lens_sum: int | None, forced_on: bool = False) -> bool:
         """Decide the coming decode step; True means skip speculation (one-token verify). Never raises.
@@ -98,32 +114,28 @@ class StepRuntime:
         ``forced_on``: the engine must speculate this step whatever the policy says (a rank-identical property
         of the batch, so no rank consults its policy); the step is recorded, the policy is not asked.
         """
+        ctl = self.controller
         timer = self.gpu_timer
         if timer is not None:
-            # the time of the step before the previous one: the step whose acceptance just arrived
+            timed_step = ctl.step - 1  # the step that started two starts ago
             step_time = timer.start()
-            if step_time is not None and self.controller.step >= 2:
-                self.controller.step_time(step_time, step=self.controller.step - 1)
         else:
+            timed_step = ctl.step  # the step that started at the previous start
             now = self._clock()
-            prev = self._t_prev
+            prev, self._t_prev = self._t_prev, now
             step_time = None if prev is None else now - prev
-            self._t_prev = now
-            if prev is not None:
-                self.controller.step_time(step_time)
+        if step_time is not None and timed_step > 0:
+            if self._acc_step == timed_step:  # the common case: the acceptance came first
+                self._acc_step = 0
+                self._outcome(timed_step, self._acc, step_time)
+            else:
+                self._hold_time(timed_step, step_time)
+        elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
+            self._flush_accepted()
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
-        depth = self._last_depth
-        stats = StepStats.fast(
-            batch_size,
-            self.num_waiting,
-            mean_len,
-            depth,
-            self._last_accepted if depth > 0 else None,
-            None,
-            step_time,
-        )
+        stats = self._next_stats(batch_size, self.num_waiting, mean_len)
         if forced_on:
-            self.controller.force(stats, self.launch_depth)
+            ctl.force(stats, self.launch_depth)
             self.forced_steps += 1
             skip = False
         else:
@@ -137,38 +149,85 @@ class StepRuntime:
         """The step's forward returned (the flag only lives for the duration of one forward)."""
         self.skip = False
 
-    def on_result(self, executed_depth: int, accepted_per_req: Sequence[int] | None) -> None:
-        """Accepted drafts per request of a finished step (v1: same step; v2: one step late)."""
-        self._last_depth = executed_depth
-        self._last_accepted = accepted_per_req if executed_depth > 0 else None
+    @property
+    def current_step(self) -> int:
+        """The decision number of the step being run (v2 results carry it to ``on_result``)."""
+        return self.controller.step
+
+    def on_result(self, step: int, accepted_per_req: Sequence[int] | None) -> None:
+        """Accepted drafts per request of the finished step ``step`` (v1: the step just run; v2: one late)."""
+        timed = self._timed
+        if timed is not None and timed[0] == step:
+            self._timed = None
+            self.controller.outcome(step, accepted_per_req, timed[1])
+            return
+        if step <= self._untimed_upto:  # no time will come for it
+            self.controller.outcome(step, accepted_per_req, None)
+            return
+        if self._acc_step:
+            self._flush_accepted()
+        self._acc_step = step
+        self._acc = accepted_per_req
+
+    def _flush_accepted(self) -> None:
+        """The waiting acceptance without a time: none will come for it."""
+        step, self._acc_step = self._acc_step, 0
+        self.controller.outcome(step, self._acc, None)
+
+    def _hold_time(self, step: int, step_time_s: float) -> None:
+        """A step's time that came before its acceptance (the overlap worker's host clock); an acceptance
+        of an earlier step still waiting will get no time."""
+        if 0 < self._acc_step < step:
+            self._flush_accepted()
+        old = self._timed
+        if old is not None:  # its acceptance never came: the time alone
+            self.controller.outcome(old[0], None, old[1])
+        self._timed = (step, step_time_s)
 
     def on_non_decode(self) -> None:
         """A prefill or idle forward ran: the next decode step's wall time would include it, so drop it."""
         self._t_prev = None
+        self._untimed_upto = self.controller.step
         if self.gpu_timer is not None:
             self.gpu_timer.reset()
+        if self._acc_step:
+            self._flush_accepted()
 
 
 def make_runtime(
-    policy: Policy,
+    settings: AdapterSettings,
     *,
     launch_depth: int,
     path: Path,
+    engine_version: str = "unknown",
     rank: int = 0,
+    world_size: int = 1,
+    sync_factory: Callable[[], DecisionSync] | None = None,
+    header: Mapping[str, Any] | None = None,
+    engine_counts: Callable[[], Mapping[str, int]] | None = None,
+    gpu_timer: GpuStepTimer | None = None,
+    policy: Policy | None = None,
     observers: Sequence[StepObserver] = (),
-    policy_name: str = "",
-    decide_wrapper: Callable[[StepController], Callable[[StepStats], int]] | None = None,
 ) -> StepRuntime:
-    """A runtime whose controller allows exactly {0, launch_depth} and falls back to the launch depth."""
+    """The legacy assembly: a controller that runs exactly {0, launch_depth} (every policy depth maps onto
+    them through ``OnOffAtDepth``) and falls back to the launch depth. ``policy`` replaces the one the
+    settings name, ``observers`` watch the records beside the trace and metrics (tests)."""
     if type(launch_depth) is not int or launch_depth < 1:
         raise ValueError(f"launch_depth must be an int >= 1 (a speculative worker), got {launch_depth!r}")
-    controller = StepController(
-        OnOffAtDepth(policy, launch_depth),
+    art = AdapterRuntime(
+        settings,
+        engine="sglang",
+        engine_version=engine_version,
+        path=PATH_LABELS[path],
         allowed_steps=(0, launch_depth),
         default_steps=launch_depth,
         rank=rank,
+        world_size=world_size,
+        sync_factory=sync_factory,
+        header={"launch_depth": launch_depth, "legacy_on_off": True, **(header or {})},
+        engine_counts=engine_counts,
+        wrap=lambda p: OnOffAtDepth(p, launch_depth),
+        policy=policy,
         observers=observers,
-        policy_name=policy_name or type(policy).__name__,
     )
-    decide = controller.decide if decide_wrapper is None else decide_wrapper(controller)
-    return StepRuntime(decide, controller, launch_depth=launch_depth, path=path)
+    return StepRuntime(art, launch_depth=launch_depth, path=path, gpu_timer=gpu_timer)
