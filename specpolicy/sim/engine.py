@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..stats import StepStats
-from .acceptance import accepted_drafts, hash_uniform, logit_shift_for_mean
+from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
 from .metrics import Meter, RunResult, Timeline
 from .workloads import Scenario
@@ -170,7 +170,7 @@ def simulate(
             if j != phase_idx:
                 phase_idx = j
                 shift = (
-                    logit_shift_for_mean(beta_model.alpha, beta_model.beta, phases[j][1]) if j >= 0 else 0.0
+                    beta_model.shift_for_mean(phases[j][1]) if j >= 0 else 0.0
                 )
                 batch.reshift(shift)
         arrivals.pull(t, len(batch) + len(waiting), waiting)

@@ -1,10 +1,12 @@
 """Turning runs into the report: one row per (policy, concurrency), the JSON document and the text table.
 
-Ratios compare a row with rows of the same scenario: ``vs_best_static`` divides its output tokens/s by the
-best of ``static-0`` .. ``static-K`` there, ``vs_oracle`` by the oracle's, ``vs_never`` by the
-speculation-free engine's. The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``);
-extra fields may be added, never renamed. The table marks each scenario's winners and ends with the verdict
-(``verdict.py``).
+Ratios compare a row with rows of the same scenario: ``vs_best_fixed`` (also ``vs_best_static``, its older
+name) divides its output tokens/s by best-fixed's, the best of ``static-0`` .. ``static-K`` on that scenario
+in hindsight (per level for a sweep, over the whole run for a time-varying workload), ``vs_oracle`` by the
+per-step oracle's, ``vs_never`` by the speculation-free engine's. The JSON's ``references`` names best-fixed
+and gives both references' throughput per scenario. The JSON shape is fixed by the simulator's
+documentation (``docs/simulator.md``); extra fields may be added, never renamed. The table marks each
+scenario's winners and ends with the verdict (``verdict.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from .run import RunOutcome, Simulation
 from .verdict import standings, verdict
 
-__all__ = ["Row", "rows", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
+__all__ = ["Row", "Reference", "rows", "references", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
 
 REQUIRED_RUN_KEYS = (
     "policy",
@@ -54,6 +56,21 @@ class Row:
     extrapolated: bool
     sim_steps_per_s: float
     vs_never: float | None = None
+
+    @property
+    def vs_best_fixed(self) -> float | None:
+        """Throughput over best-fixed's: the best fixed depth (static-0..K) of this scenario in hindsight."""
+        return self.vs_best_static
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One scenario's references: best-fixed (which static-k, its tok/s) and the per-step oracle's tok/s."""
+
+    concurrency: int | None
+    best_fixed: str | None
+    best_fixed_tok_s: float | None
+    oracle_tok_s: float | None
 
 
 def _pct(values: Any, q: float) -> float:
@@ -94,18 +111,38 @@ def _row(
     )
 
 
-def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
-    """Report rows, scenario by scenario, in comparator order."""
-    out: list[Row] = []
+def _groups(sim: Simulation) -> list[list[RunOutcome]]:
     groups: dict[int, list[RunOutcome]] = {}
     for o in sim.outcomes:
         groups.setdefault(id(o.scenario), []).append(o)
-    for group in groups.values():
-        statics = [o.result.output_tok_s for o in group if o.comparator.is_static]
-        best = max(statics) if statics else None
-        oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+    return list(groups.values())
+
+
+def _reference(group: list[RunOutcome]) -> Reference:
+    statics = [o for o in group if o.comparator.is_static]
+    # The first of equals wins: the shallowest depth among ties.
+    best = max(statics, key=lambda o: o.result.output_tok_s, default=None)
+    oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+    return Reference(
+        group[0].concurrency,
+        best.comparator.label if best is not None else None,
+        best.result.output_tok_s if best is not None else None,
+        oracle,
+    )
+
+
+def references(sim: Simulation) -> list[Reference]:
+    """Per scenario, in report order: best-fixed (the best static-k in hindsight) and the oracle."""
+    return [_reference(g) for g in _groups(sim)]
+
+
+def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
+    """Report rows, scenario by scenario, in comparator order."""
+    out: list[Row] = []
+    for group in _groups(sim):
+        ref = _reference(group)
         never = next((o.result.output_tok_s for o in group if o.comparator.kind == "never"), None)
-        out.extend(_row(o, best, oracle, slo_tpot_ms, never) for o in group)
+        out.extend(_row(o, ref.best_fixed_tok_s, ref.oracle_tok_s, slo_tpot_ms, never) for o in group)
     return out
 
 
@@ -129,6 +166,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             "switches": r.switches,
             "spec_step_share": _num(r.spec_step_share, 6),
             "vs_best_static": _num(r.vs_best_static),
+            "vs_best_fixed": _num(r.vs_best_fixed),
             "vs_oracle": _num(r.vs_oracle),
             "vs_never": _num(r.vs_never),
             "decide_cost_us": _num(r.decide_cost_us, 3),
@@ -143,11 +181,23 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             d["goodput_tok_s"] = _num(r.goodput_tok_s, 3)
         runs.append(d)
     spec = sim.spec
+    scenario = sim.outcomes[0].scenario if sim.outcomes else None
     return {
         "profile": sim.profile.name,
         "workload": sim.workload,
         "seed": spec.seed,
         "runs": runs,
+        "references": [
+            {
+                "concurrency": ref.concurrency,
+                "best_fixed": ref.best_fixed,
+                "best_fixed_tok_s": _num(ref.best_fixed_tok_s, 3),
+                "oracle_tok_s": _num(ref.oracle_tok_s, 3),
+            }
+            for ref in references(sim)
+        ],
+        "acceptance": scenario.acceptance.to_json() if scenario is not None else None,
+        "request_shape": scenario.shape.to_json() if scenario is not None else None,
         "off_cost": sim.profile.off_cost,
         "feedback_lag": spec.feedback_lag,
         "max_running": spec.max_running,
@@ -183,6 +233,9 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         f"max_running {spec.max_running}, "
         f"feedback {'one step late' if spec.feedback_lag else 'previous step'}"
     ]
+    if (spec.acceptance is not None or spec.shape is not None) and sim.outcomes:
+        sc = sim.outcomes[0].scenario
+        lines.append(f"requests: acceptance {sc.acceptance.describe()}; {sc.shape.describe()}")
     head = [
         "policy",
         "tok/s",
@@ -248,8 +301,9 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
     )
     lines.append(
         f"decide(): {how}; tok/s = output tokens per simulated second; TPOT = per request, after its "
-        "first token; spec = share of decode steps that speculated; x ... = tok/s over the best static-k's, "
-        "the oracle's and a speculation-free engine's (never) on the same scenario"
+        "first token; spec = share of decode steps that speculated; x ... = tok/s over best-fixed's (the "
+        "best static-k of the scenario, in hindsight), the per-step oracle's and a speculation-free "
+        "engine's (never) on the same scenario"
     )
     for note in sim.notes:
         lines.append(f"note: {note}")

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .acceptance import AcceptanceModel
 from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
 from .engine import EngineConfig, RunResult, simulate
 from .profile import CostProfile, ProfileError, load_profile, with_off_cost
 from .progress import ProgressBar
-from .workloads import Scenario, load_workload
+from .workloads import RequestShape, Scenario, load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -42,7 +43,8 @@ DEFAULT_CONCURRENCY = (1, 10, 70, 250)
 
 @dataclass(frozen=True)
 class SimulationSpec:
-    """Everything ``specpolicy simulate`` takes. ``policies`` None = every registered policy, defaults."""
+    """Everything ``specpolicy simulate`` takes. ``policies`` None = every registered policy, defaults;
+    ``acceptance`` / ``shape`` None = the reference population (Beta(7, 3); 512 / 256 tokens, +-50%)."""
 
     profile: str = DEFAULT_PROFILE
     workload: str = DEFAULT_WORKLOAD
@@ -59,6 +61,8 @@ class SimulationSpec:
     timeline_bin_s: float | None = None
     references: bool = True
     track_requests: bool = False
+    acceptance: AcceptanceModel | None = None
+    shape: RequestShape | None = None
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -173,6 +177,8 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         seed=spec.seed,
         duration_s=spec.duration_s,
         concurrency=spec.concurrency,
+        shape=spec.shape,
+        acceptance=spec.acceptance,
     )
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
