@@ -170,17 +170,14 @@ def logit_shift_for_mean(alpha: float, beta: float, target_mean: float) -> float
 
 @functools.lru_cache(maxsize=256)
 def _logit_shift(components: tuple[tuple[float, float, float], ...], target_mean: float) -> float:
-    """The logit shift moving a mixture of (weight, alpha, beta) Betas to ``target_mean``: midpoint rule
-    on a fine grid, each component weighted by its normalised density, then bisection on the shift."""
+    """The logit shift moving a mixture of (weight, alpha, beta) Betas to ``target_mean``, by bisection on
+    the shift over a weighted set of points standing for the population (``_points``)."""
     if not 0.0 < target_mean < 1.0:
         raise ValueError(f"acceptance mean must be in (0, 1), got {target_mean!r}")
-    x = (np.arange(4000, dtype=np.float64) + 0.5) / 4000.0
-    w = np.zeros_like(x)
-    for weight, alpha, beta in components:
-        logw = (alpha - 1.0) * np.log(x) + (beta - 1.0) * np.log1p(-x)
-        d = np.exp(logw - logw.max())
-        w += weight * (d / d.sum())  # the weights sum to 1 already
-    lx = logit(x)
+    parts = [_points(alpha, beta) for _, alpha, beta in components]
+    # The weights sum to 1 already (one component: its points' weights, unchanged).
+    w = np.concatenate([weight * pw for (weight, _, _), (_, pw) in zip(components, parts, strict=True)])
+    lx = logit(np.concatenate([x for x, _ in parts]))
     lo, hi = -30.0, 30.0
     for _ in range(50):
         mid = 0.5 * (lo + hi)
@@ -189,6 +186,19 @@ def _logit_shift(components: tuple[tuple[float, float, float], ...], target_mean
         else:
             hi = mid
     return 0.5 * (lo + hi)
+
+
+def _points(alpha: float, beta: float) -> tuple[FloatArray, FloatArray]:
+    """Points and weights (summing to 1) for one Beta. A bounded density (alpha, beta >= 1): the midpoint
+    rule on a fine grid, weighted by the density. A density that is infinite at 0 or 1, which the grid
+    cannot resolve: 100,000 draws from a fixed seed, equally weighted."""
+    if alpha >= 1.0 and beta >= 1.0:
+        x = (np.arange(4000, dtype=np.float64) + 0.5) / 4000.0
+        logw = (alpha - 1.0) * np.log(x) + (beta - 1.0) * np.log1p(-x)
+        d = np.exp(logw - logw.max())
+        return x, d / d.sum()
+    x = np.asarray(np.random.default_rng(0xACCE).beta(alpha, beta, size=100_000), dtype=np.float64)
+    return x, np.full(len(x), 1.0 / len(x))
 
 
 def hash_uniform(seed: int, request_ids: IntArray, positions: IntArray) -> FloatArray:

@@ -169,9 +169,7 @@ def simulate(
                 j += 1
             if j != phase_idx:
                 phase_idx = j
-                shift = (
-                    beta_model.shift_for_mean(phases[j][1]) if j >= 0 else 0.0
-                )
+                shift = beta_model.shift_for_mean(phases[j][1]) if j >= 0 else 0.0
                 batch.reshift(shift)
         arrivals.pull(t, len(batch) + len(waiting), waiting)
 
