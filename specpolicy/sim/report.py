@@ -3,10 +3,10 @@
 Ratios compare a row with rows of the same scenario: ``vs_best_fixed`` (also ``vs_best_static``, its older
 name) divides its output tokens/s by best-fixed's, the best of ``static-0`` .. ``static-K`` on that scenario
 in hindsight (per level for a sweep, over the whole run for a time-varying workload), ``vs_oracle`` by the
-per-step oracle's, ``vs_never`` by the speculation-free engine's. The JSON's ``references`` names best-fixed
-and gives both references' throughput per scenario. The JSON shape is fixed by the simulator's
-documentation (``docs/simulator.md``); extra fields may be added, never renamed. The table marks each
-scenario's winners and ends with the verdict (``verdict.py``).
+per-step oracle's, ``vs_lookahead`` by the lookahead oracle's, ``vs_never`` by the speculation-free
+engine's. The JSON's ``references`` names best-fixed and gives the references' throughput per scenario.
+The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``); extra fields may be added,
+never renamed. The table marks each scenario's winners and ends with the verdict (``verdict.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .comparators import REFERENCE_KINDS
 from .run import RunOutcome, Simulation
 from .verdict import standings, verdict
 
@@ -56,6 +57,7 @@ class Row:
     extrapolated: bool
     sim_steps_per_s: float
     vs_never: float | None = None
+    vs_lookahead: float | None = None
 
     @property
     def vs_best_fixed(self) -> float | None:
@@ -65,12 +67,14 @@ class Row:
 
 @dataclass(frozen=True)
 class Reference:
-    """One scenario's references: best-fixed (which static-k, its tok/s) and the per-step oracle's tok/s."""
+    """One scenario's references: best-fixed (which static-k, its tok/s), the per-step oracle's and the
+    lookahead oracle's tok/s (None where the report has no such row)."""
 
     concurrency: int | None
     best_fixed: str | None
     best_fixed_tok_s: float | None
     oracle_tok_s: float | None
+    lookahead_tok_s: float | None = None
 
 
 def _pct(values: Any, q: float) -> float:
@@ -83,6 +87,7 @@ def _row(
     oracle: float | None,
     slo_tpot_ms: float | None,
     never: float | None = None,
+    lookahead: float | None = None,
 ) -> Row:
     r = o.result
     tok = r.output_tok_s
@@ -98,7 +103,7 @@ def _row(
         spec_step_share=r.spec_step_share,
         vs_best_static=tok / best_static if best_static else None,
         vs_oracle=tok / oracle if oracle else None,
-        decide_cost_us=None if kind in ("never", "oracle") else o.decide_cost_s * 1e6,
+        decide_cost_us=None if kind == "never" or kind in REFERENCE_KINDS else o.decide_cost_s * 1e6,
         goodput_tok_s=None if slo_tpot_ms is None else r.goodput_tok_s(slo_tpot_ms),
         mean_batch=r.mean_batch,
         mean_accept_len=r.mean_accept_len,
@@ -108,6 +113,7 @@ def _row(
         extrapolated=r.extrapolated,
         sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
         vs_never=tok / never if never else None,
+        vs_lookahead=tok / lookahead if lookahead else None,
     )
 
 
@@ -123,11 +129,13 @@ def _reference(group: list[RunOutcome]) -> Reference:
     # The first of equals wins: the shallowest depth among ties.
     best = max(statics, key=lambda o: o.result.output_tok_s, default=None)
     oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+    lookahead = next((o.result.output_tok_s for o in group if o.comparator.kind == "lookahead"), None)
     return Reference(
         group[0].concurrency,
         best.comparator.label if best is not None else None,
         best.result.output_tok_s if best is not None else None,
         oracle,
+        lookahead,
     )
 
 
@@ -142,7 +150,10 @@ def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
     for group in _groups(sim):
         ref = _reference(group)
         never = next((o.result.output_tok_s for o in group if o.comparator.kind == "never"), None)
-        out.extend(_row(o, ref.best_fixed_tok_s, ref.oracle_tok_s, slo_tpot_ms, never) for o in group)
+        out.extend(
+            _row(o, ref.best_fixed_tok_s, ref.oracle_tok_s, slo_tpot_ms, never, ref.lookahead_tok_s)
+            for o in group
+        )
     return out
 
 
@@ -169,6 +180,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             "vs_best_fixed": _num(r.vs_best_fixed),
             "vs_oracle": _num(r.vs_oracle),
             "vs_never": _num(r.vs_never),
+            "vs_lookahead": _num(r.vs_lookahead),
             "decide_cost_us": _num(r.decide_cost_us, 3),
             "mean_batch": _num(r.mean_batch, 3),
             "mean_accept_len": _num(r.mean_accept_len),
@@ -193,6 +205,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
                 "best_fixed": ref.best_fixed,
                 "best_fixed_tok_s": _num(ref.best_fixed_tok_s, 3),
                 "oracle_tok_s": _num(ref.oracle_tok_s, 3),
+                "lookahead_tok_s": _num(ref.lookahead_tok_s, 3),
             }
             for ref in references(sim)
         ],

@@ -18,7 +18,13 @@ from typing import Any
 
 from ..errors import ConfigError
 from .acceptance import AcceptanceModel
-from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
+from .comparators import (
+    REFERENCE_KINDS,
+    Comparator,
+    build_decider,
+    default_comparators,
+    measure_decide_cost_s,
+)
 from .engine import EngineConfig, RunResult, simulate
 from .profile import CostProfile, ProfileError, load_profile, with_off_cost
 from .progress import ProgressBar
@@ -185,7 +191,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     )
     costs: dict[str, float] = {}
     for comp in comparators:
-        if comp.kind in ("never", "oracle"):
+        if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
             costs[comp.label] = 0.0
         elif spec.decide_cost_us is not None:
             costs[comp.label] = spec.decide_cost_us * 1e-6
