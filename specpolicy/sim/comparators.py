@@ -28,6 +28,7 @@ from .acceptance import expected_tokens
 from .engine import Decider, FloatArray, IntArray, SimProfile
 from .lookahead import LookaheadDecider
 from .sglang_adaptive import SGLangAdaptivePolicy, load_sglang_adaptive
+from .step_costs import StepCosts
 
 __all__ = [
     "VLLM_EAGLE3_TABLE",
@@ -85,16 +86,10 @@ class OracleDecider:
     def __init__(self, profile: SimProfile) -> None:
         self.profile = profile
         self.max_k = int(profile.max_steps)
-        self._costs: dict[tuple[int, int], FloatArray] = {}
+        self._costs = StepCosts(profile, self.max_k)
 
     def __call__(self, stats: StepStats, p: FloatArray, remaining: IntArray, seq_len: float) -> int:
-        b = len(p)
-        key = (b, int(seq_len) >> 4)
-        costs = self._costs.get(key)
-        if costs is None:
-            s = float((key[1] << 4) + 8)
-            costs = np.array([self.profile.step_time_s(b, k, s) for k in range(self.max_k + 1)])
-            self._costs[key] = costs
+        costs = self._costs(len(p), seq_len)
         return int(np.argmax(expected_tokens(p, remaining, self.max_k) / costs))
 
 

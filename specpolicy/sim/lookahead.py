@@ -34,6 +34,7 @@ import numpy as np
 
 from ..stats import StepStats
 from .engine import FloatArray, IntArray, SimProfile
+from .step_costs import StepCosts
 
 __all__ = ["LookaheadDecider"]
 
@@ -47,19 +48,10 @@ class LookaheadDecider:
         self.profile = profile
         self.max_k = int(profile.max_steps)
         self._i = np.arange(self.max_k + 1, dtype=np.float64)
-        self._costs: dict[tuple[int, int], FloatArray] = {}
+        self._cost = StepCosts(profile, self.max_k)
         self._decay = 0.5 ** (1.0 / half_life_steps)
         self._weight = 0.0
         self._inverse = np.zeros(self.max_k + 1)
-
-    def _cost(self, b: int, seq_len: float) -> FloatArray:
-        key = (b, int(seq_len) >> 4)
-        costs = self._costs.get(key)
-        if costs is None:
-            s = float((key[1] << 4) + 8)
-            costs = np.array([self.profile.step_time_s(b, k, s) for k in range(self.max_k + 1)])
-            self._costs[key] = costs
-        return costs
 
     def __call__(self, stats: StepStats, p: FloatArray, remaining: IntArray, seq_len: float) -> int:
         b = len(p)
