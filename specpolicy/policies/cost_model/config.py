@@ -31,6 +31,18 @@ class CostModelConfig(PolicyConfig):
         None,
         description="step-cost profile seeding the cost model: a shipped profile name or a profile JSON path",
     )
+    prior_weight: float = Field(
+        4.0,
+        ge=0.0,
+        le=1e6,
+        description="pseudo-observations the profile's shape counts for in each measured cost cell",
+    )
+    prior_mismatch_ratio: float = Field(
+        1.5,
+        gt=1.0,
+        le=100.0,
+        description="measured/profile spread between two depths of a bucket that shows the profile wrong",
+    )
     prior_acceptance: float = Field(
         0.7, gt=0.0, lt=1.0, description="per-draft acceptance assumed before any is measured"
     )

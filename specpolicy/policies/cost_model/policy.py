@@ -139,7 +139,9 @@ class CostModelPolicy:
         self._timed = False
         self._acc_version = -1
         self._E = [1.0] * n_a
-        self._costs = StepCosts(self._grid, self._arms, c.cost_halflife, self.cost_model)
+        self._costs = StepCosts(
+            self._grid, self._arms, c.cost_halflife, self.cost_model, c.prior_weight, c.prior_mismatch_ratio
+        )
         #: measured runs (batch, depth, context, mean time, steps, first step) waiting to be folded in, and
         #: the run being measured: consecutive steps with the same batch size and depth.
         self._pending: list[tuple[int, int, float | None, float, int, int]] = []
@@ -200,8 +202,8 @@ class CostModelPolicy:
                 probe = self._probes.take(b, vis, step)
                 if probe >= 0:
                     cur = probe
-                    if self._costs.cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
-                        self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it
+                    if self._costs.cells.m[b][cur] < 2 and step + 2 < self._refresh_at[b]:
+                        self._refresh_at[b] = step + 2  # a first or second measurement: back by then
             lag = self._lag
             lag.before = lag.last
             lag.last = (batch, self._arms[cur], seq_len)  # read through context_length() when used
@@ -422,6 +424,10 @@ class CostModelPolicy:
         b = self._index[batch] if 0 <= batch <= MAX_BATCH else self._top
         rep = self._grid.rep[b]
         absolute = self.cost_model is not None or self._costs.cells.nearest_measured(b) >= 0
+        if self.cost_model is not None:  # 1.0 once measurements showed the profile's shape wrong
+            out["prior_mismatch"] = 1.0 if self._costs.mismatch else 0.0
+            if self._costs.mismatch:
+                out["prior_mismatch_ratio"] = self._costs.mismatch
         for i, k in enumerate(self._arms):
             out[f"expected_tokens_{k}"] = self._E[i]
             t = self._choice.t[b][i]

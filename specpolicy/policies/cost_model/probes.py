@@ -9,9 +9,10 @@ depth's estimate is refreshed eventually, so a change in costs or acceptance is 
 measured in the bucket is first tried after ``loss**2 / (share * EXPLORE_SCALE)`` visits: near-ties at once,
 clear losers like any other probe. A depth that loses by more than ``CONFIRM_LOSS`` on a single sample is
 measured again after ``CONFIRM_INTERVAL`` visits: one slow step (the first after a prefill, 5-10x) must not
-lock it out. In a bucket where one depth is measured and nothing lets the others be extrapolated (blind),
-off (or the farthest depth) is measured next, so a line through two points prices the rest. Two probes are
-at least ``PROBE_GAP`` steps apart.
+lock it out. In a bucket where one depth is measured and nothing lets the others be extrapolated
+(blind; with a profile: only off or only speculation measured, see ``costs.StepCosts.unverified``), off
+(while off runs: the most promising speculative depth; without off: the farthest depth) is measured next,
+so a line through two points prices the rest. Two probes are at least ``PROBE_GAP`` steps apart.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ class ProbeSchedule:
         if blind:
             # One depth measured here and nothing to extrapolate from: measure off (or the depth farthest
             # from the running one) next, so a line through two points prices all the others.
-            far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
+            if first == 0 and cur == 0:  # off runs: the most promising speculative depth
+                far = max((i for i in range(1, n) if not off[i]), key=v.__getitem__, default=0)
+            else:
+                far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
             if far != cur and seen[far] < 0:
                 due_best, due_i = 0, far
         if due_i >= 0:

@@ -28,6 +28,8 @@ __all__ = ["MAX_BATCH", "BucketGrid", "CostCells"]
 
 #: Batch sizes above this share the last bucket.
 MAX_BATCH = 4096
+#: A cell's count of measured steps saturates here.
+_MAX_STEPS = 1 << 30
 
 
 class BucketGrid:
@@ -63,7 +65,7 @@ class BucketGrid:
 class CostCells:
     """Per bucket and depth index: normalised time ``r``, its decayed weight ``w`` and last sample step."""
 
-    __slots__ = ("n_arms", "r", "w", "last", "has", "n", "s1", "s2", "_decay", "clip")
+    __slots__ = ("n_arms", "r", "w", "last", "has", "n", "m", "s1", "s2", "_decay", "clip")
 
     def __init__(self, n_buckets: int, n_arms: int, halflife: float, clip: float = 2.0) -> None:
         self.n_arms = n_arms
@@ -74,6 +76,8 @@ class CostCells:
         self.has = [False] * n_buckets
         #: per cell: samples taken (not decayed), and the previous two samples (the median filter's window).
         self.n: list[list[int]] = [[0] * n_arms for _ in range(n_buckets)]
+        #: per cell: steps measured (not decayed, saturating): the evidence a profile's pseudo-counts face.
+        self.m: list[list[int]] = [[0] * n_arms for _ in range(n_buckets)]
         self.s1: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
         self.s2: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
         self._decay = math.log(2.0) / halflife
@@ -89,6 +93,9 @@ class CostCells:
         self.s1[b][i] = x
         if n < 3:
             n_row[i] = n + 1
+        m_row = self.m[b]
+        if m_row[i] < _MAX_STEPS:
+            m_row[i] += count
         w = w_row[i]
         if w > 0.0:
             age = step - last_row[i]
