@@ -58,6 +58,15 @@ class CostModelConfig(PolicyConfig):
     max_probe_interval: int = Field(
         4096, ge=128, le=10_000_000, description="steps in a bucket after which every depth is re-measured"
     )
+    max_probe_share: float = Field(
+        0.05, gt=0.0, le=0.5, description="the most steps that may be probes, as a share of all steps"
+    )
+    change_threshold: float = Field(
+        8.0,
+        gt=0.0,
+        le=1e6,
+        description="CUSUM alarm level (standard deviations) for a change in acceptance; large: never",
+    )
     switch_margin: float = Field(
         0.01, ge=0.0, le=1.0, description="a new depth must be predicted this much faster (fraction)"
     )
