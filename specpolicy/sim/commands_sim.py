@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .run import DEFAULT_CONCURRENCY, DEFAULT_PROFILE, DEFAULT_WORKLOAD, SimulationSpec, run_simulation
+from .scenario_options import add_arguments, from_args
 from .workloads import WORKLOADS, parse_concurrency
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
@@ -50,6 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="charge X microseconds per decide() instead of measuring it (exact reproducibility)",
     )
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    add_arguments(p)
 
 
 def register(sub: Any) -> None:
@@ -131,6 +133,7 @@ def register(sub: Any) -> None:
 
 
 def _spec(args: argparse.Namespace) -> dict[str, Any]:
+    acceptance, shape = from_args(args)
     return {
         "profile": args.profile,
         "workload": args.workload,
@@ -139,6 +142,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": sweep_levels(args),
         "decide_cost_us": args.decide_cost_us,
         "jobs": args.jobs,
+        "acceptance": acceptance,
+        "shape": shape,
     }
 
 
@@ -201,6 +206,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         concurrency=spec["concurrency"],
         decide_cost_us=spec["decide_cost_us"],
         param_ranges=parse_param_ranges(args.param),
+        acceptance=spec["acceptance"],
+        shape=spec["shape"],
         jobs=spec["jobs"] or os.cpu_count() or 1,
         on_trial=on_trial,
     )

@@ -4,7 +4,7 @@ Labels, in report order: ``never`` (a speculation-free engine), ``static-0`` .. 
 profile's deepest depth; ``static-0`` is speculation off inside the speculative engine), every registered
 policy by its registry name (defaults, or the configs given with ``--policy``), ``schedule-vllm`` (vLLM's
 documented EAGLE-3 example table through the ``schedule`` policy, depths clamped to K), ``sglang-adaptive``
-(SGLang's own class, when importable) and ``oracle``.
+(SGLang's own class, when importable), ``oracle`` (per step, myopic) and ``lookahead`` (``lookahead.py``).
 
 A comparator is plain data (label + policy config), so runs can be built in worker processes.
 """
@@ -26,12 +26,14 @@ from ..registry import available_policies, get_entry, make_policy, parse_config
 from ..stats import StepStats
 from .acceptance import expected_tokens
 from .engine import Decider, FloatArray, IntArray, SimProfile
+from .lookahead import LookaheadDecider
 from .sglang_adaptive import SGLangAdaptivePolicy, load_sglang_adaptive
 
 __all__ = [
     "VLLM_EAGLE3_TABLE",
     "Comparator",
     "OracleDecider",
+    "REFERENCE_KINDS",
     "PolicyDecider",
     "build_decider",
     "default_comparators",
@@ -42,7 +44,9 @@ __all__ = [
 #: vLLM's documented EAGLE-3 example for ``num_speculative_tokens_per_batch_size``.
 VLLM_EAGLE3_TABLE = ((1, 16, 5), (17, 32, 4), (33, 64, 3), (65, 128, 1), (129, 512, 0))
 
-Kind = Literal["never", "policy", "oracle", "sglang"]
+Kind = Literal["never", "policy", "oracle", "lookahead", "sglang"]
+#: References with perfect knowledge, not policies: no decide() charge, never the "best policy".
+REFERENCE_KINDS = ("oracle", "lookahead")
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ def default_comparators(
     if cls is not None:
         out.append(Comparator("sglang-adaptive", "sglang"))
     out.append(Comparator("oracle", "oracle"))
+    out.append(Comparator("lookahead", "lookahead"))
     return out, notes
 
 
@@ -213,6 +218,8 @@ def build_decider(comp: Comparator, profile: SimProfile) -> Decider | None:
         return None
     if comp.kind == "oracle":
         return OracleDecider(profile)
+    if comp.kind == "lookahead":
+        return LookaheadDecider(profile)
     return PolicyDecider(build_policy(comp))
 
 
@@ -223,7 +230,7 @@ def measure_decide_cost_s(comp: Comparator, *, calls: int = 400, batch_size: int
     depth, per-request accepted drafts (a fixed pseudo-random pattern) with their mean, as the simulated
     engine passes them, and a step time growing with depth.
     """
-    if comp.kind in ("never", "oracle"):
+    if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
         return 0.0
     policy = build_policy(comp)
     rng = np.random.default_rng(12345)

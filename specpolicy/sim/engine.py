@@ -33,7 +33,7 @@ import numpy.typing as npt
 from ..adapters.controller import StepController
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..stats import StepStats
-from .acceptance import accepted_drafts, hash_uniform, logit_shift_for_mean
+from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
 from .metrics import Meter, RunResult, Timeline
 from .workloads import Scenario
@@ -205,9 +205,7 @@ def simulate(
                 j += 1
             if j != phase_idx:
                 phase_idx = j
-                shift = (
-                    logit_shift_for_mean(beta_model.alpha, beta_model.beta, phases[j][1]) if j >= 0 else 0.0
-                )
+                shift = beta_model.shift_for_mean(phases[j][1]) if j >= 0 else 0.0
                 batch.reshift(shift)
         arrivals.pull(t, len(batch) + len(waiting), waiting)
 

@@ -1,9 +1,9 @@
 """``--plot``: throughput and its ratio to the best fixed depth, against concurrency (sweep) or over time.
 
 Every policy gets its own colour, line style and marker, so lines that overlap stay apart; the fixed choices
-are drawn as references (``never`` black, the best ``static-k`` grey) rather than as competitors. The ratio
-panel is the table's "x best fixed depth": per level for a sweep, and per time bin against the static depth
-that is best over the whole run for a time-varying workload.
+are drawn as references (``never`` black, best-fixed, the best ``static-k`` in hindsight, grey) rather than as
+competitors. The ratio panel is the table's "x best fixed depth": per level for a sweep, and per time bin
+against the static depth that is best over the whole run for a time-varying workload.
 
 matplotlib comes with the optional ``plot`` extra; ``require_matplotlib`` fails early, before any simulation
 runs, saying how to install it.
@@ -85,8 +85,8 @@ def _sweep(plt: Any, sim: Simulation) -> Any:
                 ratio.setdefault(r.policy, {})[r.concurrency] = r.vs_best_static
     levels = sorted({c for pts in tok.values() for c in pts})
     best_fixed = [max(v[c] for k, v in tok.items() if k.startswith("static-") and c in v) for c in levels]
-    ax1.plot(levels, best_fixed, label="best static-k (per level)", **_BEST_FIXED)
-    ax2.axhline(1.0, label="best static-k (per level)", **_BEST_FIXED)
+    ax1.plot(levels, best_fixed, label="best-fixed (the best static-k per level)", **_BEST_FIXED)
+    ax2.axhline(1.0, label="best-fixed (the best static-k per level)", **_BEST_FIXED)
     styles = _styles(plt)
     for label, pts in tok.items():
         if label.startswith("static-"):
@@ -126,8 +126,8 @@ def _over_time(plt: Any, sim: Simulation) -> Any:
     bin_s = timed[0].result.timeline.bin_s if timed and timed[0].result.timeline else 1.0
     if best is not None:
         t = [(i + 0.5) * bin_s for i in range(len(ref))]
-        ax1.plot(t, ref, label=f"{best.comparator.label} (best fixed depth)", **_BEST_FIXED)
-        ax2.axhline(1.0, label=f"{best.comparator.label} (best fixed depth)", **_BEST_FIXED)
+        ax1.plot(t, ref, label=f"best-fixed: {best.comparator.label} (best fixed depth)", **_BEST_FIXED)
+        ax2.axhline(1.0, label=f"best-fixed: {best.comparator.label} (best fixed depth)", **_BEST_FIXED)
     styles = _styles(plt)
     for o in timed:
         label = o.comparator.label

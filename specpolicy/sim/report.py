@@ -1,10 +1,12 @@
 """Turning runs into the report: one row per (policy, concurrency), the JSON document and the text table.
 
-Ratios compare a row with rows of the same scenario: ``vs_best_static`` divides its output tokens/s by the
-best of ``static-0`` .. ``static-K`` there, ``vs_oracle`` by the oracle's, ``vs_never`` by the
-speculation-free engine's. The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``);
-extra fields may be added, never renamed. The table marks each scenario's winners and ends with the verdict
-(``verdict.py``).
+Ratios compare a row with rows of the same scenario: ``vs_best_fixed`` (also ``vs_best_static``, its older
+name) divides its output tokens/s by best-fixed's, the best of ``static-0`` .. ``static-K`` on that scenario
+in hindsight (per level for a sweep, over the whole run for a time-varying workload), ``vs_oracle`` by the
+per-step oracle's, ``vs_lookahead`` by the lookahead oracle's, ``vs_never`` by the speculation-free
+engine's. The JSON's ``references`` names best-fixed and gives the references' throughput per scenario.
+The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``); extra fields may be added,
+never renamed. The table marks each scenario's winners and ends with the verdict (``verdict.py``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from .comparators import REFERENCE_KINDS
 from .run import RunOutcome, Simulation
 from .verdict import standings, verdict
 
-__all__ = ["Row", "rows", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
+__all__ = ["Row", "Reference", "rows", "references", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
 
 REQUIRED_RUN_KEYS = (
     "policy",
@@ -54,6 +57,24 @@ class Row:
     extrapolated: bool
     sim_steps_per_s: float
     vs_never: float | None = None
+    vs_lookahead: float | None = None
+
+    @property
+    def vs_best_fixed(self) -> float | None:
+        """Throughput over best-fixed's: the best fixed depth (static-0..K) of this scenario in hindsight."""
+        return self.vs_best_static
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One scenario's references: best-fixed (which static-k, its tok/s), the per-step oracle's and the
+    lookahead oracle's tok/s (None where the report has no such row)."""
+
+    concurrency: int | None
+    best_fixed: str | None
+    best_fixed_tok_s: float | None
+    oracle_tok_s: float | None
+    lookahead_tok_s: float | None = None
 
 
 def _pct(values: Any, q: float) -> float:
@@ -66,6 +87,7 @@ def _row(
     oracle: float | None,
     slo_tpot_ms: float | None,
     never: float | None = None,
+    lookahead: float | None = None,
 ) -> Row:
     r = o.result
     tok = r.output_tok_s
@@ -81,7 +103,7 @@ def _row(
         spec_step_share=r.spec_step_share,
         vs_best_static=tok / best_static if best_static else None,
         vs_oracle=tok / oracle if oracle else None,
-        decide_cost_us=None if kind in ("never", "oracle") else o.decide_cost_s * 1e6,
+        decide_cost_us=None if kind == "never" or kind in REFERENCE_KINDS else o.decide_cost_s * 1e6,
         goodput_tok_s=None if slo_tpot_ms is None else r.goodput_tok_s(slo_tpot_ms),
         mean_batch=r.mean_batch,
         mean_accept_len=r.mean_accept_len,
@@ -91,21 +113,47 @@ def _row(
         extrapolated=r.extrapolated,
         sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
         vs_never=tok / never if never else None,
+        vs_lookahead=tok / lookahead if lookahead else None,
     )
+
+
+def _groups(sim: Simulation) -> list[list[RunOutcome]]:
+    groups: dict[int, list[RunOutcome]] = {}
+    for o in sim.outcomes:
+        groups.setdefault(id(o.scenario), []).append(o)
+    return list(groups.values())
+
+
+def _reference(group: list[RunOutcome]) -> Reference:
+    statics = [o for o in group if o.comparator.is_static]
+    # The first of equals wins: the shallowest depth among ties.
+    best = max(statics, key=lambda o: o.result.output_tok_s, default=None)
+    oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+    lookahead = next((o.result.output_tok_s for o in group if o.comparator.kind == "lookahead"), None)
+    return Reference(
+        group[0].concurrency,
+        best.comparator.label if best is not None else None,
+        best.result.output_tok_s if best is not None else None,
+        oracle,
+        lookahead,
+    )
+
+
+def references(sim: Simulation) -> list[Reference]:
+    """Per scenario, in report order: best-fixed (the best static-k in hindsight) and the oracle."""
+    return [_reference(g) for g in _groups(sim)]
 
 
 def rows(sim: Simulation, slo_tpot_ms: float | None = None) -> list[Row]:
     """Report rows, scenario by scenario, in comparator order."""
     out: list[Row] = []
-    groups: dict[int, list[RunOutcome]] = {}
-    for o in sim.outcomes:
-        groups.setdefault(id(o.scenario), []).append(o)
-    for group in groups.values():
-        statics = [o.result.output_tok_s for o in group if o.comparator.is_static]
-        best = max(statics) if statics else None
-        oracle = next((o.result.output_tok_s for o in group if o.comparator.kind == "oracle"), None)
+    for group in _groups(sim):
+        ref = _reference(group)
         never = next((o.result.output_tok_s for o in group if o.comparator.kind == "never"), None)
-        out.extend(_row(o, best, oracle, slo_tpot_ms, never) for o in group)
+        out.extend(
+            _row(o, ref.best_fixed_tok_s, ref.oracle_tok_s, slo_tpot_ms, never, ref.lookahead_tok_s)
+            for o in group
+        )
     return out
 
 
@@ -129,8 +177,10 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             "switches": r.switches,
             "spec_step_share": _num(r.spec_step_share, 6),
             "vs_best_static": _num(r.vs_best_static),
+            "vs_best_fixed": _num(r.vs_best_fixed),
             "vs_oracle": _num(r.vs_oracle),
             "vs_never": _num(r.vs_never),
+            "vs_lookahead": _num(r.vs_lookahead),
             "decide_cost_us": _num(r.decide_cost_us, 3),
             "mean_batch": _num(r.mean_batch, 3),
             "mean_accept_len": _num(r.mean_accept_len),
@@ -143,11 +193,24 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             d["goodput_tok_s"] = _num(r.goodput_tok_s, 3)
         runs.append(d)
     spec = sim.spec
+    scenario = sim.outcomes[0].scenario if sim.outcomes else None
     return {
         "profile": sim.profile.name,
         "workload": sim.workload,
         "seed": spec.seed,
         "runs": runs,
+        "references": [
+            {
+                "concurrency": ref.concurrency,
+                "best_fixed": ref.best_fixed,
+                "best_fixed_tok_s": _num(ref.best_fixed_tok_s, 3),
+                "oracle_tok_s": _num(ref.oracle_tok_s, 3),
+                "lookahead_tok_s": _num(ref.lookahead_tok_s, 3),
+            }
+            for ref in references(sim)
+        ],
+        "acceptance": scenario.acceptance.to_json() if scenario is not None else None,
+        "request_shape": scenario.shape.to_json() if scenario is not None else None,
         "off_cost": sim.profile.off_cost,
         "feedback_lag": spec.feedback_lag,
         "max_running": spec.max_running,
@@ -183,6 +246,9 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         f"max_running {spec.max_running}, "
         f"feedback {'one step late' if spec.feedback_lag else 'previous step'}"
     ]
+    if (spec.acceptance is not None or spec.shape is not None) and sim.outcomes:
+        sc = sim.outcomes[0].scenario
+        lines.append(f"requests: acceptance {sc.acceptance.describe()}; {sc.shape.describe()}")
     head = [
         "policy",
         "tok/s",
@@ -248,8 +314,9 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
     )
     lines.append(
         f"decide(): {how}; tok/s = output tokens per simulated second; TPOT = per request, after its "
-        "first token; spec = share of decode steps that speculated; x ... = tok/s over the best static-k's, "
-        "the oracle's and a speculation-free engine's (never) on the same scenario"
+        "first token; spec = share of decode steps that speculated; x ... = tok/s over best-fixed's (the "
+        "best static-k of the scenario, in hindsight), the per-step oracle's and a speculation-free "
+        "engine's (never) on the same scenario"
     )
     for note in sim.notes:
         lines.append(f"note: {note}")

@@ -18,10 +18,17 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..profiles import CostProfile, ProfileError, load_profile, with_off_cost
-from .comparators import Comparator, build_decider, default_comparators, measure_decide_cost_s
+from .acceptance import AcceptanceModel
+from .comparators import (
+    REFERENCE_KINDS,
+    Comparator,
+    build_decider,
+    default_comparators,
+    measure_decide_cost_s,
+)
 from .engine import EngineConfig, RunResult, simulate
 from .progress import ProgressBar
-from .workloads import Scenario, load_workload
+from .workloads import RequestShape, Scenario, load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -42,7 +49,8 @@ DEFAULT_CONCURRENCY = (1, 10, 70, 250)
 
 @dataclass(frozen=True)
 class SimulationSpec:
-    """Everything ``specpolicy simulate`` takes. ``policies`` None = every registered policy, defaults."""
+    """Everything ``specpolicy simulate`` takes. ``policies`` None = every registered policy, defaults;
+    ``acceptance`` / ``shape`` None = the reference population (Beta(7, 3); 512 / 256 tokens, +-50%)."""
 
     profile: str = DEFAULT_PROFILE
     workload: str = DEFAULT_WORKLOAD
@@ -59,6 +67,8 @@ class SimulationSpec:
     timeline_bin_s: float | None = None
     references: bool = True
     track_requests: bool = False
+    acceptance: AcceptanceModel | None = None
+    shape: RequestShape | None = None
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -173,13 +183,15 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         seed=spec.seed,
         duration_s=spec.duration_s,
         concurrency=spec.concurrency,
+        shape=spec.shape,
+        acceptance=spec.acceptance,
     )
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
     )
     costs: dict[str, float] = {}
     for comp in comparators:
-        if comp.kind in ("never", "oracle"):
+        if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
             costs[comp.label] = 0.0
         elif spec.decide_cost_us is not None:
             costs[comp.label] = spec.decide_cost_us * 1e-6

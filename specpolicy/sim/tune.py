@@ -28,9 +28,11 @@ from ..errors import ConfigError
 from ..mode import MAX_NUM_STEPS
 from ..policy import PolicyConfig
 from ..registry import get_entry, parse_config
+from .acceptance import AcceptanceModel
 from .comparators import Comparator, measure_decide_cost_s
 from .report import rows
 from .run import SimulationSpec, resolve_profile, run_simulation
+from .workloads import RequestShape
 
 __all__ = ["Objective", "Param", "Trial", "TuneResult", "search_space", "tune", "parse_param_ranges"]
 
@@ -220,6 +222,8 @@ def tune(
     jobs: int = 1,
     on_trial: Callable[[int, int, Trial], None] | None = None,
     base: dict[str, Any] | None = None,
+    acceptance: AcceptanceModel | None = None,
+    shape: RequestShape | None = None,
 ) -> TuneResult:
     """Random search over the policy's parameters; returns the best trial (ties keep the earlier one)."""
     if objective not in OBJECTIVES:
@@ -250,6 +254,8 @@ def tune(
         decide_cost_us=decide_cost_us,
         references=False,
         jobs=1,
+        acceptance=acceptance,
+        shape=shape,
     )
     rng = np.random.default_rng([seed, 0x7E5E])
     base_dump = default_cfg.model_dump(mode="json")

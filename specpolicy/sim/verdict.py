@@ -1,9 +1,10 @@
 """Who won: the best fixed choice and the best policy of each scenario, and the report's one-line verdict.
 
 Fixed choices are ``never`` (a speculation-free engine) and ``static-0`` .. ``static-K``; policies are every
-other row except the oracle (registered policies and the engines' own rules). "Speculation pays" at a level
-when the best ``static-k`` with k > 0 beats ``never`` there. The best policy overall has the highest
-geometric mean, over the levels, of its throughput over the best fixed depth, so no single level dominates.
+other row except the oracles, ``oracle`` and ``lookahead`` (registered policies and the engines' own rules).
+"Speculation pays" at a level when the best ``static-k`` with k > 0 beats ``never`` there. The best policy
+overall has the highest geometric mean, over the levels, of its throughput over the best fixed depth, so no
+single level dominates.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class Standing:
     best_depth: str | None
 
 
+#: Rows with perfect knowledge: references, never the best policy.
+ORACLES = ("oracle", "lookahead")
+
+
 def _is_fixed(label: str) -> bool:
     return label == "never" or label.startswith("static-")
 
@@ -70,7 +75,7 @@ def standings(rows: Sequence[_Row]) -> list[Standing]:
     out = []
     for level, group in groups.items():
         fixed = _ties([r for r in group if _is_fixed(r.policy)])
-        policy = _ties([r for r in group if not _is_fixed(r.policy) and r.policy != "oracle"])
+        policy = _ties([r for r in group if not _is_fixed(r.policy) and r.policy not in ORACLES])
         never = next((r for r in group if r.policy == "never"), None)
         depth = _best([r for r in group if r.policy.startswith("static-") and r.policy != "static-0"])
         gain = None
@@ -111,7 +116,7 @@ def _span(stands: Sequence[Standing]) -> str:
 def _best_policy(rows: Sequence[_Row]) -> str:
     ratios: dict[str, list[tuple[float, int | None]]] = {}
     for r in rows:
-        if not _is_fixed(r.policy) and r.policy != "oracle" and r.vs_best_static:
+        if not _is_fixed(r.policy) and r.policy not in ORACLES and r.vs_best_static:
             ratios.setdefault(r.policy, []).append((r.vs_best_static, r.concurrency))
     if not ratios:
         return ""

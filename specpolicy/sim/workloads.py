@@ -5,8 +5,9 @@ is plain data (picklable, so runs can go to worker processes): either a closed l
 target of requests in the system (a finished request is replaced at once while below the target), or an open
 loop with explicit arrivals; plus acceptance phases (the population's mean per-token acceptance over time).
 
-Request shapes and acceptance come from a stream indexed by request number and seeded per block, so the i-th
-request is the same for every policy simulated on the scenario (common random numbers).
+Request shapes (``RequestShape``: prompt and output length means and spreads) and acceptance (an
+``AcceptanceModel``: a Beta or a mixture of Betas) come from a stream indexed by request number and seeded per
+block, so the i-th request is the same for every policy simulated on the scenario (common random numbers).
 
 Built-ins (reference values from the simulator issue; durations are simulated seconds):
 - ``sweep``: closed loop at each of ``--concurrency`` levels (default 1, 2, 4, ..., 256), 60 s each.
@@ -36,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError
-from .acceptance import BetaAcceptance
+from .acceptance import AcceptanceModel, BetaAcceptance
 
 __all__ = [
     "BUILTIN",
@@ -71,16 +72,42 @@ class RequestShape:
 
     prompt_mean: int = 512
     output_mean: int = 256
-    spread: float = 0.5
+    prompt_spread: float = 0.5
+    output_spread: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.prompt_mean < 1 or self.output_mean < 1:
-            raise ValueError("request shape: prompt_mean and output_mean must be >= 1")
-        if not 0.0 <= self.spread < 1.0:
-            raise ValueError(f"request shape: spread must be in [0, 1), got {self.spread!r}")
+        for name in ("prompt_mean", "output_mean"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1:
+                raise ConfigError(f"request shape: {name} must be an integer >= 1, got {v!r}")
+        for name in ("prompt_spread", "output_spread"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v < 1.0):
+                raise ConfigError(f"request shape: {name} must be in [0, 1), got {v!r}")
 
-    def bounds(self, mean: int) -> tuple[int, int]:
-        return max(1, round(mean * (1 - self.spread))), max(1, round(mean * (1 + self.spread)))
+    @staticmethod
+    def _bounds(mean: int, spread: float) -> tuple[int, int]:
+        return max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
+
+    def prompt_bounds(self) -> tuple[int, int]:
+        return self._bounds(self.prompt_mean, self.prompt_spread)
+
+    def output_bounds(self) -> tuple[int, int]:
+        return self._bounds(self.output_mean, self.output_spread)
+
+    def describe(self) -> str:
+        return (
+            f"prompt {self.prompt_mean} tokens +-{self.prompt_spread:.0%}, "
+            f"output {self.output_mean} tokens +-{self.output_spread:.0%}"
+        )
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "prompt_mean": self.prompt_mean,
+            "prompt_spread": self.prompt_spread,
+            "output_mean": self.output_mean,
+            "output_spread": self.output_spread,
+        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,7 +134,7 @@ class Scenario:
     requests: Requests | None = None
     acceptance_phases: tuple[tuple[float, float], ...] = ()
     shape: RequestShape = field(default_factory=RequestShape)
-    acceptance: BetaAcceptance = field(default_factory=BetaAcceptance)
+    acceptance: AcceptanceModel = field(default_factory=BetaAcceptance)
     drain: bool = False
     warmup_s: float = 0.0
     prewarmed: bool = False
@@ -132,7 +159,7 @@ class Scenario:
 class RequestStream:
     """Request attributes by index: block ``i // 1024`` is drawn from its own seeded generator."""
 
-    def __init__(self, seed: int, shape: RequestShape, acceptance: BetaAcceptance) -> None:
+    def __init__(self, seed: int, shape: RequestShape, acceptance: AcceptanceModel) -> None:
         self.seed = seed
         self.shape = shape
         self.acceptance = acceptance
@@ -142,8 +169,8 @@ class RequestStream:
         blk = self._blocks.get(b)
         if blk is None:
             rng = np.random.default_rng([self.seed, b, 0x5EC])
-            plo, phi = self.shape.bounds(self.shape.prompt_mean)
-            olo, ohi = self.shape.bounds(self.shape.output_mean)
+            plo, phi = self.shape.prompt_bounds()
+            olo, ohi = self.shape.output_bounds()
             prompt = rng.integers(plo, phi + 1, size=_BLOCK, dtype=np.int64)
             out = rng.integers(olo, ohi + 1, size=_BLOCK, dtype=np.int64)
             acc = self.acceptance.draw(rng, _BLOCK)
@@ -203,7 +230,7 @@ def _bursty(
     duration_s: float,
     profile: _NeverStep,
     shape: RequestShape,
-    acceptance: BetaAcceptance,
+    acceptance: AcceptanceModel,
     in_flight: int = 32,
     burst_factor: float = 10.0,
     period_s: float = 60.0,
@@ -231,7 +258,7 @@ def _bursty(
 
 
 def _attributes(
-    seed: int, n: int, shape: RequestShape, acceptance: BetaAcceptance
+    seed: int, n: int, shape: RequestShape, acceptance: AcceptanceModel
 ) -> tuple[IntArray, IntArray, FloatArray]:
     stream = RequestStream(seed, shape, acceptance)
     prompt = np.empty(n, dtype=np.int64)
@@ -299,7 +326,13 @@ def _per_token_acceptance(mean_accepted: float, depth: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def _trace_scenario(path: Path, duration_s: float | None, window_s: float = 10.0) -> Scenario:
+def _trace_scenario(
+    path: Path,
+    duration_s: float | None,
+    shape: RequestShape,
+    acceptance: AcceptanceModel,
+    window_s: float = 10.0,
+) -> Scenario:
     from ..trace import read_trace
 
     t = 0.0
@@ -343,6 +376,8 @@ def _trace_scenario(path: Path, duration_s: float | None, window_s: float = 10.0
         duration_s=duration_s or end,
         closed_loop=tuple(conc),
         acceptance_phases=tuple(phases),
+        shape=shape,
+        acceptance=acceptance,
     )
 
 
@@ -368,7 +403,7 @@ class BuildArgs:
     seed: int
     profile: _NeverStep
     shape: RequestShape
-    acceptance: BetaAcceptance
+    acceptance: AcceptanceModel
     concurrency: Sequence[int] | None
 
 
@@ -443,7 +478,7 @@ def load_workload(
     duration_s: float | None = None,
     concurrency: Sequence[int] | None = None,
     shape: RequestShape | None = None,
-    acceptance: BetaAcceptance | None = None,
+    acceptance: AcceptanceModel | None = None,
 ) -> list[Scenario]:
     """Expand a workload name or file into scenarios. ``duration_s`` None = the workload's default."""
     shape = shape or RequestShape()
@@ -465,7 +500,7 @@ def load_workload(
     if concurrency is not None:
         raise ConfigError("--concurrency applies to the sweep workload only")
     if _looks_like_trace(path):
-        return [_trace_scenario(path, duration_s)]
+        return [_trace_scenario(path, duration_s, shape, acceptance)]
     reqs = _read_requests_file(path)
     return [
         Scenario(

@@ -1,0 +1,81 @@
+"""The goals matrix, small: its ratios are the reports', the daily cycle is a day, the script runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specpolicy.sim.acceptance import BetaAcceptance
+from specpolicy.sim.matrix import daily_cycle_file, format_matrix, run_matrix
+from specpolicy.sim.report import to_json
+from specpolicy.sim.run import SimulationSpec, resolve_profile, run_simulation
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_small_matrix_reports_the_simulations_own_ratios(tmp_path: Path) -> None:
+    low = BetaAcceptance.from_mean(0.35)
+    cells = run_matrix(
+        ["h200-llama8b"],
+        workloads={"sweep": 3.0, "ramp": 8.0},
+        populations={"low": low},
+        workdir=tmp_path,
+        jobs=1,
+        sweep_levels=(1, 16),
+    )
+    assert [(c.workload, c.population) for c in cells] == [("sweep", "low"), ("ramp", "low")]
+    # The same sweep through the public API and its JSON: the cell is the worst level's ratios.
+    spec = SimulationSpec(
+        profile="h200-llama8b",
+        workload="sweep",
+        policies=("cost_model",),
+        duration_s=3.0,
+        concurrency=(1, 16),
+        decide_cost_us=1.0,
+        acceptance=low,
+        jobs=1,
+    )
+    doc = to_json(run_simulation(spec, progress=False))
+    mine = [r for r in doc["runs"] if r["policy"] == "cost_model"]
+    worst = min(mine, key=lambda r: r["vs_best_fixed"])
+    sweep = cells[0]
+    assert sweep.vs_best_fixed == pytest.approx(worst["vs_best_fixed"], abs=1e-4)
+    assert sweep.worst_level == worst["concurrency"]
+    assert sweep.vs_oracle == pytest.approx(min(r["vs_oracle"] for r in mine), abs=1e-4)
+    assert sweep.vs_lookahead == pytest.approx(min(r["vs_lookahead"] for r in mine), abs=1e-4)
+    assert cells[1].worst_level is None and cells[1].vs_best_fixed is not None
+    text = format_matrix(cells)
+    assert "worst cell per column:" in text
+    assert f"x best fixed (worst level): {min(c.vs_best_fixed or 9 for c in cells):.3f}" in text
+
+
+def test_the_daily_cycle_peaks_mid_day_and_keeps_its_mean_rate(tmp_path: Path) -> None:
+    path = daily_cycle_file(tmp_path / "d.jsonl", "h200-llama8b", 600.0, seed=1, in_flight=32)
+    reqs = [json.loads(line) for line in path.read_text().splitlines()]
+    t = np.array([r["arrival_s"] for r in reqs])
+    assert np.all(np.diff(t) >= 0) and t.min() >= 0 and t.max() <= 600
+    # Rate mean * (1 - 2/3 cos(2 pi t / T)): the middle half of the day gets (1 + 4/(3 pi)) / 2 of it.
+    middle = float(((t > 150) & (t < 450)).mean())
+    assert middle == pytest.approx((1 + 4 / (3 * np.pi)) / 2, abs=0.03)
+    prof = resolve_profile("h200-llama8b", None)
+    latency = prof.prefill_s(512) + 255 * prof.never_step_s(32)
+    assert len(t) == pytest.approx(32 / latency * 600, rel=0.05)
+    assert all(r["prompt_tokens"] >= 1 and r["output_tokens"] >= 1 and "acceptance" not in r for r in reqs)
+
+
+def test_the_script_prints_the_matrix(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("goals_matrix", ROOT / "scripts" / "goals_matrix.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "goals_matrix", mod)
+    spec.loader.exec_module(mod)
+    argv = ["--profile", "seed-k25-tp8-pcie", "--workload", "daily", "--population", "mixed-0.9/0.2"]
+    assert mod.main([*argv, "--scale", "0.2", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "seed-k25-tp8-pcie  daily     mixed-0.9/0.2" in out and "worst cell per column:" in out
