@@ -186,6 +186,20 @@ class StepCosts:
                 self.grid.hi[b],
             )
 
+    def agrees(self, b: int) -> list[bool]:
+        """Per depth index: with a profile and no mismatch, a measured cell of bucket b whose correction is
+        within ``mismatch_ratio`` of the most measured one's (the profile's claim holds for it: one sample
+        needs no confirmation)."""
+        n = len(self.arms)
+        if self.model is None or self.mismatch:
+            return [False] * n
+        r, m = self.cells.r[b], self.cells.m[b]
+        ref = max(range(n), key=m.__getitem__)
+        if m[ref] <= 0 or r[ref] <= 0.0:
+            return [False] * n
+        lo, hi = r[ref] / self.mismatch_ratio, r[ref] * self.mismatch_ratio
+        return [m[i] > 0 and lo <= r[i] <= hi for i in range(n)]
+
     def unverified(self, b: int) -> bool:
         """With a profile: bucket b measured only off or only speculative depths, and no bucket near it
         measured both (the profile's ratio between the two is then untested)."""

@@ -447,6 +447,8 @@ class CostModelPolicy:
         if cur < 0 or not self._timed:
             return  # nothing to measure with: no probing until the engine reports step times
         samples = self._costs.cells.n[b]
+        if self.cost_model is not None:  # a sample the profile agrees with needs no confirmation probe
+            samples = [3 if ok else n for n, ok in zip(samples, self._costs.agrees(b), strict=True)]
         hope = None
         if self._arms[cur] == 0:  # off: what each depth would give if acceptance were back at its best
             a = self._a_hi
