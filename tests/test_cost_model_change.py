@@ -38,11 +38,12 @@ def test_premise_speculation_pays_only_at_high_acceptance() -> None:
 
 
 def test_turns_off_and_back_on_quickly() -> None:
-    """The issue's transition: before, about 7-8 s to turn off and 8-17 s to turn back on (five seeds)."""
+    """The issue's transition: before, about 7-8 s to turn off and 8-17 s to turn back on (five seeds);
+    with the acceptance change test on (``change_threshold``)."""
     off_s, on_s = [], []
     for seed in range(5):
         engine = Engine(dear_speculation, acceptance=0.95, batch=1, seed=seed)
-        policy = make_policy("cost_model")
+        policy = make_policy({"name": "cost_model", "change_threshold": 8})
         engine.run(policy, 1500)
         assert policy.estimates()["num_steps"] == 7  # type: ignore[attr-defined]
         engine.acceptance = 0.3

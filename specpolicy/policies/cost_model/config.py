@@ -61,11 +61,11 @@ class CostModelConfig(PolicyConfig):
     max_probe_share: float = Field(
         0.05, gt=0.0, le=0.5, description="the most steps that may be probes, as a share of all steps"
     )
-    change_threshold: float = Field(
-        8.0,
+    change_threshold: float | None = Field(
+        None,
         gt=0.0,
         le=1e6,
-        description="CUSUM alarm level (standard deviations) for a change in acceptance; large: never",
+        description="CUSUM alarm level (standard deviations, e.g. 8) for a change in acceptance; None: off",
     )
     switch_margin: float = Field(
         0.01, ge=0.0, le=1.0, description="a new depth must be predicted this much faster (fraction)"

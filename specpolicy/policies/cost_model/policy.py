@@ -10,6 +10,7 @@ Anything malformed in the stats is missing data. No RNG: the same inputs give th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -143,7 +144,8 @@ class CostModelPolicy:
             max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
         )
         self._bufs = self._acc.bufs
-        self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, c.change_threshold)
+        threshold = math.inf if c.change_threshold is None else c.change_threshold
+        self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
         self._k_prev = -1
         #: the next refresh interval after a detected change (doubling up to update_interval).
         self._fast = c.update_interval
