@@ -32,7 +32,7 @@ class CostModelConfig(PolicyConfig):
         description="step-cost profile seeding the cost model: a shipped profile name or a profile JSON path",
     )
     prior_weight: float = Field(
-        4.0,
+        0.0,
         ge=0.0,
         le=1e6,
         description="pseudo-observations the profile's shape counts for in each measured cost cell",
