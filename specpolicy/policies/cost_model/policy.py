@@ -85,6 +85,7 @@ class CostModelPolicy:
         "_acc",
         "_bufs",
         "_chg",
+        "_chg_on",
         "_k_prev",
         "_fast",
         "_a_hi",
@@ -144,6 +145,7 @@ class CostModelPolicy:
             max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
         )
         self._bufs = self._acc.bufs
+        self._chg_on = c.change_threshold is not None
         threshold = math.inf if c.change_threshold is None else c.change_threshold
         self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
         self._k_prev = -1
@@ -261,10 +263,10 @@ class CostModelPolicy:
                         self._acc_steps += 1
                     else:
                         self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
-                    if not step & 15 or k_obs != self._k_prev:  # every 16 steps, and a probe's outcome
+                    if self._chg_on and (not step & 15 or k_obs != self._k_prev):  # and probe outcomes
                         if self._chg.scan(self._bufs):
                             self._changed()
-                    self._k_prev = k_obs
+                        self._k_prev = k_obs
             except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                 pass
         elif k_obs > 0 and mean is not None:
@@ -392,7 +394,7 @@ class CostModelPolicy:
         acc = self._acc
         acc.data_steps += self._acc_steps
         self._acc_steps = 0
-        if self._chg.scan(self._bufs):
+        if self._chg_on and self._chg.scan(self._bufs):
             self._changed()
         acc.fold(step - self._acc_folded)
         self._chg.rewind()
