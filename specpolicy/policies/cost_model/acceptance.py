@@ -70,6 +70,17 @@ class AcceptanceEstimator:
         self.version = 0
         self._recompute()
 
+    def forget(self, weight: float) -> None:
+        """Keep at most ``weight`` requests' worth of the folded counts (a detected change: what came before
+        it says little about what comes after), in the same proportions per position."""
+        tries = self._tries[1]
+        if tries > weight > 0.0:
+            f = weight / tries
+            succ, tr = self._succ, self._tries
+            for j in range(1, self.max_pos + 1):
+                succ[j] *= f
+                tr[j] *= f
+
     def add(self, depth: int, counts: bytes) -> None:
         """Queue one step's accepted-draft counts (one byte per request, 0..depth; others are ignored)."""
         self.bufs[depth] += counts

@@ -31,6 +31,18 @@ class CostModelConfig(PolicyConfig):
         None,
         description="step-cost profile seeding the cost model: a shipped profile name or a profile JSON path",
     )
+    prior_weight: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e6,
+        description="pseudo-observations the profile's shape counts for in each measured cost cell",
+    )
+    prior_mismatch_ratio: float = Field(
+        1.5,
+        gt=1.0,
+        le=100.0,
+        description="measured/profile spread between two depths of a bucket that shows the profile wrong",
+    )
     prior_acceptance: float = Field(
         0.7, gt=0.0, lt=1.0, description="per-draft acceptance assumed before any is measured"
     )
@@ -45,6 +57,15 @@ class CostModelConfig(PolicyConfig):
     )
     max_probe_interval: int = Field(
         4096, ge=128, le=10_000_000, description="steps in a bucket after which every depth is re-measured"
+    )
+    max_probe_share: float = Field(
+        0.05, gt=0.0, le=0.5, description="the most steps that may be probes, as a share of all steps"
+    )
+    change_threshold: float | None = Field(
+        None,
+        gt=0.0,
+        le=1e6,
+        description="CUSUM alarm level (standard deviations, e.g. 8) for a change in acceptance; None: off",
     )
     switch_margin: float = Field(
         0.01, ge=0.0, le=1.0, description="a new depth must be predicted this much faster (fraction)"

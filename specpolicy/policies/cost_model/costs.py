@@ -5,10 +5,21 @@ prediction for that batch size, depth and context when there is a profile (the c
 about 1), else a square-root shape within the bucket. A bucket with unmeasured depths is filled in: two
 measured depths give a line in k (each draft step plus a wider verify), one gives the ratio of the nearest
 bucket that measured both, none the prior (the profile's shape, else ``PRIOR_STEP_COST`` per draft step).
+
+A profile is a prior, not the truth. Its claim for a bucket is that every depth's correction equals the best
+measured one's (the profile's shape). Each measured cell weighs that claim as ``prior_weight``
+pseudo-observations against its own measured steps (the claim clipped to 2x the measurement, so a wrong
+profile moves a measured cell by a bounded amount: ``prior_weight / (prior_weight + steps)`` of at most
+2x). Two checks keep a wrong shape from living on in the cells nothing measures: a bucket where only off or
+only speculation was measured (and no neighbour measured both) asks for one probe of the other kind
+(``unverified``), and once two depths of one bucket, each measured over two steps, disagree by more than
+``mismatch_ratio`` in their corrections, the profile's shape is declared wrong (``mismatch``, logged once):
+from then on measurements alone price the measured depths.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 from ...profiles import StepCostModel
@@ -16,6 +27,8 @@ from ...stats import clean_float
 from .table import MAX_BATCH, BucketGrid, CostCells
 
 __all__ = ["PRIOR_STEP_COST", "StepCosts", "context_length"]
+
+log = logging.getLogger("specpolicy.policy")
 
 #: Without a profile, a depth never measured anywhere is priced at (1 + PRIOR_STEP_COST * k) times off: an
 #: optimistic memory-bound guess, so promising depths get explored.
@@ -31,25 +44,37 @@ def context_length(value: object) -> float | None:
 class StepCosts:
     """Predicted step times per bucket and depth index: learned cells over a base."""
 
-    __slots__ = ("cells", "model", "grid", "arms", "_memo")
+    __slots__ = ("cells", "model", "grid", "arms", "prior_weight", "mismatch_ratio", "mismatch", "_memo")
 
     def __init__(
-        self, grid: BucketGrid, arms: tuple[int, ...], halflife: float, model: StepCostModel | None
+        self,
+        grid: BucketGrid,
+        arms: tuple[int, ...],
+        halflife: float,
+        model: StepCostModel | None,
+        prior_weight: float = 4.0,
+        mismatch_ratio: float = 1.5,
     ) -> None:
         self.cells = CostCells(len(grid), len(arms), halflife)
         self.model = model
         self.grid = grid
         self.arms = arms
+        self.prior_weight = prior_weight
+        self.mismatch_ratio = mismatch_ratio
+        #: measured / profile spread that showed the profile's shape wrong (0.0: none seen).
+        self.mismatch = 0.0
         self._memo: dict[tuple[int, int, int], float] = {}
 
-    def add(self, batch: int, i: int, seq_len: float | None, t: float, step: int, count: int) -> int:
-        """A measured run (batch > 0) at depth index ``i``: its bucket, or -1 when it cannot be priced."""
+    def add(
+        self, batch: int, i: int, seq_len: float | None, t: float, step: int, count: int
+    ) -> tuple[int, bool]:
+        """A measured run (batch > 0) at depth index ``i``: (its bucket, or -1 when it cannot be priced; True
+        when it showed a change in cost and the bucket started over)."""
         b = self.grid.index[batch] if batch <= MAX_BATCH else len(self.grid) - 1
         base = self.base(batch, self.arms[i], seq_len, b)
         if base > 0.0:
-            self.cells.add(b, i, t / base, step, count)
-            return b
-        return -1
+            return b, self.cells.add(b, i, t / base, step, count)
+        return -1, False
 
     def base(self, batch: float, k: int, seq_len: float | None, b: int) -> float:
         """What a measurement is divided by: the profile's prediction, else a sqrt shape within the bucket."""
@@ -109,9 +134,86 @@ class StepCosts:
                 if src == b and self.model is None and sum(x > 0.0 for x in wrow) == 1:
                     blind = cells.nearest_with(b, wrow.index(max(wrow))) < 0
         if self.model is not None:
+            if src >= 0:
+                if not self.mismatch:
+                    self._check(src)
+                if self.prior_weight > 0.0 and not self.mismatch:
+                    r = self._shrink(src, r)
+                if src == b:
+                    blind = self.unverified(b)
             rep = self.grid.rep[b]
             return [r[i] * self.base(rep, self.arms[i], seq_len, b) for i in range(n)], blind
         return r, blind
+
+    def _shrink(self, b: int, r: list[float]) -> list[float]:
+        """Bucket b's measured corrections pulled toward the profile's claim (the best measured cell's
+        correction, clipped to 2x each cell's), with ``prior_weight`` pseudo-observations per cell."""
+        wrow, mrow = self.cells.w[b], self.cells.m[b]
+        ref, most = -1, 0
+        for i, m in enumerate(mrow):
+            if m > most and wrow[i] > 0.0:
+                ref, most = i, m
+        if ref < 0:
+            return r
+        p, w0 = r[ref], self.prior_weight
+        out = list(r)
+        for i, m in enumerate(mrow):
+            if i != ref and m > 0 and wrow[i] > 0.0:
+                x = r[i]
+                claim = min(max(p, 0.5 * x), 2.0 * x)
+                out[i] = (w0 * claim + m * x) / (w0 + m)
+        return out
+
+    def _check(self, b: int) -> None:
+        """Declare the profile's shape wrong when two depths of bucket b, each measured over at least two
+        steps (a run is already filtered for stray slow steps, single steps go through the median), disagree
+        in their corrections by more than ``mismatch_ratio``."""
+        cells = self.cells
+        mrow, rrow, wrow = cells.m[b], cells.r[b], cells.w[b]
+        lo, hi = math.inf, 0.0
+        for i, m in enumerate(mrow):
+            if m >= 2 and wrow[i] > 0.0:
+                x = rrow[i]
+                lo = min(lo, x)
+                hi = max(hi, x)
+        if hi > 0.0 and lo > 0.0 and hi > lo * self.mismatch_ratio:
+            self.mismatch = hi / lo
+            log.warning(
+                "cost_model: the step-cost profile does not match the measured step times (depths differ "
+                "from its shape by %.2fx at batch %d-%d); measurements override it from now on",
+                self.mismatch,
+                self.grid.lo[b],
+                self.grid.hi[b],
+            )
+
+    def agrees(self, b: int) -> list[bool]:
+        """Per depth index: with a profile and no mismatch, a measured cell of bucket b whose correction is
+        within ``mismatch_ratio`` of the most measured one's (the profile's claim holds for it: one sample
+        needs no confirmation)."""
+        n = len(self.arms)
+        if self.model is None or self.mismatch:
+            return [False] * n
+        r, m = self.cells.r[b], self.cells.m[b]
+        ref = max(range(n), key=m.__getitem__)
+        if m[ref] <= 0 or r[ref] <= 0.0:
+            return [False] * n
+        lo, hi = r[ref] / self.mismatch_ratio, r[ref] * self.mismatch_ratio
+        return [m[i] > 0 and lo <= r[i] <= hi for i in range(n)]
+
+    def unverified(self, b: int) -> bool:
+        """With a profile: bucket b measured only off or only speculative depths, and no bucket near it
+        measured both (the profile's ratio between the two is then untested)."""
+        if self.arms[0] != 0:
+            return False
+        w = self.cells.w
+        n = len(w)
+        for d in range(5):
+            for nb in (b - d, b + d) if d else (b,):
+                if 0 <= nb < n:
+                    row = w[nb]
+                    if row[0] > 0.0 and any(x > 0.0 for x in row[1:]):
+                        return False
+        return True
 
     def _fill(self, src: int, wrow: list[float], rrow: list[float], cur: int) -> list[float]:
         """Times for a bucket with unmeasured depths. Two measured depths give the cost of one more depth (a

@@ -10,6 +10,7 @@ Anything malformed in the stats is missing data. No RNG: the same inputs give th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from ...mode import MAX_NUM_STEPS, SpecMode
 from ...profiles import StepCostModel
 from ...stats import StepStats, clean_count, clean_float, clean_sequence
 from .acceptance import AcceptanceEstimator
+from .change import ChangeDetector
 from .choice import BIG_GAIN, Choice
 from .config import CostModelConfig
 from .costs import StepCosts, context_length
@@ -36,6 +38,10 @@ _CLAMP_VOTES = 4
 #: Within a run of steps at the same batch size and depth, a step this many times slower than the run's mean
 #: is left out of the mean (slow outliers are one-sided and depth-independent: ratios stay right).
 _AGG_OUTLIER = 3.0
+#: After a detected change in acceptance, the old counts keep this many requests' weight.
+_CHANGE_KEEP = 4.0
+#: CUSUM slack (standard deviations per request): smaller shifts are drift, left to the forgetting.
+_CHANGE_SLACK = 0.5
 _NEVER = -(10**9)
 
 
@@ -78,6 +84,11 @@ class CostModelPolicy:
         # the parts (reset() makes new ones; the lists decide() reads every step are aliased here)
         "_acc",
         "_bufs",
+        "_chg",
+        "_chg_on",
+        "_k_prev",
+        "_fast",
+        "_a_hi",
         "_costs",
         "_choice",
         "_best",
@@ -134,12 +145,22 @@ class CostModelPolicy:
             max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
         )
         self._bufs = self._acc.bufs
+        self._chg_on = c.change_threshold is not None
+        threshold = math.inf if c.change_threshold is None else c.change_threshold
+        self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
+        self._k_prev = -1
+        #: the next refresh interval after a detected change (doubling up to update_interval).
+        self._fast = c.update_interval
+        #: the best per-draft acceptance seen: what a probe while off hopes to find again.
+        self._a_hi = c.prior_acceptance
         self._acc_steps = 0
         self._acc_folded = 0
         self._timed = False
         self._acc_version = -1
         self._E = [1.0] * n_a
-        self._costs = StepCosts(self._grid, self._arms, c.cost_halflife, self.cost_model)
+        self._costs = StepCosts(
+            self._grid, self._arms, c.cost_halflife, self.cost_model, c.prior_weight, c.prior_mismatch_ratio
+        )
         #: measured runs (batch, depth, context, mean time, steps, first step) waiting to be folded in, and
         #: the run being measured: consecutive steps with the same batch size and depth.
         self._pending: list[tuple[int, int, float | None, float, int, int]] = []
@@ -152,7 +173,7 @@ class CostModelPolicy:
         self._lag = FeedbackLag()
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
-        self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval)
+        self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval, c.max_probe_share)
         self._visits, self._probe_at = self._probes.visits, self._probes.probe_at
         #: per depth index: the engine ran something shallower when this depth was decided (votes), and
         #: depths given up on for that reason.
@@ -200,8 +221,8 @@ class CostModelPolicy:
                 probe = self._probes.take(b, vis, step)
                 if probe >= 0:
                     cur = probe
-                    if self._costs.cells.w[b][cur] <= 0.0 and step + 2 < self._refresh_at[b]:
-                        self._refresh_at[b] = step + 2  # a first measurement (back by then, lag <= 2): use it
+                    if self._costs.cells.m[b][cur] < 2 and step + 2 < self._refresh_at[b]:
+                        self._refresh_at[b] = step + 2  # a first or second measurement: back by then
             lag = self._lag
             lag.before = lag.last
             lag.last = (batch, self._arms[cur], seq_len)  # read through context_length() when used
@@ -242,6 +263,10 @@ class CostModelPolicy:
                         self._acc_steps += 1
                     else:
                         self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
+                    if self._chg_on and (not step & 15 or k_obs != self._k_prev):  # and probe outcomes
+                        if self._chg.scan(self._bufs):
+                            self._changed()
+                        self._k_prev = k_obs
             except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                 pass
         elif k_obs > 0 and mean is not None:
@@ -285,6 +310,13 @@ class CostModelPolicy:
                             self._agg_step = step
             except Exception:  # NaN, inf, negative, zero or not a number: missing
                 pass
+
+    def _changed(self) -> None:
+        """Acceptance changed (a CUSUM alarm): forget most of the old counts and recompute now, then every
+        few steps for a while, as the data since the change accumulate."""
+        self._acc.forget(_CHANGE_KEEP)
+        self._refresh_at = [0] * len(self._refresh_at)
+        self._fast = 4
 
     def _odd_batch(self, batch: object) -> int:
         """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
@@ -362,7 +394,10 @@ class CostModelPolicy:
         acc = self._acc
         acc.data_steps += self._acc_steps
         self._acc_steps = 0
+        if self._chg_on and self._chg.scan(self._bufs):
+            self._changed()
         acc.fold(step - self._acc_folded)
+        self._chg.rewind()
         self._acc_folded = step
         if acc.version != self._acc_version:
             self._refresh_expected()
@@ -375,11 +410,19 @@ class CostModelPolicy:
             self._clamp_votes = [0] * len(self._arms)
             self._disabled_at = _NEVER
         self._table(b, seq_len)
-        self._refresh_at[b] = step + self.config.update_interval
+        interval = self.config.update_interval
+        if self._fast < interval:
+            interval = self._fast
+            self._fast *= 2
+        self._refresh_at[b] = step + interval
 
     def _refresh_expected(self) -> None:
-        self._E = self._acc.expected_tokens(self._arms)
-        self._acc_version = self._acc.version
+        acc = self._acc
+        self._E = acc.expected_tokens(self._arms)
+        self._acc_version = acc.version
+        self._chg.expect(acc.rates)
+        if acc.rates[1] > self._a_hi:
+            self._a_hi = acc.rates[1]
 
     def _fold_times(self) -> None:
         idx, costs, seen, visits = self._idx, self._costs, self._probes.seen, self._visits
@@ -389,7 +432,11 @@ class CostModelPolicy:
             i = idx[k]
             if i < 0:
                 continue
-            b = costs.add(batch, i, seq_len, t, step, count)
+            b, changed = costs.add(batch, i, seq_len, t, step, count)
+            if changed:  # the bucket starts over: every other depth is to be measured again
+                row = seen[b]
+                for j in range(len(row)):
+                    row[j] = -1
             if b >= 0:
                 self._clamp_votes[i] = 0  # it does run
                 if seen[b][i] < visits[b]:
@@ -404,7 +451,16 @@ class CostModelPolicy:
         if cur < 0 or not self._timed:
             return  # nothing to measure with: no probing until the engine reports step times
         samples = self._costs.cells.n[b]
-        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0])
+        if self.cost_model is not None:  # a sample the profile agrees with needs no confirmation probe
+            samples = [3 if ok else n for n, ok in zip(samples, self._costs.agrees(b), strict=True)]
+        hope = None
+        if self._arms[cur] == 0:  # off: what each depth would give if acceptance were back at its best
+            a = self._a_hi
+            hope = [
+                (1.0 - a ** (k + 1)) / (1.0 - a) / t if t > 0.0 else 0.0
+                for k, t in zip(self._arms, times, strict=True)
+            ]
+        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0], hope)
 
     def _prior_best(self) -> int:
         """The depth to start with: the best under the prior acceptance and the profile (or prior costs)."""
@@ -422,6 +478,10 @@ class CostModelPolicy:
         b = self._index[batch] if 0 <= batch <= MAX_BATCH else self._top
         rep = self._grid.rep[b]
         absolute = self.cost_model is not None or self._costs.cells.nearest_measured(b) >= 0
+        if self.cost_model is not None:  # 1.0 once measurements showed the profile's shape wrong
+            out["prior_mismatch"] = 1.0 if self._costs.mismatch else 0.0
+            if self._costs.mismatch:
+                out["prior_mismatch_ratio"] = self._costs.mismatch
         for i, k in enumerate(self._arms):
             out[f"expected_tokens_{k}"] = self._E[i]
             t = self._choice.t[b][i]

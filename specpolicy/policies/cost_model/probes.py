@@ -9,12 +9,15 @@ depth's estimate is refreshed eventually, so a change in costs or acceptance is 
 measured in the bucket is first tried after ``loss**2 / (share * EXPLORE_SCALE)`` visits: near-ties at once,
 clear losers like any other probe. A depth that loses by more than ``CONFIRM_LOSS`` on a single sample is
 measured again after ``CONFIRM_INTERVAL`` visits: one slow step (the first after a prefill, 5-10x) must not
-lock it out. In a bucket where one depth is measured and nothing lets the others be extrapolated (blind),
-off (or the farthest depth) is measured next, so a line through two points prices the rest. Two probes are
-at least ``PROBE_GAP`` steps apart.
+lock it out. In a bucket where one depth is measured and nothing lets the others be extrapolated
+(blind; with a profile: only off or only speculation measured, see ``costs.StepCosts.unverified``), off
+(while off runs: the most promising speculative depth; without off: the farthest depth) is measured next,
+so a line through two points prices the rest. Two probes are at least ``PROBE_GAP`` steps apart.
 """
 
 from __future__ import annotations
+
+import math
 
 __all__ = ["FAR", "ProbeSchedule"]
 
@@ -26,6 +29,8 @@ MIN_PROBE_INTERVAL = 128
 CONFIRM_INTERVAL = 16
 CONFIRM_LOSS = 0.1
 EXPLORE_SCALE = 0.1
+#: Probes allowed beyond ``max_share`` of the steps (the first explorations of a new bucket come in a burst).
+SHARE_BURST = 16
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
 _NEVER = -(10**9)
@@ -34,9 +39,14 @@ _NEVER = -(10**9)
 class ProbeSchedule:
     """Per bucket: visits, the next probe (visit and depth index), and per depth the visit last measured."""
 
-    __slots__ = ("probe_at", "probe_i", "visits", "seen", "last", "_share", "_max_interval")
+    __slots__ = (
+        "probe_at", "probe_i", "visits", "seen", "last", "count", "_share", "_max_interval",
+        "_max_share",
+    )
 
-    def __init__(self, n_buckets: int, n_arms: int, budget: float, max_interval: int) -> None:
+    def __init__(
+        self, n_buckets: int, n_arms: int, budget: float, max_interval: int, max_share: float = 0.05
+    ) -> None:
         self.probe_at = [FAR] * n_buckets
         self.probe_i = [0] * n_buckets
         #: decide() calls that fell in the bucket (the clock of its schedule).
@@ -45,14 +55,26 @@ class ProbeSchedule:
         self.seen: list[list[int]] = [[-1] * n_arms for _ in range(n_buckets)]
         #: the step of the last probe.
         self.last = _NEVER
+        #: probes taken.
+        self.count = 0
         self._share = budget / max(n_arms - 1, 1)
         self._max_interval = max_interval
+        self._max_share = max_share
 
     def plan(
-        self, b: int, v: list[float], cur: int, off: list[bool], samples: list[int], blind: bool, first: int
+        self,
+        b: int,
+        v: list[float],
+        cur: int,
+        off: list[bool],
+        samples: list[int],
+        blind: bool,
+        first: int,
+        hope: list[float] | None = None,
     ) -> None:
         """Bucket b's next probe from its values per depth index (``samples``: per cell, counted up to 3;
-        ``first``: the shallowest depth, 0 when off is offered)."""
+        ``first``: the shallowest depth, 0 when off is offered; ``hope``: while off runs, the values the
+        depths would have at the best acceptance seen, see ``hope_due``)."""
         n = len(v)
         vcur = v[cur] if v[cur] > 0.0 else 1e-300
         share = self._share
@@ -74,22 +96,58 @@ class ProbeSchedule:
                 due = int(min(loss * loss / (share * EXPLORE_SCALE), max_int))
             if due < due_best or (due == due_best and loss < due_loss):
                 due_best, due_i, due_loss = due, i, loss
+        if hope is not None:
+            h_due, h_i = self.hope_due(v, cur, off, seen, hope)
+            if h_due < due_best:
+                due_best, due_i = h_due, h_i
         if blind:
             # One depth measured here and nothing to extrapolate from: measure off (or the depth farthest
             # from the running one) next, so a line through two points prices all the others.
-            far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
+            if first == 0 and cur == 0:  # off runs: the most promising speculative depth
+                far = max((i for i in range(1, n) if not off[i]), key=v.__getitem__, default=0)
+            else:
+                far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
             if far != cur and seen[far] < 0:
                 due_best, due_i = 0, far
         if due_i >= 0:
             self.probe_at[b] = max(due_best, vis)
             self.probe_i[b] = due_i
 
+    def hope_due(
+        self, v: list[float], cur: int, off: list[bool], seen: list[int], hope: list[float]
+    ) -> tuple[int, int]:
+        """(visit, depth index) of the probe that can reveal that speculation pays again, while off runs.
+
+        Off gives no acceptance data, so only a probe can show that acceptance came back. Its price is
+        ``loss`` (the depth's predicted shortfall now) for one step; its worth, if acceptance is back at the
+        best level seen, is ``gain`` (that depth's value then over the running one's) for every step it
+        would otherwise stay off. With changes expected about once per ``max_probe_interval`` steps the
+        interval that balances the two is sqrt(2 loss max_interval / gain) (periodic inspection): more often
+        when being wrong costs more and when the probe step is cheap against off; never when speculation
+        could not pay even at the best acceptance seen. They are exploration with a positive expected
+        return, so ``probe_budget`` does not bound them; ``max_share`` does."""
+        best, j = 0.0, -1
+        for i in range(len(v)):
+            if i != cur and not off[i] and hope[i] > best:
+                best, j = hope[i], i
+        vcur = v[cur] if v[cur] > 0.0 else 1e-300
+        gain = best / vcur - 1.0
+        if j < 0 or gain <= 0.0:
+            return FAR, -1
+        loss = 1.0 - v[j] / vcur
+        if loss < 0.0:
+            loss = 0.0
+        interval = max(math.sqrt(2.0 * loss * self._max_interval / gain), PROBE_GAP)
+        return max(seen[j], 0) + int(min(interval, self._max_interval)), j
+
     def take(self, b: int, vis: int, step: int) -> int:
-        """The depth index to probe now (its visit is due), or -1 while the last probe is too recent."""
-        if step - self.last < PROBE_GAP:
+        """The depth index to probe now (its visit is due), or -1 while the last probe is too recent or the
+        probes would exceed ``max_share`` of the steps (plus a burst of ``SHARE_BURST``)."""
+        if step - self.last < PROBE_GAP or self.count + 1 > self._max_share * step + SHARE_BURST:
             return -1
         i = self.probe_i[b]
         self.seen[b][i] = vis
         self.last = step
+        self.count += 1
         self.probe_at[b] = FAR
         return i

@@ -17,7 +17,8 @@ enters the mean as the median of itself and the cell's two previous samples (an 
 a real change shows one probe later; a mean over several steps is already robust, the policy leaves stray
 slow steps out of it) and every sample is clipped to ``clip`` times the current estimate. Forgetting is by
 steps elapsed, so a rarely probed depth's cell follows its latest probes while the running depth's cell
-averages many steps.
+averages many steps. A jump is not left to the forgetting: a run of steps far from a well-measured cell
+(``CHANGE_RATIO``) restarts the bucket (a short-against-long window test).
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ __all__ = ["MAX_BATCH", "BucketGrid", "CostCells"]
 
 #: Batch sizes above this share the last bucket.
 MAX_BATCH = 4096
+#: A run of at least CHANGE_RUN steps (stray slow steps already left out) whose mean differs from a
+#: well-measured cell's estimate by more than CHANGE_RATIO is a change in cost, not noise: its bucket's
+#: cells start over (the other depths' costs there are as stale as this one's).
+CHANGE_RUN = 4
+CHANGE_RATIO = 1.5
+#: A cell's count of measured steps saturates here.
+_MAX_STEPS = 1 << 30
 
 
 class BucketGrid:
@@ -63,7 +71,7 @@ class BucketGrid:
 class CostCells:
     """Per bucket and depth index: normalised time ``r``, its decayed weight ``w`` and last sample step."""
 
-    __slots__ = ("n_arms", "r", "w", "last", "has", "n", "s1", "s2", "_decay", "clip")
+    __slots__ = ("n_arms", "r", "w", "last", "has", "n", "m", "s1", "s2", "_decay", "clip")
 
     def __init__(self, n_buckets: int, n_arms: int, halflife: float, clip: float = 2.0) -> None:
         self.n_arms = n_arms
@@ -74,13 +82,22 @@ class CostCells:
         self.has = [False] * n_buckets
         #: per cell: samples taken (not decayed), and the previous two samples (the median filter's window).
         self.n: list[list[int]] = [[0] * n_arms for _ in range(n_buckets)]
+        #: per cell: steps measured (not decayed, saturating): the evidence a profile's pseudo-counts face.
+        self.m: list[list[int]] = [[0] * n_arms for _ in range(n_buckets)]
         self.s1: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
         self.s2: list[list[float]] = [[0.0] * n_arms for _ in range(n_buckets)]
         self._decay = math.log(2.0) / halflife
         self.clip = clip
 
-    def add(self, b: int, i: int, x: float, step: int, count: int = 1) -> None:
-        """``count`` steps of bucket b, depth index i, whose mean measurement divided by its base is ``x``."""
+    def add(self, b: int, i: int, x: float, step: int, count: int = 1) -> bool:
+        """``count`` steps of bucket b, depth index i, whose mean measurement divided by its base is ``x``;
+        True when it shows a change in cost (``CHANGE_RATIO``: the bucket then starts over from it)."""
+        changed = False
+        if count >= CHANGE_RUN and self.n[b][i] >= 3:
+            r = self.r[b][i]
+            if x > r * CHANGE_RATIO or x * CHANGE_RATIO < r:
+                self.forget(b)
+                changed = True
         self.has[b] = True
         w_row, r_row, last_row, n_row = self.w[b], self.r[b], self.last[b], self.n[b]
         n = n_row[i]
@@ -89,6 +106,9 @@ class CostCells:
         self.s1[b][i] = x
         if n < 3:
             n_row[i] = n + 1
+        m_row = self.m[b]
+        if m_row[i] < _MAX_STEPS:
+            m_row[i] += count
         w = w_row[i]
         if w > 0.0:
             age = step - last_row[i]
@@ -114,6 +134,18 @@ class CostCells:
         w_row[i] = w + count
         if step > last_row[i]:
             last_row[i] = step
+        return changed
+
+    def forget(self, b: int) -> None:
+        """Bucket b's cells start over: unmeasured, to be measured again (the costs there changed)."""
+        n_arms = self.n_arms
+        self.r[b] = [0.0] * n_arms
+        self.w[b] = [0.0] * n_arms
+        self.n[b] = [0] * n_arms
+        self.m[b] = [0] * n_arms
+        self.s1[b] = [0.0] * n_arms
+        self.s2[b] = [0.0] * n_arms
+        self.has[b] = False
 
     def nearest_with(self, b: int, i: int, search: int = 4) -> int:
         """The closest other bucket (within ``search``) that measured depth index ``i`` and more, or -1."""
