@@ -70,11 +70,11 @@ Kind = Literal["warmup", "check", "perf", "resume", "ramp"]
 KINDS: tuple[str, ...] = ("warmup", "check", "perf", "resume", "ramp")
 
 #: ``specpolicy tune --policy '{"name":"hysteresis","num_steps":3}' --profile h200-live-sglang --workload ramp
-#: --seed 0 --decide-cost-us 2 --budget 24 --param num_steps=3:3`` on the profile re-fitted on 2026-12-01 from
-#: the plain-decode off step (1.05x the default config in the simulator). Off is now a plain decode, so the best
-#: thresholds turn speculation off above about a dozen requests, where live the off step overtook depth 3
-#: (between 4 and 16 requests). The 2026-12-01 sittings ran the previous tuning (off from 189 requests, fitted
-#: when an off step cost 2-3x a plain decode), which never turned off below 128.
+#: --seed 0 --decide-cost-us 2 --budget 24 --param num_steps=3:3`` on the profile re-fitted on 2026-12-01
+#: from the plain-decode off step (1.05x the default config in the simulator). Off is now a plain decode,
+#: so the best thresholds turn speculation off above about a dozen requests, where live the off step
+#: overtook depth 3 (between 4 and 16 requests). The 2026-12-01 sittings ran the previous tuning (off from
+#: 189 requests, fitted when an off step cost 2-3x a plain decode), which never turned off below 128.
 HYSTERESIS_TUNED: dict[str, Any] = {
     "name": "hysteresis",
     "disable_at": 13,
