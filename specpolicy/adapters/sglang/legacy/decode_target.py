@@ -87,12 +87,12 @@ class DecodeTarget:
         mr.attn_backend = attn
         mr.graph_runner = graph
 
-    def forward(self, forward_fn: Any, model_runner: Any, decode_mwb: Any, *, sample: bool) -> Any:
+    def forward(self, forward_fn: Any, model_runner: Any, decode_mwb: Any) -> Any:
         """Run ``forward_fn`` (the target worker's unbound-safe ``forward_batch_generation``) on the decode
-        batch with the decode backend and graphs in place; ``sample=False`` returns logits only."""
+        batch with the decode backend and graphs in place; the engine's sampler picks the tokens."""
         self.swap_in(model_runner)
         try:
-            return forward_fn(decode_mwb, is_verify=not sample)
+            return forward_fn(decode_mwb)
         finally:
             self.swap_out()
 

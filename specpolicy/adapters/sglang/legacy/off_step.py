@@ -135,7 +135,7 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     batch.return_hidden_states = False
     mwb = batch.get_model_worker_batch()
     target = worker.target_worker
-    out = dt.forward(target.forward_batch_generation, target.model_runner, dt.decode_batch(mwb), sample=True)
+    out = dt.forward(target.forward_batch_generation, target.model_runner, dt.decode_batch(mwb))
     next_ids = out.next_token_ids
     tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
     batch.seq_lens.add_(1)
@@ -285,7 +285,7 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
     verify_done = device_module.Event() if mwb.seq_lens.is_cuda else None
     if verify_done is not None:
         verify_done.record()
-    out = dt.forward(target.forward_batch_generation, target.model_runner, decode_mwb, sample=True)
+    out = dt.forward(target.forward_batch_generation, target.model_runner, decode_mwb)
     next_ids = out.next_token_ids
     bs = int(mwb.seq_lens.shape[0])
     next_draft = EagleDraftInput(
