@@ -100,9 +100,10 @@ def test_off_step_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     sglang = ["--model-path=m", "--speculative-algorithm=STANDALONE"]
     plan = launch.prepare(
         [*sglang, "--spec-policy=static", "--spec-policy-off-step", "verify"]
-        + ["--spec-policy-draft-catch-up=per_step"]
+        + ["--spec-policy-draft-catch-up=per_step", "--spec-policy-step-clock", "host"]
     )
     assert (plan.settings.off_step, plan.settings.draft_catch_up) == ("verify", "per_step")
+    assert plan.settings.step_clock == "host"
     assert plan.sglang_argv == sglang
     default = launch.prepare([*sglang, "--spec-policy=static"]).settings
-    assert (default.off_step, default.draft_catch_up) == ("decode", "auto")
+    assert (default.off_step, default.draft_catch_up, default.step_clock) == ("decode", "auto", "auto")

@@ -26,6 +26,7 @@ from specpolicy.errors import ConfigError
     tp=st.sampled_from(["auto", "local", "broadcast"]),
     off_step=st.sampled_from(["decode", "verify"]),
     catch_up=st.sampled_from(["auto", "lazy", "per_step"]),
+    clock=st.sampled_from(["auto", "host"]),
 )
 def test_environment_round_trip_rebuilds_identical_settings(
     num_steps: int,
@@ -38,6 +39,7 @@ def test_environment_round_trip_rebuilds_identical_settings(
     tp: str,
     off_step: str,
     catch_up: str,
+    clock: str,
 ) -> None:
     s = AdapterSettings.build(
         {"name": "static", "num_steps": num_steps},
@@ -50,6 +52,7 @@ def test_environment_round_trip_rebuilds_identical_settings(
         tp_agreement=tp,
         off_step=off_step,
         draft_catch_up=catch_up,
+        step_clock=clock,
     )
     assert AdapterSettings.from_env(s.to_env()) == s
 
@@ -63,6 +66,7 @@ def test_environment_round_trip_rebuilds_identical_settings(
         ({"tp_agreement": "vote"}, "tp_agreement", "'auto', 'local' or 'broadcast'"),
         ({"off_step": "skip"}, "off_step", "'decode' or 'verify'"),
         ({"draft_catch_up": "never"}, "draft_catch_up", "'auto', 'lazy' or 'per_step'"),
+        ({"step_clock": "wall"}, "step_clock", "'auto' or 'host'"),
         ({"metrics": "perhaps"}, "metrics", "valid boolean"),
         ({"colour": "blue"}, "colour", "known: policy, trace_path"),
     ],

@@ -8,7 +8,8 @@
 #   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
 #   GC_OUT     where the results tarball goes (default ./gpu-check-out)
 # Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
-#   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (see scripts/gpu/plan.py)
+#   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (see scripts/gpu/plan.py), or
+#            "install": install and check the imports only (for scripts/gpu/ab_static.py and the like)
 # One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
 #   bash scripts/gpu/run_live.sh v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
 # Print that plan and its estimate first, on any machine (the budget is what this script leaves after
@@ -34,6 +35,7 @@ echo "install done in $(( $(date +%s) - T0 ))s"
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_DISABLE_REQUEST_LOGGING=1
 (cd /tmp && python3 -c "import specpolicy, sglang; from specpolicy import available_policies as a; print('specpolicy', specpolicy.__file__, 'sglang', sglang.__version__, a())") || exit 7
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+[ "$ENGINES" = install ] && exit 0
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))
 python3 scripts/gpu_check.py device --work "$WORK" --out "$OUTDIR" --paths "$ENGINES" --budget-s $LEFT "$@"
 rc=$?

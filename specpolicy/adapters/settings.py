@@ -38,6 +38,7 @@ ENV_VARS: dict[str, str] = {
     "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
     "off_step": "SPECPOLICY_OFF_STEP",
     "draft_catch_up": "SPECPOLICY_DRAFT_CATCH_UP",
+    "step_clock": "SPECPOLICY_STEP_CLOCK",
     "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
     "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
     "watchdog_s": "SPECPOLICY_WATCHDOG_S",
@@ -47,6 +48,7 @@ OnInstallFailure = Literal["refuse", "warn"]
 TpAgreement = Literal["auto", "local", "broadcast"]
 OffStep = Literal["decode", "verify"]
 DraftCatchUp = Literal["auto", "lazy", "per_step"]
+StepClock = Literal["auto", "host"]
 
 
 class AdapterSettings(BaseModel):
@@ -62,6 +64,9 @@ class AdapterSettings(BaseModel):
     to date in one batched extend when speculation resumes (draft models); ``per_step`` runs a one-token
     draft extend in every off step (needed by EAGLE drafters, which read the target's hidden states);
     ``auto`` picks ``lazy`` for STANDALONE and ``per_step`` otherwise.
+    ``step_clock`` (legacy SGLang): how step times are measured. ``auto`` times the overlap worker's steps
+    with CUDA events (its wall-clock intervals belong to neighbouring steps) and the others with the host
+    clock; ``host`` uses the host clock everywhere (no event is recorded on the GPU stream).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,6 +83,7 @@ class AdapterSettings(BaseModel):
     tp_agreement: TpAgreement = "auto"
     off_step: OffStep = "decode"
     draft_catch_up: DraftCatchUp = "auto"
+    step_clock: StepClock = "auto"
     decide_budget_s: float = Field(
         1e-3, gt=0.0, le=60.0, description="a decide() call slower than this is logged (once) and counted"
     )

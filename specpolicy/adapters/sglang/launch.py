@@ -91,6 +91,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="legacy releases: skip the drafter while off and catch it up on resume (lazy, draft models), or "
         "run a one-token draft extend every off step (per_step, EAGLE); default auto",
     )
+    g.add_argument(
+        "--spec-policy-step-clock",
+        choices=("auto", "host"),
+        help="legacy releases: time the overlap worker's steps with CUDA events (auto, default) or the host "
+        "clock everywhere (host)",
+    )
 
 
 def build_parser(with_sglang: bool = False) -> argparse.ArgumentParser:
@@ -152,6 +158,8 @@ def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
         fields["off_step"] = ns.spec_policy_off_step
     if ns.spec_policy_draft_catch_up is not None:
         fields["draft_catch_up"] = ns.spec_policy_draft_catch_up
+    if ns.spec_policy_step_clock is not None:
+        fields["step_clock"] = ns.spec_policy_step_clock
     return AdapterSettings.build(spec, **fields)
 
 

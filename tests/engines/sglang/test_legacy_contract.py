@@ -22,6 +22,7 @@ from conftest import requires_version
 from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import legacy
 from specpolicy.adapters.sglang.legacy import hooks, scheduler_entry
+from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, build_one_token_target
 from specpolicy.adapters.sglang.legacy.targets import (
     SUPPORTED_VERSIONS,
@@ -330,6 +331,26 @@ def test_attach_v2_shares_the_runtime_with_the_draft_worker(clean: Any) -> None:
     rt = install_mod.attach(_scheduler_with(setup.worker, setup.server_args))
     assert rt is not None and rt.path == "v2"
     assert getattr(setup.draft_worker, hooks.RT) is rt
+
+
+@pytest.mark.parametrize("clock", ["auto", "host"])
+@LEGACY
+def test_attach_v2_times_steps_with_cuda_events_unless_the_host_clock_is_asked_for(
+    clock: str, clean: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+
+    def fake_timer(worker: Any) -> Any:  # the worker has no CUDA device here
+        made.append(worker)
+        return GpuStepTimer(object)
+
+    monkeypatch.setattr(install_mod, "_gpu_timer", fake_timer)
+    legacy.install(AdapterSettings.build("static", step_clock=clock))
+    setup = ls.make_v2_worker()
+    setup.worker._target_worker.model_runner = _model_runner(setup.server_args)
+    rt = install_mod.attach(_scheduler_with(setup.worker, setup.server_args))
+    assert rt is not None and rt.path == "v2"
+    assert (rt.gpu_timer is not None, len(made)) == ((True, 1) if clock == "auto" else (False, 0))
 
 
 @pytest.mark.parametrize(

@@ -277,7 +277,7 @@ def attach(scheduler: Any) -> StepRuntime | None:
         sync_factory=_tp_sync,
         header={"off_step": off.label},
         engine_counts=lambda: off.counts(runtimes[0]) if runtimes else {},
-        gpu_timer=_gpu_timer(worker) if path == "v2" else None,
+        gpu_timer=_gpu_timer(worker) if path == "v2" and settings.step_clock == "auto" else None,
     )
     art = rt.runtime
     runtimes.append(rt)

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Where the adapter's speculative step loses to SGLang's own: throughput and step anatomy, one engine per
+variant, on the GPU machine.
+
+The live check measured the adapter's ``static`` (depth 3 on every step) at 0.83-0.95x SGLang's own static
+speculation with the same acceptance. This script starts one offline engine per variant, each serving the
+same batches, and separates the candidate causes by switching one thing at a time:
+
+- ``plain``: SGLang's own speculation (specpolicy installed, not configured);
+- ``on``: specpolicy ``static`` with the default settings, no trace;
+- ``on_verify``: the same with ``off_step=verify`` (no decode attention backend or graphs are built);
+- ``on_host``: the same with ``step_clock=host`` (no CUDA event recorded per step);
+- ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace).
+
+Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length),
+then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
+time, the profiled window, kernel count and the CUDA runtime calls (synchronisations show up there). Usage:
+
+    python3 scripts/gpu/ab_static.py --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
+        --concurrency 1,16,64 --profile 1,16 --budget-s 480
+
+Needs the test models (``scripts/gpu_check.py build-models``), SGLang, specpolicy and the test policies on
+PYTHONPATH. Each variant runs in its own process; results go to ``OUT/ab-<variant>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+STATIC = {"name": "static", "num_steps": 3}
+#: variant -> (engine path, environment; None = SGLang's own speculation)
+VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
+    "plain": ("v2", None),
+    "on": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
+    "on_verify": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_OFF_STEP": "verify"}),
+    "on_host": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_STEP_CLOCK": "host"}),
+    "on_check": ("v2", {}),  # filled in run_variant: dispatcher + trace, as scripts/gpu_check.py runs it
+    "plain_v1": ("v1", None),
+    "on_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
+}
+#: output tokens per request by concurrency, so that a batch lasts about a second
+TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
+
+
+def summarize(trace_path: str) -> dict[str, Any]:
+    """GPU-busy time, window, kernels and CUDA runtime calls of one profiler trace."""
+    opener = gzip.open if trace_path.endswith(".gz") else open
+    with opener(trace_path, "rt") as f:
+        events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    if not kernels:
+        return {"error": "no kernels in the trace"}
+    t0 = min(e["ts"] for e in kernels)
+    t1 = max(e["ts"] + e["dur"] for e in kernels)
+    by_name: collections.Counter[str] = collections.Counter()
+    for e in kernels:
+        by_name[e["name"][:80]] += e["dur"]
+    calls = collections.Counter(e["name"] for e in runtime)
+    call_us: collections.Counter[str] = collections.Counter()
+    for e in runtime:
+        call_us[e["name"]] += e["dur"]
+    return {
+        "window_ms": round((t1 - t0) / 1e3, 2),
+        "gpu_busy_ms": round(sum(e["dur"] for e in kernels) / 1e3, 2),
+        "kernels": len(kernels),
+        "top_kernels_ms": [(n, round(us / 1e3, 2)) for n, us in by_name.most_common(12)],
+        "runtime_calls": calls.most_common(12),
+        "runtime_ms": [(n, round(us / 1e3, 2)) for n, us in call_us.most_common(8)],
+    }
+
+
+def _prompts(c: int, vocab: int, seed: int) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(4, vocab) for _ in range(128)] for _ in range(c)]
+
+
+def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dict[str, Any]:
+    sp = {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}
+    t0 = time.perf_counter()
+    out_tokens = verifies = passes = 0
+    while passes < 16:
+        outs = eng.generate(input_ids=prompts, sampling_params=sp)
+        passes += 1
+        for o in outs:
+            meta = o.get("meta_info", {})
+            out_tokens += int(meta.get("completion_tokens") or 0)
+            verifies += int(meta.get("spec_verify_ct") or 0)
+        if time.perf_counter() - t0 >= min_s:
+            break
+    wall = time.perf_counter() - t0
+    return {
+        "tok_s": round(out_tokens / wall, 1),
+        "wall_s": round(wall, 3),
+        "passes": passes,
+        "accept_len": round(out_tokens / verifies, 3) if verifies else None,
+    }
+
+
+def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    import gpu_check
+    import sglang
+
+    path, env = VARIANTS[variant]
+    for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
+        del os.environ[k]
+    out = Path(args.out)
+    if variant == "on_check":
+        import plan as planmod
+        from specpolicy_gpucheck import write_control
+
+        control = out / "ab-control.txt"
+        write_control(control, 1, "static")
+        cfg = planmod.dispatch_config({"static": STATIC}, str(control), "/tmp/ab-dispatch.jsonl", "static")
+        env = {"SPECPOLICY_POLICY": json.dumps(cfg), "SPECPOLICY_TRACE": "/tmp/ab-trace.jsonl"}
+    os.environ.update(env or {})
+    models = Path(args.work) / "models"
+    vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
+    kw = gpu_check.engine_kwargs(path, models)
+    kw["log_level"] = "warning"
+    t0 = time.time()
+    eng = sglang.Engine(**kw)
+    up = round(time.time() - t0, 1)
+    res: dict[str, Any] = {"variant": variant, "path": path, "env": env, "engine_up_s": up}
+    levels = [int(c) for c in args.concurrency.split(",") if c]
+    for c in levels:  # warm every shape first
+        _batch(eng, _prompts(c, vocab, 7), 32, 0.0)
+    perf: dict[str, list[dict[str, Any]]] = {str(c): [] for c in levels}
+    for r in range(args.repeats):
+        for c in levels:
+            perf[str(c)].append(_batch(eng, _prompts(c, vocab, 100 * r + c), TOKENS.get(c, 200), args.min_s))
+    res["perf"] = perf
+    res["median_tok_s"] = {c: sorted(x["tok_s"] for x in v)[len(v) // 2] for c, v in perf.items()}
+    profiles: dict[str, Any] = {}
+    for c in [int(c) for c in args.profile.split(",") if c]:
+        pdir = f"/tmp/ab-prof/{variant}-{c}"
+        os.makedirs(pdir, exist_ok=True)
+        try:
+            eng.start_profile(output_dir=pdir, num_steps=40, activities=["CPU", "GPU"])
+            _batch(eng, _prompts(c, vocab, 999), 300, 0.0)
+            time.sleep(2)
+            try:
+                eng.stop_profile()
+            except Exception as exc:  # already stopped after num_steps
+                profiles[f"{c}-stop"] = repr(exc)
+            time.sleep(2)
+            files = sorted(glob.glob(pdir + "/**/*.json*", recursive=True), key=os.path.getsize)
+            profiles[str(c)] = summarize(files[-1]) if files else {"error": "no trace written"}
+        except Exception as exc:
+            profiles[str(c)] = {"error": repr(exc)}
+    res["profile"] = profiles
+    eng.shutdown()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--variants", default="plain,on,on_verify,on_host,on_check")
+    ap.add_argument("--concurrency", default="1,16,64")
+    ap.add_argument("--profile", default="1,16")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-s", type=float, default=1.0)
+    ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument("--variant-s", type=float, default=100.0, help="expected seconds per variant")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.one:
+        res = run_variant(args, args.one)
+        (Path(args.out) / f"ab-{args.one}.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps({k: res[k] for k in ("variant", "engine_up_s", "median_tok_s")}), flush=True)
+        return 0
+    deadline = time.time() + args.budget_s
+    for v in args.variants.split(","):
+        if v not in VARIANTS:
+            print(f"unknown variant {v!r}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+            return 2
+        if time.time() + args.variant_s > deadline:
+            print(f"skipped {v}: budget", flush=True)
+            continue
+        left = max(30.0, deadline - time.time())
+        cmd = [sys.executable, __file__, "--one", v, *sys.argv[1:]]
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the engine's scheduler processes too
+            rc = 124
+        print(f"variant {v}: rc={rc}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
