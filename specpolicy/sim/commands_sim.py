@@ -92,6 +92,13 @@ def register(sub: Any) -> None:
         "--jitter", type=float, default=0.01, help="log-normal step-time noise, sigma (default 0.01)"
     )
     s.add_argument(
+        "--switch-cost-ms",
+        type=float,
+        default=0.0,
+        help="extra milliseconds of the first step after the depth changes (default 0; SGLang's overlap "
+        "worker measured 0.5-1.3)",
+    )
+    s.add_argument(
         "--slo-tpot-ms",
         type=float,
         metavar="X",
@@ -168,6 +175,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         feedback_lag=args.feedback_lag,
         max_running=args.max_running,
         jitter=args.jitter,
+        switch_cost_ms=args.switch_cost_ms,
         timeline_bin_s=5.0 if args.plot else None,
     )
     sim = run_simulation(spec, progress=False if args.no_progress else None)

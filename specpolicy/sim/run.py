@@ -63,6 +63,7 @@ class SimulationSpec:
     feedback_lag: int = 0
     max_running: int = 256
     jitter: float = 0.01
+    switch_cost_ms: float = 0.0
     jobs: int | None = None
     timeline_bin_s: float | None = None
     references: bool = True
@@ -83,6 +84,8 @@ class SimulationSpec:
             raise ConfigError(f"--feedback-lag must be 0 or 1, got {self.feedback_lag!r}")
         if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
             raise ConfigError(f"--jitter must be in [0, 1), got {self.jitter!r}")
+        if not (math.isfinite(self.switch_cost_ms) and 0 <= self.switch_cost_ms < 10_000):
+            raise ConfigError(f"--switch-cost-ms must be in [0, 10000), got {self.switch_cost_ms!r}")
         if self.off_cost not in (None, "catch_up", "lazy"):
             raise ConfigError(f"--off-cost must be catch_up or lazy, got {self.off_cost!r}")
 
@@ -205,6 +208,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 feedback_lag=spec.feedback_lag,
                 decide_cost_s=costs[comp.label],
                 jitter=spec.jitter,
+                switch_cost_s=spec.switch_cost_ms * 1e-3,
                 speculative=comp.kind != "never",
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,

@@ -61,6 +61,12 @@ class CostModelConfig(PolicyConfig):
     max_probe_share: float = Field(
         0.05, gt=0.0, le=0.5, description="the most steps that may be probes, as a share of all steps"
     )
+    probe_steps: int = Field(
+        3,
+        ge=1,
+        le=64,
+        description="consecutive steps of one probe (the first after a switch is a transition, not its cost)",
+    )
     change_threshold: float | None = Field(
         None,
         gt=0.0,

@@ -81,6 +81,7 @@ class CostModelPolicy:
         "_top",
         "_margin1",
         "_dwell",
+        "_probe_steps",
         # the parts (reset() makes new ones; the lists decide() reads every step are aliased here)
         "_acc",
         "_bufs",
@@ -115,6 +116,9 @@ class CostModelPolicy:
         "_agg_t",
         "_agg_n",
         "_agg_step",
+        "_agg_switch",
+        "_probe_left",
+        "_probe_run",
         "_clamp_votes",
         "_disabled",
         "_disabled_at",
@@ -132,6 +136,7 @@ class CostModelPolicy:
         self._grid = _grid(config.buckets_per_octave)
         self._margin1 = 1.0 + config.switch_margin
         self._dwell = config.min_dwell_steps
+        self._probe_steps = config.probe_steps
         self._index = self._grid.index
         self._top = len(self._grid) - 1
         self.reset()
@@ -170,6 +175,12 @@ class CostModelPolicy:
         self._agg_t = 0.0
         self._agg_n = 0
         self._agg_step = 0
+        #: the run began at a change of depth: its first step is a transition (discarded once a second
+        #: step shows the depth's own time)
+        self._agg_switch = False
+        #: steps left of the probe being run, and its depth index
+        self._probe_left = 0
+        self._probe_run = 0
         self._lag = FeedbackLag()
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
@@ -217,12 +228,18 @@ class CostModelPolicy:
                 ):
                     cur = self._cur = best
                     self._switched = step
-            if vis >= self._probe_at[b]:
-                probe = self._probes.take(b, vis, step)
+            if self._probe_left:  # a probe runs for probe_steps steps
+                self._probe_left -= 1
+                cur = self._probe_run
+            elif vis >= self._probe_at[b]:
+                n_probe = self._probe_steps
+                probe = self._probes.take(b, vis, step, n_probe)
                 if probe >= 0:
-                    cur = probe
-                    if self._costs.cells.m[b][cur] < 2 and step + 2 < self._refresh_at[b]:
-                        self._refresh_at[b] = step + 2  # a first or second measurement: back by then
+                    cur = self._probe_run = probe
+                    self._probe_left = n_probe - 1
+                    back = step + n_probe + 1
+                    if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
+                        self._refresh_at[b] = back  # a first or second measurement: back by then
             lag = self._lag
             lag.before = lag.last
             lag.last = (batch, self._arms[cur], seq_len)  # read through context_length() when used
@@ -295,13 +312,17 @@ class CostModelPolicy:
                             n_agg = self._agg_n
                             if t * n_agg > _AGG_OUTLIER * self._agg_t:
                                 pass  # a stray slow step (a prefill joined it, a pause): not its cost
-                            elif n_agg == 1 and t * _AGG_OUTLIER < self._agg_t:
-                                self._agg_t = t  # the run's first step was the stray one: drop it
+                            elif n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t):
+                                # the run's first step was a transition (the step after a switch pays
+                                # for it: the scheduler's other work, a catch-up) or a stray: drop it
+                                self._agg_t = t
+                                self._agg_switch = False
                             else:
                                 self._agg_t += t
                                 self._agg_n = n_agg + 1
                         else:
                             self._flush_time()
+                            self._agg_switch = 0 <= self._agg_k != k_obs
                             self._agg_batch = nb
                             self._agg_k = k_obs
                             self._agg_len = context_length(h[2])

@@ -55,7 +55,7 @@ class ProbeSchedule:
         self.seen: list[list[int]] = [[-1] * n_arms for _ in range(n_buckets)]
         #: the step of the last probe.
         self.last = _NEVER
-        #: probes taken.
+        #: probe steps taken.
         self.count = 0
         self._share = budget / max(n_arms - 1, 1)
         self._max_interval = max_interval
@@ -140,14 +140,14 @@ class ProbeSchedule:
         interval = max(math.sqrt(2.0 * loss * self._max_interval / gain), PROBE_GAP)
         return max(seen[j], 0) + int(min(interval, self._max_interval)), j
 
-    def take(self, b: int, vis: int, step: int) -> int:
-        """The depth index to probe now (its visit is due), or -1 while the last probe is too recent or the
-        probes would exceed ``max_share`` of the steps (plus a burst of ``SHARE_BURST``)."""
-        if step - self.last < PROBE_GAP or self.count + 1 > self._max_share * step + SHARE_BURST:
+    def take(self, b: int, vis: int, step: int, steps: int = 1) -> int:
+        """The depth index to probe now for ``steps`` steps (its visit is due), or -1 while the last probe is
+        too recent or the probe steps would exceed ``max_share`` of the steps (plus ``SHARE_BURST``)."""
+        if step - self.last < PROBE_GAP or self.count + steps > self._max_share * step + SHARE_BURST:
             return -1
         i = self.probe_i[b]
         self.seen[b][i] = vis
-        self.last = step
-        self.count += 1
+        self.last = step + steps - 1
+        self.count += steps
         self.probe_at[b] = FAR
         return i

@@ -1,0 +1,96 @@
+"""cost_model must price a depth by its steady-state step, not by the step right after a switch.
+
+Measured live on SGLang's overlap worker (16 requests, draft depth 3): steady off steps took 2.5 ms, the
+first off step after speculating 3.1-3.9 ms, the first speculative step after an off step 8.4-12.2 ms
+against 5.5-7.3 ms. A one-step probe of off then looked 45% slower than off really is, and cost_model
+stayed on where off gave 9% more tokens per second. The engine below replays those costs.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specpolicy import StepStats, make_policy
+from specpolicy.policies.cost_model import CostModelConfig
+from specpolicy.sim.engine import EngineConfig
+
+BATCH = 16
+ACCEPT = 0.7  # per draft: 1.53 accepted drafts of 3, 2.53 tokens per request and speculative step
+
+
+def _accepted(rng: random.Random, k: int) -> list[int]:
+    out = []
+    for _ in range(BATCH):
+        n = 0
+        while n < k and rng.random() < ACCEPT:
+            n += 1
+        out.append(n)
+    return out
+
+
+def _run(
+    config: dict[str, object], on_ms: float, off_ms: float, after_on_ms: float, after_off_ms: float
+) -> tuple[float, float]:
+    """(share of off steps in the second half, tokens per ms) of 3,000 steps on a non-overlap engine whose
+    first step after a switch pays ``after_*`` extra milliseconds."""
+    policy = make_policy({"name": "cost_model", "steps": [3], **config})
+    rng = random.Random(1)
+    stats = StepStats(batch_size=BATCH, mean_seq_len=300.0)
+    prev = -1
+    off_late = tokens = 0
+    total_ms = 0.0
+    n = 3000
+    for i in range(n):
+        k = policy.decide(stats).num_steps
+        ms = on_ms if k else off_ms
+        if 0 <= prev != k:
+            ms += after_off_ms if k else after_on_ms
+        prev = k
+        acc = _accepted(rng, k) if k else None
+        tokens += BATCH + (sum(acc) if acc else 0)
+        total_ms += ms
+        if i >= n // 2:
+            off_late += k == 0
+        stats = StepStats(
+            batch_size=BATCH,
+            mean_seq_len=300.0 + i,
+            last_num_steps=k,
+            accepted_draft_tokens=acc,
+            last_step_time_s=ms * 1e-3,
+            last_batch_size=BATCH,
+        )
+    return off_late / (n - n // 2), tokens / total_ms
+
+
+def test_off_is_chosen_when_its_steady_step_wins_despite_a_costly_first_step() -> None:
+    # steady: off 16 / 2.5 = 6.4 tokens/ms, on 16 * 2.53 / 7.2 = 5.6 tokens/ms
+    off_share, _ = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    assert off_share > 0.9
+
+
+def test_one_step_probes_are_fooled_by_the_transition() -> None:
+    """The same engine with probes of one step (the former behaviour): the probe is the transition."""
+    off_share, _ = _run({"probe_steps": 1}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    assert off_share < 0.1
+
+
+def test_speculation_stays_on_when_its_steady_step_wins() -> None:
+    # steady: on 16 * 2.53 / 5.5 = 7.4 tokens/ms against off's 6.4; switching costs extra both ways
+    off_share, rate = _run({}, on_ms=5.5, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    assert off_share < 0.1
+    assert rate > 0.95 * BATCH * (1 + ACCEPT + ACCEPT**2 + ACCEPT**3) / 5.5
+
+
+def test_probe_steps_is_validated_with_its_range() -> None:
+    from specpolicy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"probe_steps.*greater than or equal to 1"):
+        make_policy({"name": "cost_model", "probe_steps": 0})
+    assert CostModelConfig().probe_steps == 3
+
+
+def test_the_simulator_charges_the_first_step_after_a_switch() -> None:
+    with pytest.raises(ValueError, match="switch cost"):
+        EngineConfig(switch_cost_s=-1.0)
