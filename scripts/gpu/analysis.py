@@ -557,6 +557,8 @@ def _phase_item(
         # Requests the engine did not run together with the others (admitted late): the phase's tail.
         item["trace"]["max_batch"] = max((r["batch_size"] for r in win), default=None)
         item["trace"]["tail_steps"] = sum(1 for r in win if r["batch_size"] * 2 < ph["concurrency"])
+        # The pairs assume every request's first decode step is the batch's first (one prefill batch).
+        item["trace"]["first_batch"] = min(win, key=lambda r: r["step"])["batch_size"] if win else None
         m = RESUME_LABEL_RE.search(ph["policy"] or "")
         if ph["phase_kind"] == "resume" and m:
             item["resume"] = resume_cost(
