@@ -6,7 +6,9 @@ On the GPU machine (SGLang and specpolicy installed, plus the test policies of s
     python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
         --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 [--doctor-smoke] [--dry-run]
 
-builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance), then starts one offline
+builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance; with an EAGLE-3 path,
+``eagle3_v1``, ``eagle3_v2`` or the draft tree ``eagle3tree_v1``, also the EAGLE-3 head of
+scripts/gpu/eagle3_model.py, whose acceptance is known in advance too), then starts one offline
 ``sglang.Engine`` per worker path and attention backend (``<path>/<backend>``) in its own process
 (``engine`` subcommand) with specpolicy installed through SGLang's plugin entry point (``SPECPOLICY_POLICY``
 / ``SPECPOLICY_TRACE``), serves the phases of scripts/gpu/plan.py (warm-ups, checks, interleaved perf
@@ -20,8 +22,11 @@ Anywhere (no GPU needed):
     python3 scripts/gpu_check.py analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
 
 checks exact token counts, lossless output against the bigram oracle (every request of every phase),
-accept-length bookkeeping, the failing policy's fallbacks, and prints the perf tables (median and min-max
-of the repeats), the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost and the doctor's output.
+accept-length bookkeeping, the failing policy's fallbacks, on EAGLE-3 engines the acceptance against the
+head's computed proposals and after each off stretch against an always-on run (and that skipping the
+hidden-state catch-up fails that), and prints the perf tables (median and min-max of the repeats), the
+off step against a speculation-free step, the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost
+and the doctor's output.
 """
 
 from __future__ import annotations
