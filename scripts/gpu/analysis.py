@@ -626,7 +626,8 @@ def _verdicts(eng: dict[str, Any], raise_count: int, depth: int) -> dict[str, bo
     if not eng["speculative"]:
         return v
     v["bookkeeping"] = bool(real) and all(p["bookkeeping_ok"] == p["requests"] for p in real)
-    by = {p["policy"]: p for p in real if p["kind"] == "check"}
+    # by the check's name: the pairs' references run the always-on policy too
+    by = {p["name"].split(":", 1)[1]: p for p in real if p["kind"] == "check"}
     on = by.get("always-on", by.get("sglang-static"))
     v["oracle_verify_counts"] = (
         None

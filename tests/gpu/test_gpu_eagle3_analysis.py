@@ -254,7 +254,9 @@ def test_acceptance_that_changes_after_a_resume_fails_oracle_and_pairs(
         pair = next(p["pair"] for p in rep["engines"][eid]["phases"] if p["name"] == "check:resume-once-1")
         assert pair["equal"] < pair["requests"] and pair["diffs"]
     for eid in ("eagle3_v1/triton", "eagle3_v2/triton"):
-        assert rep["engines"][eid]["verdicts"]["oracle_acceptance"] is False
+        v = rep["engines"][eid]["verdicts"]
+        assert v["oracle_acceptance"] is False
+        assert v["oracle_verify_counts"] is True  # the always-on check itself is right
     assert "| check:resume-once-1 |" in A.render_markdown(rep)
 
 
