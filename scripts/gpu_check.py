@@ -65,10 +65,12 @@ def spec_kwargs(path: str, depth: int = planmod.LAUNCH_DEPTH) -> dict[str, Any]:
 SPEC_KW: dict[str, Any] = spec_kwargs("v2")
 
 
-def engine_kwargs(path: str, models: Path, backend: str | None = None) -> dict[str, Any]:
+def engine_kwargs(
+    path: str, models: Path, backend: str | None = None, depth: int = planmod.LAUNCH_DEPTH
+) -> dict[str, Any]:
     """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2;
     eagle3*: the EAGLE-3 head in ``models/eagle3``) and attention backend (default: $GC_ATTN, else
-    triton)."""
+    triton); ``depth``: the topk-1 paths' launch depth (the plan's)."""
     kw: dict[str, Any] = {
         "model_path": str(models / "target"),
         "tokenizer_path": str(models / "target"),
@@ -89,9 +91,9 @@ def engine_kwargs(path: str, models: Path, backend: str | None = None) -> dict[s
         "skip_server_warmup": True,
         "disable_overlap_schedule": path.endswith("v1"),
     }
-    shape = planmod.spec_shape(path)
+    shape = planmod.spec_shape(path, depth)
     if shape is not None:
-        kw.update(spec_kwargs(path), speculative_draft_model_path=str(models / shape.draft))
+        kw.update(spec_kwargs(path, depth), speculative_draft_model_path=str(models / shape.draft))
     extra = os.environ.get("GC_EXTRA_KW")
     if extra:
         kw.update(json.loads(extra))
@@ -363,7 +365,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     t0 = time.time()
     import sglang as sgl
 
-    kw = engine_kwargs(run.path, work / "models", run.backend)
+    kw = engine_kwargs(run.path, work / "models", run.backend, run.depth)
     print("GC ENGINE KW", json.dumps(kw), flush=True)
     eng = sgl.Engine(**kw)
     init_s = time.time() - t0

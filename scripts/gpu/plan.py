@@ -98,7 +98,7 @@ HYSTERESIS_TUNED: dict[str, Any] = {
     "num_steps": LAUNCH_DEPTH,
 }
 
-#: The draft tree of the seed deployment (docs/background.md): topk 4, 4 steps, 16 draft tokens per verify.
+#: The seed deployment's draft tree: topk 4, 4 steps, 16 draft tokens per verify.
 TREE_TOPK, TREE_STEPS, TREE_DRAFT_TOKENS = 4, 4, 16
 
 
@@ -174,7 +174,7 @@ class Phase:
     a ramp, where ``concurrency`` is the number of requests in the schedule, not the number in flight.
     ``min_wall_s``: the engine repeats a shorter batch until the whole lasts that long. ``est_s``: the
     planned duration, which the engine compares with its deadline before starting the phase.
-    ``chain_shift``: the prompts are the seed's prompts advanced by that many tokens of the target's chain
+    ``chain_shift``: the prompts are those of ``seed`` advanced by that many tokens of the target's chain
     (``prompts_for``). ``reference``: the name of an always-on phase of the same engine whose per-request
     acceptance this phase must reproduce once its first off stretch is over (the acceptance pairs).
     """

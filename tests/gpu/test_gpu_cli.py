@@ -52,6 +52,9 @@ def test_engine_kwargs_of_the_eagle3_paths_launch_the_head(tmp_path: Path) -> No
         16,
     ]
     assert G.SPEC_KW["speculative_algorithm"] == "STANDALONE" and G.spec_kwargs("base_v1") == {}
+    two = G.engine_kwargs("eagle3_v2", tmp_path, depth=2)  # a plan's launch depth reaches the engine
+    assert (two["speculative_num_steps"], two["speculative_num_draft_tokens"]) == (2, 3)
+    assert G.engine_kwargs("eagle3tree_v1", tmp_path, depth=2)["speculative_num_steps"] == 4  # its own
 
 
 def test_device_builds_the_eagle3_head_only_when_an_eagle3_engine_is_planned(
