@@ -154,10 +154,17 @@ def _counters_match(req: dict[str, Any], want: OracleCounts) -> bool:
     return v == want.verifies and want.correct - want.overshoot <= c <= want.correct
 
 
-def pair_check(reqs: Sequence[dict[str, Any]], refs: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
+def pair_check(
+    reqs: Sequence[dict[str, Any]],
+    refs: Sequence[dict[str, Any]],
+    k: int,
+    margins: Sequence[float] | None = None,
+) -> dict[str, Any]:
     """Request i of a batch off for its first k steps against request i of its always-on reference (k
     tokens further along the chain, k tokens shorter): equal accepted drafts and histogram of accepted
-    drafts 1 and up, k more verifies and k more verifies of none."""
+    drafts 1 and up, k more verifies and k more verifies of none. A difference lists the counters and,
+    given the head's first-proposal ``margins``, the smallest along the reference's tokens (a near tie
+    there could flip on the target's tiny context terms rather than on a missed catch-up)."""
     equal, diffs = 0, []
     for i, (x, r) in enumerate(zip(reqs, refs, strict=False)):
         hx, hr = x.get("histogram"), r.get("histogram")
@@ -173,13 +180,15 @@ def pair_check(reqs: Sequence[dict[str, Any]], refs: Sequence[dict[str, Any]], k
         if same:
             equal += 1
         elif len(diffs) < 4:
-            diffs.append(
-                {
-                    "request": i,
-                    "correct_drafts": [x.get("correct_drafts"), r.get("correct_drafts")],
-                    "verify_ct": [x.get("verify_ct"), r.get("verify_ct")],
-                }
-            )
+            diff: dict[str, Any] = {
+                "request": i,
+                "correct_drafts": [x.get("correct_drafts"), r.get("correct_drafts")],
+                "verify_ct": [x.get("verify_ct"), r.get("verify_ct")],
+            }
+            ids = r.get("output_ids") or []
+            if margins is not None and ids:
+                diff["min_margin"] = min(float(margins[t]) for t in ids)
+            diffs.append(diff)
     return {"k": k, "requests": min(len(reqs), len(refs)), "equal": equal, "diffs": diffs}
 
 
@@ -570,15 +579,16 @@ def _phase_item(
 SKIP_LOG_RE = re.compile(r"gpucheck_skip_catch_up: (zeroing|cannot)")
 
 
-def _pairs(phases: list[dict[str, Any]], recs: Sequence[dict[str, Any]]) -> None:
+def _pairs(phases: list[dict[str, Any]], recs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> None:
     """Attach to every phase that names a reference its pair check (``pair``)."""
     by_name = {r["name"]: r for r in recs}
     items = {p["name"]: p for p in phases}
+    margins = (meta.get("eagle3") or {}).get("margin")
     for rec in recs:
         ref = by_name.get(rec.get("reference") or "")
         if ref is None or rec["name"] not in items:
             continue
-        pair = pair_check(rec["requests"], ref["requests"], int(ref.get("chain_shift") or 0))
+        pair = pair_check(rec["requests"], ref["requests"], int(ref.get("chain_shift") or 0), margins)
         items[rec["name"]]["pair"] = {"reference": ref["name"], **pair}
 
 
@@ -593,7 +603,7 @@ def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | N
     accepts = accepts_for(meta, path, depth)
     phase_recs = [ph for ph in recs if ph.get("kind") == "phase"]
     phases = [_phase_item(ph, path, meta, depth, window, accepts) for ph in phase_recs]
-    _pairs(phases, phase_recs)
+    _pairs(phases, phase_recs, meta)
     perf_walls = [p["wall_s"] for p in phases if p["kind"] == "perf" and p["served"]]
     run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
     return {

@@ -285,6 +285,10 @@ def test_pair_check_by_hand() -> None:
         {"request": 0, "correct_drafts": [5, 6], "verify_ct": [9, 5]}
     ]
     assert A.pair_check([{"verify_ct": None, "correct_drafts": None}], ref, 3)["equal"] == 0
+    margins = [9.0] * 10
+    margins[7] = 0.2
+    near = A.pair_check(fewer, [{**ref[0], "output_ids": [5, 7, 8]}], 3, margins)
+    assert near["diffs"][0]["min_margin"] == 0.2  # a near tie on the way: the difference may be numerics
 
 
 def test_oracle_counts_by_hand() -> None:
