@@ -6,7 +6,9 @@ On the GPU machine (SGLang and specpolicy installed, plus the test policies of s
     python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
         --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 [--doctor-smoke] [--dry-run]
 
-builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance), then starts one offline
+builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance; with an EAGLE-3 path,
+``eagle3_v1``, ``eagle3_v2`` or the draft tree ``eagle3tree_v1``, also the EAGLE-3 head of
+scripts/gpu/eagle3_model.py, whose acceptance is known in advance too), then starts one offline
 ``sglang.Engine`` per worker path and attention backend (``<path>/<backend>``) in its own process
 (``engine`` subcommand) with specpolicy installed through SGLang's plugin entry point (``SPECPOLICY_POLICY``
 / ``SPECPOLICY_TRACE``), serves the phases of scripts/gpu/plan.py (warm-ups, checks, interleaved perf
@@ -20,8 +22,11 @@ Anywhere (no GPU needed):
     python3 scripts/gpu_check.py analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
 
 checks exact token counts, lossless output against the bigram oracle (every request of every phase),
-accept-length bookkeeping, the failing policy's fallbacks, and prints the perf tables (median and min-max
-of the repeats), the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost and the doctor's output.
+accept-length bookkeeping, the failing policy's fallbacks, on EAGLE-3 engines the acceptance against the
+head's computed proposals and after each off stretch against an always-on run (and that skipping the
+hidden-state catch-up fails that), and prints the perf tables (median and min-max of the repeats), the
+off step against a speculation-free step, the ramp (tokens/s, TPOT and TTFT percentiles), the resume cost
+and the doctor's output.
 """
 
 from __future__ import annotations
@@ -42,17 +47,30 @@ sys.path.insert(0, str(HERE / "gpu"))
 
 import plan as planmod  # noqa: E402
 
-SPEC_KW: dict[str, Any] = {
-    "speculative_algorithm": "STANDALONE",
-    "speculative_num_steps": planmod.LAUNCH_DEPTH,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": planmod.LAUNCH_DEPTH + 1,
-}
+
+def spec_kwargs(path: str, depth: int = planmod.LAUNCH_DEPTH) -> dict[str, Any]:
+    """The speculative arguments of a path (plan.spec_shape); none for a speculation-free path."""
+    shape = planmod.spec_shape(path, depth)
+    if shape is None:
+        return {}
+    return {
+        "speculative_algorithm": shape.algorithm,
+        "speculative_num_steps": shape.num_steps,
+        "speculative_eagle_topk": shape.topk,
+        "speculative_num_draft_tokens": shape.draft_tokens,
+    }
 
 
-def engine_kwargs(path: str, models: Path, backend: str | None = None) -> dict[str, Any]:
-    """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2) and
-    attention backend (default: $GC_ATTN, else triton)."""
+#: The draft-model paths' speculative arguments (v1, v2, plain_*).
+SPEC_KW: dict[str, Any] = spec_kwargs("v2")
+
+
+def engine_kwargs(
+    path: str, models: Path, backend: str | None = None, depth: int = planmod.LAUNCH_DEPTH
+) -> dict[str, Any]:
+    """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2;
+    eagle3*: the EAGLE-3 head in ``models/eagle3``) and attention backend (default: $GC_ATTN, else
+    triton); ``depth``: the topk-1 paths' launch depth (the plan's)."""
     kw: dict[str, Any] = {
         "model_path": str(models / "target"),
         "tokenizer_path": str(models / "target"),
@@ -73,8 +91,9 @@ def engine_kwargs(path: str, models: Path, backend: str | None = None) -> dict[s
         "skip_server_warmup": True,
         "disable_overlap_schedule": path.endswith("v1"),
     }
-    if not path.startswith("base"):
-        kw.update(SPEC_KW, speculative_draft_model_path=str(models / "draft"))
+    shape = planmod.spec_shape(path, depth)
+    if shape is not None:
+        kw.update(spec_kwargs(path, depth), speculative_draft_model_path=str(models / shape.draft))
     extra = os.environ.get("GC_EXTRA_KW")
     if extra:
         kw.update(json.loads(extra))
@@ -141,7 +160,8 @@ def cmd_build_models(args: argparse.Namespace) -> int:
 
 def _build_eagle3(models: Path, meta: dict[str, Any], meta_path: Path) -> int:
     """The EAGLE-3 head for the bigram target (scripts/gpu/eagle3_model.py) in ``models/eagle3``; its
-    capture layers, hidden-sensitive token set and proposal maps go to ``meta["eagle3"]``."""
+    capture layers, hidden-sensitive token set, proposal maps and per-root accepted drafts (with the
+    target's hidden state and with none) go to ``meta["eagle3"]``."""
     import eagle3_model as em
     import numpy as np
 
@@ -323,6 +343,8 @@ def _phase_record(
         "prompt_len": phase.prompt_len,
         "max_new_tokens": list(phase.max_new_tokens) * max(1, served["passes"]),
         "seed": phase.seed,
+        "chain_shift": phase.chain_shift,
+        "reference": phase.reference,
         "prompt_last": [p[-1] for p in prompts] * max(1, served["passes"]),
         "est_s": phase.est_s,
         "tokens": tokens,
@@ -343,7 +365,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     t0 = time.time()
     import sglang as sgl
 
-    kw = engine_kwargs(run.path, work / "models", run.backend)
+    kw = engine_kwargs(run.path, work / "models", run.backend, run.depth)
     print("GC ENGINE KW", json.dumps(kw), flush=True)
     eng = sgl.Engine(**kw)
     init_s = time.time() - t0
@@ -363,7 +385,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
             from specpolicy_gpucheck import write_control
 
             write_control(control, gen, phase.policy)
-        prompts = planmod.prompts_for(phase, meta["chain_vocab"])
+        prompts = planmod.prompts_for(phase, meta["chain_vocab"], pi=meta["pi"])
         served = (_serve_ramp if phase.kind == "ramp" else _serve_batch)(eng, phase, prompts)
         rec = _phase_record(run, phase, prompts, served)
         pace.add(phase, rec["wall_s"])
@@ -438,11 +460,15 @@ def _plan(args: argparse.Namespace) -> list[planmod.EngineRun]:
         ramp_policies=_csv(args.ramp_policies),
         ramp_peak=args.ramp_peak,
         resume_k=tuple(int(k) for k in _csv(args.resume_k)),
+        pair_k=tuple(int(k) for k in _csv(args.pair_k)),
+        skip_k=args.skip_k,
     )
 
 
-def _build_models(work: Path, agree: float) -> int:
-    if (work / "models" / "meta.json").exists():
+def _build_models(work: Path, agree: float, eagle3: bool = False) -> int:
+    """The test models (and the EAGLE-3 head when an EAGLE-3 engine is planned), unless already built."""
+    meta = work / "models" / "meta.json"
+    if meta.exists() and (not eagle3 or "eagle3" in json.loads(meta.read_text())):
         return 0
     cmd = [
         sys.executable,
@@ -454,6 +480,7 @@ def _build_models(work: Path, agree: float) -> int:
         "cuda",
         "--agree",
         str(agree),
+        *(["--eagle3"] if eagle3 else []),
     ]
     rc = subprocess.call(cmd)
     if rc:
@@ -569,7 +596,7 @@ def cmd_device(args: argparse.Namespace) -> int:
         return 0
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rc = _build_models(work, args.agree)
+    rc = _build_models(work, args.agree, eagle3=any(r.path in planmod.EAGLE3_PATHS for r in runs))
     if rc:
         return rc
     ids = tuple(r.id for r in runs)
@@ -635,7 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument(
         "--paths",
         default="v2,base_v2,v1,base_v1",
-        help="among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (plain: SGLang's own speculation; optional)",
+        help="among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (plain: SGLang's own speculation; optional), "
+        "eagle3_v1,eagle3_v2 (the EAGLE-3 head, topk 1) and eagle3tree_v1 (the head with a 4 x 4 tree)",
     )
     d.add_argument(
         "--attn", default=os.environ.get("GC_ATTN", "triton"), help="attention backends: triton,flashinfer"
@@ -652,6 +680,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--ramp-policies", default=",".join(planmod.RAMP_POLICIES))
     d.add_argument(
         "--resume-k", default=",".join(map(str, planmod.RESUME_K)), help="off stretches; empty: none"
+    )
+    d.add_argument(
+        "--pair-k",
+        default=",".join(map(str, planmod.PAIR_K)),
+        help="EAGLE-3 engines: off stretches whose acceptance afterwards is compared with an always-on run",
+    )
+    d.add_argument(
+        "--skip-k",
+        type=int,
+        default=planmod.SKIP_K,
+        help="EAGLE-3 engines: off stretch of the phase that skips the hidden-state catch-up; 0: none",
     )
     d.add_argument("--doctor-smoke", action="store_true", help="after the engines: specpolicy doctor --smoke")
     d.add_argument("--dry-run", action="store_true", help="print the plan with estimated seconds and exit")

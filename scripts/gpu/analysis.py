@@ -6,8 +6,15 @@ have ``<path>`` alone, read as triton), holding ``phases.jsonl`` (one line per r
 ``engine.log``, ``run.json`` (the plan), and for engines with the adapter ``trace.jsonl`` (the adapter's step
 trace) and ``dispatch.jsonl``; and ``doctor/<backend>/`` with the output of ``specpolicy doctor --smoke``.
 
-Every expected value comes from the bigram oracle (scripts/gpu/bigram_model.py) or from SGLang's own counters,
-never from specpolicy.
+Every expected value comes from the bigram oracle (scripts/gpu/bigram_model.py), the EAGLE-3 head's computed
+proposals (scripts/gpu/eagle3_model.py, in ``models-meta.json`` under ``eagle3``) or from SGLang's own
+counters, never from specpolicy.
+
+EAGLE-3 engines add the acceptance pairs (plan._pairs): a batch that is off for its first k steps, then on,
+against an always-on batch whose prompts stand k tokens further along the chain. Once the off stretch is
+over both verify from the same tokens, so with the drafter's hidden states caught up exactly every request
+must show the reference's accepted drafts, and k more verifies that accepted none. The phase that hands the
+drafter zero hidden states while off (``gpucheck_skip_catch_up``) must fail that comparison.
 """
 
 from __future__ import annotations
@@ -16,16 +23,23 @@ import bisect
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import plan as planmod
 from bigram_model import greedy_chain
 
 __all__ = [
     "RequestCheck",
     "check_request",
+    "OracleCounts",
+    "oracle_counts",
+    "draft_model_accepts",
+    "accepts_for",
+    "pair_check",
+    "off_ratio",
     "oracle_verifies",
     "load_jsonl",
     "phase_trace",
@@ -49,22 +63,133 @@ LIVE_PATH_RE = re.compile(r"specpolicy.*(v1 worker|v2 worker|adaptive controller
 POLICY_ERROR_RE = re.compile(r"specpolicy rank \d+: policy error")
 
 
+#: Accepted drafts of a verify rooted at a token (before the cap at the verify's depth).
+Accepts = Callable[[int], int]
+
+
+def draft_model_accepts(pi: IntSeq, pi_draft: IntSeq, depth: int) -> Accepts:
+    """A draft model's verify rooted at b accepts the run of tokens from b on where the draft agrees with
+    the target, at most ``depth``."""
+
+    def accepts(b: int) -> int:
+        d, n = int(b), 0
+        while n < depth and int(pi_draft[d]) == int(pi[d]):
+            n, d = n + 1, int(pi[d])
+        return n
+
+    return accepts
+
+
+def accepts_for(meta: dict[str, Any], path: str, depth: int) -> Accepts | None:
+    """Per-root accepted drafts of a topk-1 engine on ``path``: the draft model's agreement runs, or the
+    EAGLE-3 head's computed table (``root_accepts``); None for the draft tree, whose acceptance is only
+    compared with its own always-on batches (the pairs)."""
+    shape = planmod.spec_shape(path, depth)
+    if shape is None or shape.topk != 1:
+        return None
+    if shape.algorithm == "STANDALONE":
+        return draft_model_accepts(meta["pi"], meta["pi_draft"], depth)
+    table = (meta.get("eagle3") or {}).get("accept")
+    return None if table is None else _capped(table, depth)
+
+
+def _capped(table: Sequence[int], depth: int) -> Accepts:
+    return lambda b: min(int(table[b]), depth)
+
+
+class OracleCounts(NamedTuple):
+    """What SGLang's per-request counters must read: verifies (off steps count as verifies of none),
+    accepted drafts, their histogram, and the tokens the last verify produced past the request's end."""
+
+    verifies: int
+    correct: int
+    histogram: list[int]
+    overshoot: int
+
+
+def oracle_counts(
+    pi: IntSeq,
+    accepts: Accepts,
+    root: int,
+    n: int,
+    depth: int,
+    off_first: int = 0,
+    first_on: Accepts | None = None,
+) -> OracleCounts:
+    """A request whose first output token (the prefill's) is ``root`` and that emits ``n`` >= 1 tokens: off
+    for its first ``off_first`` steps (one token each), then speculating ``depth`` deep, each verify rooted
+    at the last emitted token b accepting ``accepts(b)`` drafts, at most ``depth``. ``first_on`` replaces
+    ``accepts`` for the first verify after the off stretch (the skipped catch-up)."""
+    b, produced, verifies, correct = int(root), 1, 0, 0
+    hist = [0] * (depth + 1)
+    for _ in range(off_first):
+        if produced >= n:
+            break
+        b, produced, verifies = int(pi[b]), produced + 1, verifies + 1
+        hist[0] += 1
+    first = True
+    while produced < n:
+        fn = first_on if first and first_on is not None and off_first else accepts
+        a = min(fn(b), depth)
+        first = False
+        verifies, correct = verifies + 1, correct + a
+        hist[a] += 1
+        for _ in range(a + 1):
+            b = int(pi[b])
+        produced += a + 1
+    return OracleCounts(verifies, correct, hist, produced - n)
+
+
 def oracle_verifies(pi: IntSeq, pi_draft: IntSeq, start: int, n: int, depth: int) -> int:
     """Verify cycles chain speculation ``depth`` deep needs to emit n tokens after token ``start``."""
-    t, produced, verifies = int(start), 0, 0
-    while produced < n:
-        verifies += 1
-        d, accepted = t, 0
-        for _ in range(depth):
-            nxt = int(pi_draft[d])
-            if nxt != int(pi[d]):
-                break
-            accepted += 1
-            d = nxt
-        for _ in range(accepted + 1):
-            t = int(pi[t])
-        produced += accepted + 1
-    return verifies
+    return oracle_counts(pi, draft_model_accepts(pi, pi_draft, depth), start, n + 1, depth).verifies
+
+
+def _counters_match(req: dict[str, Any], want: OracleCounts) -> bool:
+    """SGLang's counters against the oracle: verifies exactly; accepted drafts exactly, or less by at most
+    what the last verify produced past the request's end (should SGLang count only the tokens kept)."""
+    v, c = req.get("verify_ct"), req.get("correct_drafts")
+    if v is None or c is None:
+        return False
+    return v == want.verifies and want.correct - want.overshoot <= c <= want.correct
+
+
+def pair_check(
+    reqs: Sequence[dict[str, Any]],
+    refs: Sequence[dict[str, Any]],
+    k: int,
+    margins: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """Request i of a batch off for its first k steps against request i of its always-on reference (k
+    tokens further along the chain, k tokens shorter): equal accepted drafts and histogram of accepted
+    drafts 1 and up, k more verifies and k more verifies of none. A difference lists the counters and,
+    given the head's first-proposal ``margins``, the smallest along the reference's tokens (a near tie
+    there could flip on the target's tiny context terms rather than on a missed catch-up)."""
+    equal, diffs = 0, []
+    for i, (x, r) in enumerate(zip(reqs, refs, strict=False)):
+        hx, hr = x.get("histogram"), r.get("histogram")
+        same = (
+            x.get("correct_drafts") is not None
+            and x.get("correct_drafts") == r.get("correct_drafts")
+            and x.get("verify_ct") is not None
+            and r.get("verify_ct") is not None
+            and x["verify_ct"] == r["verify_ct"] + k
+        )
+        if same and hx is not None and hr is not None:
+            same = list(hx[1:]) == list(hr[1:]) and hx[0] == hr[0] + k
+        if same:
+            equal += 1
+        elif len(diffs) < 4:
+            diff: dict[str, Any] = {
+                "request": i,
+                "correct_drafts": [x.get("correct_drafts"), r.get("correct_drafts")],
+                "verify_ct": [x.get("verify_ct"), r.get("verify_ct")],
+            }
+            ids = r.get("output_ids") or []
+            if margins is not None and ids:
+                diff["min_margin"] = min(float(margins[t]) for t in ids)
+            diffs.append(diff)
+    return {"k": k, "requests": min(len(reqs), len(refs)), "equal": equal, "diffs": diffs}
 
 
 class RequestCheck:
@@ -345,10 +470,29 @@ def _label(path: str, policy: str | None) -> str:
     return policy or ("sglang-static" if path.startswith("plain") else "never")
 
 
+ONCE_RE = re.compile(r"(resume-once|skip-catch-up)-(\d+)$")
+
+
+def _off_first(policy: str | None) -> tuple[int, bool] | None:
+    """(k, skipped catch-up) for the policies of the acceptance pairs, whose schedule is known: off for the
+    first k steps, then on for good; (0, False) for always-on; None for every other policy."""
+    if policy in ("always-on", "static", None):  # None: SGLang's own static speculation
+        return 0, False
+    m = ONCE_RE.search(policy)
+    return None if m is None else (int(m.group(2)), m.group(1) == "skip-catch-up")
+
+
 def _spec_fields(
-    ph: dict[str, Any], checks: list[RequestCheck], meta: dict[str, Any], depth: int
+    ph: dict[str, Any],
+    checks: list[RequestCheck],
+    meta: dict[str, Any],
+    depth: int,
+    accepts: Accepts | None,
+    eagle3: bool,
 ) -> dict[str, Any]:
-    """Bookkeeping, tokens per verify, and verify counts against the oracle where every step speculated."""
+    """Bookkeeping, tokens per verify, and SGLang's counters against the oracle where the schedule is
+    known (always on; off for the first k steps, then on): verify counts, and for EAGLE-3 the accepted
+    drafts too (for the skipped catch-up, against the head with a zero hidden state after the stretch)."""
     pi = meta["pi"]
     reqs = ph["requests"]
     verifies = sum(r.get("verify_ct") or 0 for r in reqs)
@@ -359,21 +503,35 @@ def _spec_fields(
         "tokens_per_verify": round(gen / verifies, 3) if verifies else None,
         "correct_drafts": sum(r.get("correct_drafts") or 0 for r in reqs),
     }
-    if ph["policy"] in ("always-on", "static", None):  # None: SGLang's own static speculation
-        want = [
-            oracle_verifies(pi, meta["pi_draft"], int(pi[last]), n - 1, depth)
-            for n, last in zip(ph["max_new_tokens"], ph["prompt_last"], strict=True)
-        ]
+    sched = _off_first(ph["policy"])
+    if accepts is None or sched is None:
+        return item
+    k, skipped = sched
+    no_hidden = (meta.get("eagle3") or {}).get("accept_no_hidden")
+    first_on = _capped(no_hidden, depth) if skipped and no_hidden is not None else None
+    lens_lasts = list(zip(ph["max_new_tokens"], ph["prompt_last"], strict=True))
+    want = [oracle_counts(pi, accepts, int(pi[last]), n, depth, k, first_on) for n, last in lens_lasts]
+    if not skipped:
         got = [r.get("verify_ct") for r in reqs]
-        item["oracle_verifies_equal"] = sum(1 for a, b in zip(got, want, strict=False) if a == b)
+        item["oracle_verifies_equal"] = sum(1 for a, w in zip(got, want, strict=False) if a == w.verifies)
         item["oracle_tokens_per_verify"] = (
-            round(sum(n - 1 for n in ph["max_new_tokens"]) / sum(want), 3) if want else None
+            round(sum(n - 1 for n, _ in lens_lasts) / sum(w.verifies for w in want), 3) if want else None
         )
+    if eagle3:
+        item["oracle_counts_equal"] = sum(_counters_match(r, w) for r, w in zip(reqs, want, strict=False))
+        if skipped:  # requests whose counters the skipped catch-up must change
+            normal = [oracle_counts(pi, accepts, int(pi[last]), n, depth, k) for n, last in lens_lasts]
+            item["oracle_skip_changes"] = sum(a != b for a, b in zip(want, normal, strict=True))
     return item
 
 
 def _phase_item(
-    ph: dict[str, Any], path: str, meta: dict[str, Any], depth: int, window: _Window | None
+    ph: dict[str, Any],
+    path: str,
+    meta: dict[str, Any],
+    depth: int,
+    window: _Window | None,
+    accepts: Accepts | None = None,
 ) -> dict[str, Any]:
     spec = not path.startswith("base")
     checks = [
@@ -399,7 +557,7 @@ def _phase_item(
         "first_mismatch": [c.first_mismatch for c in checks if not c.lossless][:8],
     }
     if spec:
-        item.update(_spec_fields(ph, checks, meta, depth))
+        item.update(_spec_fields(ph, checks, meta, depth, accepts, path in planmod.EAGLE3_PATHS))
     if ph["phase_kind"] == "ramp":
         item["ramp"] = ramp_summary(ph["requests"])
     if window is not None:
@@ -408,12 +566,30 @@ def _phase_item(
         # Requests the engine did not run together with the others (admitted late): the phase's tail.
         item["trace"]["max_batch"] = max((r["batch_size"] for r in win), default=None)
         item["trace"]["tail_steps"] = sum(1 for r in win if r["batch_size"] * 2 < ph["concurrency"])
+        # The pairs assume every request's first decode step is the batch's first (one prefill batch).
+        item["trace"]["first_batch"] = min(win, key=lambda r: r["step"])["batch_size"] if win else None
         m = RESUME_LABEL_RE.search(ph["policy"] or "")
         if ph["phase_kind"] == "resume" and m:
             item["resume"] = resume_cost(
                 sorted(win, key=lambda r: r["step"]), int(m.group(1)), ph["concurrency"]
             )
     return item
+
+
+SKIP_LOG_RE = re.compile(r"gpucheck_skip_catch_up: (zeroing|cannot)")
+
+
+def _pairs(phases: list[dict[str, Any]], recs: Sequence[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Attach to every phase that names a reference its pair check (``pair``)."""
+    by_name = {r["name"]: r for r in recs}
+    items = {p["name"]: p for p in phases}
+    margins = (meta.get("eagle3") or {}).get("margin")
+    for rec in recs:
+        ref = by_name.get(rec.get("reference") or "")
+        if ref is None or rec["name"] not in items:
+            continue
+        pair = pair_check(rec["requests"], ref["requests"], int(ref.get("chain_shift") or 0), margins)
+        items[rec["name"]]["pair"] = {"reference": ref["name"], **pair}
 
 
 def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | None = None) -> dict[str, Any]:
@@ -423,12 +599,16 @@ def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | N
     engine = next((r for r in recs if r.get("kind") == "engine"), None)
     log = (folder / "engine.log").read_text(errors="replace") if (folder / "engine.log").exists() else ""
     trace = load_trace(folder) if not path.startswith("base") else []
-    window = _Window(trace) if trace or path in ("v1", "v2") else None
-    phases = [_phase_item(ph, path, meta, depth, window) for ph in recs if ph.get("kind") == "phase"]
+    window = _Window(trace) if trace or path in planmod.ADAPTER_PATHS else None
+    accepts = accepts_for(meta, path, depth)
+    phase_recs = [ph for ph in recs if ph.get("kind") == "phase"]
+    phases = [_phase_item(ph, path, meta, depth, window, accepts) for ph in phase_recs]
+    _pairs(phases, phase_recs, meta)
     perf_walls = [p["wall_s"] for p in phases if p["kind"] == "perf" and p["served"]]
     run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
     return {
         "path": path,
+        "depth": depth,
         "backend": (engine or {}).get("backend") or ((engine or {}).get("kw") or {}).get("attention_backend"),
         "speculative": not path.startswith("base"),
         "init_s": engine.get("init_s") if engine else None,
@@ -438,6 +618,7 @@ def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | N
         "perf_min_wall_s": min(perf_walls) if perf_walls else None,
         "live_path_lines": [line for line in log.splitlines() if LIVE_PATH_RE.search(line)][:4],
         "policy_error_logs": len(POLICY_ERROR_RE.findall(log)),
+        "skip_catch_up_log": [m.group(0) for m in SKIP_LOG_RE.finditer(log)][:1],
         "tracebacks": log.count("Traceback"),
         "trace_steps": len(trace),
         "finished": "GC DONE" in log,
@@ -455,9 +636,14 @@ def _verdicts(eng: dict[str, Any], raise_count: int, depth: int) -> dict[str, bo
     if not eng["speculative"]:
         return v
     v["bookkeeping"] = bool(real) and all(p["bookkeeping_ok"] == p["requests"] for p in real)
-    by = {p["policy"]: p for p in real if p["kind"] == "check"}
+    # by the check's name: the pairs' references run the always-on policy too
+    by = {p["name"].split(":", 1)[1]: p for p in real if p["kind"] == "check"}
     on = by.get("always-on", by.get("sglang-static"))
-    v["oracle_verify_counts"] = None if on is None else on.get("oracle_verifies_equal") == on["requests"]
+    v["oracle_verify_counts"] = (
+        None
+        if on is None or "oracle_verifies_equal" not in on
+        else on["oracle_verifies_equal"] == on["requests"]
+    )
     if eng["path"].startswith("plain"):
         v["adapter_silent_when_unconfigured"] = not eng["live_path_lines"] and eng["trace_steps"] == 0
         return v
@@ -480,20 +666,76 @@ def _verdicts(eng: dict[str, Any], raise_count: int, depth: int) -> dict[str, bo
     v["raise_logged_once"] = None if r is None else eng["policy_error_logs"] == 1
     resumes = [p for p in real if p["kind"] == "resume"]
     v["resume_measured"] = None if not resumes else all(p.get("resume", {}).get("samples") for p in resumes)
+    if eng["path"] in planmod.EAGLE3_PATHS:
+        v.update(_eagle3_verdicts(real))
+    return v
+
+
+def _eagle3_verdicts(real: Sequence[dict[str, Any]]) -> dict[str, bool | None]:
+    """The acceptance oracle (topk 1: SGLang's counters equal the head's computed acceptance where the
+    schedule is known), the pairs (acceptance after each off stretch equals the always-on reference's),
+    and the proof that the pairs can fail: the skipped catch-up must differ from its reference. On the tree
+    nothing predicts that the zero state changes an accepted path (other branches can hold the tokens), so
+    there a skipped catch-up that went unseen is reported, not failed."""
+    counted = [p for p in real if "oracle_counts_equal" in p and not p["policy"].startswith("skip-catch-up")]
+    pairs = [p for p in real if "pair" in p and not p["policy"].startswith("skip-catch-up")]
+    skips = [p for p in real if "pair" in p and p["policy"].startswith("skip-catch-up")]
+    v: dict[str, bool | None] = {
+        "oracle_acceptance": None
+        if not counted
+        else all(p["oracle_counts_equal"] == p["requests"] for p in counted),
+        "acceptance_after_resume": None
+        if not pairs
+        else all(p["pair"]["equal"] == p["pair"]["requests"] > 0 for p in pairs),
+    }
+    detected = [p["pair"]["equal"] < p["pair"]["requests"] for p in skips]
+    predicted = [p.get("oracle_skip_changes") for p in skips]
+    flagged = [d for d, n in zip(detected, predicted, strict=True) if n]
+    if skips and any(n is None for n in predicted):  # the tree: reported, never failed
+        v["skipped_catch_up_detected"] = True if all(detected) else None
+    else:  # None where no request's counters were predicted to change
+        v["skipped_catch_up_detected"] = all(flagged) if flagged else None
     return v
 
 
 def _side_key(engine_id: str) -> str:
-    """``base_v2/triton`` -> ``v2/triton``: the speculation-free and plain engines join their path's table."""
+    """``base_v2/triton`` -> ``v2/triton``: the speculation-free and plain engines join their path's table;
+    ``eagle3_v1/triton`` -> ``eagle3/v1/triton``, ``eagle3tree_v1/triton`` -> ``eagle3-tree/v1/triton``."""
     path, backend = engine_id.split("/", 1)
-    return f"{'v1' if path.endswith('v1') else 'v2'}/{backend}"
+    shape = planmod.spec_shape(path)
+    prefix = shape.report_prefix if shape is not None else ""
+    return f"{prefix}{'v1' if path.endswith('v1') else 'v2'}/{backend}"
+
+
+def _join_never(table: dict[str, dict[str, Any]], base_keys: set[str]) -> None:
+    """The speculation-free engine's rows (``never``) also in the EAGLE-3 tables of its side and backend."""
+    for key in list(table):
+        tail = key.split("/", 1)[1] if key.startswith(("eagle3/", "eagle3-tree/")) else None
+        if tail in base_keys and tail in table:
+            for pol, row in table[tail].items():
+                if pol == "never":
+                    table[key].setdefault(pol, row)
+
+
+def off_ratio(perf: dict[str, dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
+    """static-0 over never per key and concurrency (medians): what an off step costs against a step of a
+    speculation-free engine."""
+    out: dict[str, dict[int, float]] = {}
+    for key, table in perf.items():
+        off, never = table.get("static-0", {}), table.get("never", {})
+        for c in sorted(set(off) & set(never)):
+            if never[c]:
+                out.setdefault(key, {})[c] = round(off[c] / never[c], 3)
+    return out
 
 
 def _collect(engines: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """perf (medians), perf_spread ([min, max]), perf_samples, ramp and resume, keyed ``<path>/<backend>``."""
+    """perf (medians), perf_spread ([min, max]), perf_samples, off_ratio, ramp and resume, keyed
+    ``[eagle3/|eagle3-tree/]<side>/<backend>``."""
     samples: dict[str, dict[str, dict[int, list[float]]]] = {}
     ramp: dict[str, dict[str, Any]] = {}
     resume: dict[str, dict[int, Any]] = {}
+    base_keys = {_side_key(eid) for eid, eng in engines.items() if not eng["speculative"]}
     for eid, eng in engines.items():
         key = _side_key(eid)
         for p in eng["phases"]:
@@ -507,8 +749,17 @@ def _collect(engines: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 }
             elif p["kind"] == "resume" and "resume" in p:
                 resume.setdefault(key, {})[p["resume"]["k"]] = p["resume"]
+    _join_never(samples, base_keys)
+    _join_never(ramp, base_keys)
     perf, spread = spread_table(samples)
-    return {"perf": perf, "perf_spread": spread, "perf_samples": samples, "ramp": ramp, "resume": resume}
+    return {
+        "perf": perf,
+        "perf_spread": spread,
+        "perf_samples": samples,
+        "off_ratio": off_ratio(perf),
+        "ramp": ramp,
+        "resume": resume,
+    }
 
 
 def load_doctor(folder: Path) -> dict[str, Any]:
@@ -531,13 +782,27 @@ def load_doctor(folder: Path) -> dict[str, Any]:
     return out
 
 
+def _engine_depth(folder: Path, path: str, depth: int) -> int:
+    """The engine's launch depth: its plan's (run.json), else the path's (the tree has its own)."""
+    run = folder / "run.json"
+    if run.exists():
+        d = json.loads(run.read_text()).get("depth")
+        if d:
+            return int(d)
+    shape = planmod.spec_shape(path, depth)
+    return depth if shape is None else shape.num_steps
+
+
 def analyze_dir(folder: Path, depth: int = 3, raise_count: int = 20) -> dict[str, Any]:
-    """Every engine folder under ``folder`` (files extracted from the results tarballs)."""
+    """Every engine folder under ``folder`` (files extracted from the results tarballs); ``depth`` is the
+    launch depth of engines whose plan does not record one."""
     meta = json.loads((folder / "models-meta.json").read_text())
     engines = {}
     for eid, sub in engine_folders(folder):
-        eng = analyze_engine(sub, meta, depth, path=eid.split("/", 1)[0])
-        eng["verdicts"] = _verdicts(eng, raise_count, depth)
+        path = eid.split("/", 1)[0]
+        d = _engine_depth(sub, path, depth)
+        eng = analyze_engine(sub, meta, d, path=path)
+        eng["verdicts"] = _verdicts(eng, raise_count, d)
         engines[eid] = eng
     doctor = load_doctor(folder)
     ok = bool(engines) and all(v is not False for e in engines.values() for v in e["verdicts"].values())
@@ -575,6 +840,32 @@ def _engine_md(name: str, eng: dict[str, Any]) -> list[str]:
             f"{t.get('by_depth', '-')} | {t.get('switches', '-')} | {t.get('fallbacks', '-')} | "
             f"{t.get('decide_us_p50', '-')} |"
         )
+    return [*lines, "", *_acceptance_md(eng)]
+
+
+def _acceptance_md(eng: dict[str, Any]) -> list[str]:
+    """The EAGLE-3 acceptance checks: per phase with a known schedule, SGLang's counters against the head's
+    computed acceptance, and per off stretch the pair against its always-on reference."""
+    rows = [p for p in eng["phases"] if "pair" in p or "oracle_counts_equal" in p]
+    if not rows:
+        return []
+    lines = [
+        "| phase | oracle counts equal | pair: reference | k | equal | first differences |",
+        "|---|---:|---|---:|---:|---|",
+    ]
+    for p in rows:
+        pair = p.get("pair") or {}
+        oracle = p.get("oracle_counts_equal")
+        changes = p.get("oracle_skip_changes")
+        cell = "-" if oracle is None else f"{oracle}/{p['requests']}"
+        if changes is not None:
+            cell += f" (skip changes {changes})"
+        equal = f"{pair['equal']}/{pair['requests']}" if pair else "-"
+        diffs = json.dumps(pair["diffs"][:2]) if pair.get("diffs") else ""
+        ref, k = pair.get("reference", "-"), pair.get("k", "-")
+        lines.append(f"| {p['name']} | {cell} | {ref} | {k} | {equal} | {diffs} |")
+    if eng.get("skip_catch_up_log"):
+        lines.append(f"- skipped catch-up log: `{eng['skip_catch_up_log'][0]}`")
     return [*lines, ""]
 
 
@@ -596,6 +887,22 @@ def _perf_md(report: dict[str, Any]) -> list[str]:
             lines.append(f"| {pol} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
+
+
+def _off_ratio_md(report: dict[str, Any]) -> list[str]:
+    ratios = report.get("off_ratio") or {}
+    if not ratios:
+        return []
+    levels = sorted({int(c) for row in ratios.values() for c in row})
+    lines = [
+        "## off step against a speculation-free step (static-0 / never, medians)",
+        "| engine | " + " | ".join(str(c) for c in levels) + " |",
+        "|---|" + "---:|" * len(levels),
+    ]
+    for key, row in sorted(ratios.items()):
+        cells = [row.get(c, row.get(str(c))) for c in levels]  # type: ignore[call-overload]
+        lines.append(f"| {key} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |")
+    return [*lines, ""]
 
 
 def _ramp_md(report: dict[str, Any]) -> list[str]:
@@ -648,5 +955,6 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"overall: {'PASS' if report['ok'] else 'FAIL'}", ""]
     for name, eng in report["engines"].items():
         lines += _engine_md(name, eng)
-    lines += _perf_md(report) + _ramp_md(report) + _resume_md(report) + _doctor_md(report)
+    lines += _perf_md(report) + _off_ratio_md(report) + _ramp_md(report) + _resume_md(report)
+    lines += _doctor_md(report)
     return "\n".join(lines)

@@ -58,6 +58,9 @@ __all__ = [
     "predict",
     "ideal_aux",
     "proposal_maps",
+    "draft_step",
+    "root_accepts",
+    "MAX_ACCEPT_DEPTH",
     "expected_accept_length",
 ]
 
@@ -175,20 +178,27 @@ def _attn_self(head: Eagle3Head, v: np.ndarray) -> np.ndarray:
     return np.repeat(vh, head.group, axis=-2).reshape(*v.shape[:-1], -1) @ head.o_proj.T
 
 
-def predict(head: Eagle3Head, token: int, hidden: np.ndarray) -> tuple[int, float, np.ndarray]:
-    """The head's greedy proposal (a target token id), its logit margin over the runner-up, and the pre-norm
-    hidden state it passes to the next draft step, for ``token`` and a hidden-state input: the target's
-    concatenated auxiliary states (width n_aux * h, through ``fc``) or the head's own (width h), as SGLang
-    dispatches on the width. Closed form of the construction: attention on its own position, MLP left out."""
+def draft_step(head: Eagle3Head, tokens: np.ndarray, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One draft forward over rows of (token, hidden-state input): logits over the draft vocabulary and the
+    pre-norm state each row passes to the next draft step. The input is the target's concatenated
+    auxiliary states (width n_aux * h, through ``fc``) or the head's own (width h), as SGLang dispatches on
+    the width. Closed form of the construction: attention on its own position, MLP left out."""
     h = head.embed.shape[1]
     hidden = np.asarray(hidden, dtype=np.float32)
-    r0 = head.fc @ hidden if hidden.shape[-1] != h else hidden
-    u = _rms_norm(head.embed[int(token)])
-    v = head.v_proj @ np.concatenate([u, _rms_norm(r0)])
+    r0 = hidden @ head.fc.T if hidden.shape[-1] != h else hidden
+    u = _rms_norm(head.embed[np.asarray(tokens, dtype=np.int64)])
+    v = np.concatenate([u, _rms_norm(r0)], axis=-1) @ head.v_proj.T
     r2 = r0 + _attn_self(head, v)
-    logits = head.lm_head @ _rms_norm(r2)
-    top2 = np.argsort(logits)[-2:]
-    return int(head.hot[top2[1]]), float(logits[top2[1]] - logits[top2[0]]), r2
+    return _rms_norm(r2) @ head.lm_head.T, r2
+
+
+def predict(head: Eagle3Head, token: int, hidden: np.ndarray) -> tuple[int, float, np.ndarray]:
+    """The head's greedy proposal (a target token id), its logit margin over the runner-up, and the pre-norm
+    hidden state it passes to the next draft step, for ``token`` and one hidden-state input
+    (``draft_step``)."""
+    logits, r2 = draft_step(head, np.asarray([int(token)]), np.asarray(hidden, dtype=np.float32)[None])
+    top2 = np.argsort(logits[0])[-2:]
+    return int(head.hot[top2[1]]), float(logits[0, top2[1]] - logits[0, top2[0]]), r2[0]
 
 
 def ideal_aux(head: Eagle3Head, token: int, n_aux: int = 3) -> np.ndarray:
@@ -218,31 +228,61 @@ def proposal_maps(head: Eagle3Head, pi: np.ndarray) -> dict[str, list[Any]]:
     return out
 
 
+#: Deepest chain ``root_accepts`` follows (the live check launches 3 and 4 steps).
+MAX_ACCEPT_DEPTH = 8
+
+
+def root_accepts(
+    head: Eagle3Head, pi: np.ndarray, max_depth: int = MAX_ACCEPT_DEPTH, *, hidden: bool = True
+) -> np.ndarray:
+    """Per root token b: the drafts a topk-1 verify rooted at b accepts, drafting up to ``max_depth`` deep
+    (a verify ``d`` deep accepts the minimum of that and d). The first step drafts from b with the target's
+    state of b's chain predecessor, the token before b in greedy output (``hidden=False``: a zero state,
+    what a drafter that never got the target's hidden states sees); later steps from the head's own state,
+    and the chain stops at the first proposal the target's chain rejects. Special ids get 0."""
+    if max_depth < 1:
+        raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+    pi = np.asarray(pi, dtype=np.int64)
+    n = len(pi)
+    roots = np.arange(FIRST_TOKEN, n)
+    pred = np.empty(n, dtype=np.int64)
+    pred[pi[FIRST_TOKEN:]] = roots  # pi is one cycle over the chain range
+    n_aux = head.fc.shape[1] // head.embed.shape[1]
+    state = np.tile(head.embed[pred[roots]], (1, n_aux))
+    if not hidden:
+        state = np.zeros_like(state)
+    tok, want = roots.copy(), roots.copy()
+    alive = np.ones(len(roots), dtype=bool)
+    accepted = np.zeros(len(roots), dtype=np.int64)
+    for _ in range(max_depth):
+        logits, state = draft_step(head, tok, state)
+        tok = head.hot[np.argmax(logits, axis=-1)]
+        want = pi[want]
+        alive &= tok == want
+        accepted += alive
+        if not alive.any():
+            break
+    out = np.zeros(n, dtype=np.int64)
+    out[roots] = accepted
+    return out
+
+
 def expected_accept_length(
     head: Eagle3Head, pi: np.ndarray, last_prompt_token: int, n: int, depth: int, *, hidden: bool = True
 ) -> float:
     """Mean tokens per verify (1 + accepted drafts) of an always-on engine drafting a chain ``depth`` deep
-    (topk 1) over ``n`` output tokens after a prompt ending in ``last_prompt_token``. Each verify drafts from
-    the last emitted token b with the target's state of the token before it (``hidden=False``: a zero state,
-    the engine that never hands the head its hidden states), later steps from the head's own state."""
+    (topk 1) over ``n`` output tokens after a prompt ending in ``last_prompt_token``: every verify rooted at
+    the last emitted token accepts what ``root_accepts`` gives it."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    n_aux = head.fc.shape[1] // head.embed.shape[1]
-    zero = np.zeros(head.fc.shape[1], dtype=np.float32)
-    prev, b = int(last_prompt_token), int(pi[last_prompt_token])  # the prefill emits b
+    table = root_accepts(head, pi, depth, hidden=hidden)
+    b = int(pi[last_prompt_token])  # the prefill emits b
     produced, verifies = 1, 0
     while produced < n:
         verifies += 1
-        state: np.ndarray = ideal_aux(head, prev, n_aux) if hidden else zero
-        want, tok, accepted = b, b, 0
-        for _ in range(depth):
-            tok, _, state = predict(head, tok, state)
-            want = int(pi[want])
-            if tok != want:
-                break
-            accepted += 1
+        accepted = int(table[b])
         for _ in range(accepted + 1):
-            prev, b = b, int(pi[b])
+            b = int(pi[b])
         produced += accepted + 1
     return (produced - 1) / verifies
 
@@ -376,7 +416,9 @@ def write_checkpoint(
     resid_std: float = 5e-4,
 ) -> dict[str, Any]:
     """Write the head for the bigram target in ``target_dir`` (config.json, model.safetensors, tokenizer
-    files); return what the live check needs (capture layers, the hidden-sensitive set, the proposal maps)."""
+    files); return what the live check needs (capture layers, the hidden-sensitive set, the proposal maps,
+    and per root token the drafts a topk-1 verify accepts with the target's hidden state, ``accept``, and
+    with none, ``accept_no_hidden``, up to MAX_ACCEPT_DEPTH deep)."""
     import shutil
 
     from safetensors import safe_open
@@ -427,6 +469,8 @@ def write_checkpoint(
         "eta": eta,
         **info,
         **proposal_maps(head, np.asarray(pi)),
+        "accept": root_accepts(head, np.asarray(pi)).tolist(),
+        "accept_no_hidden": root_accepts(head, np.asarray(pi), hidden=False).tolist(),
     }
 
 

@@ -21,6 +21,10 @@ from typing import Any, Literal
 __all__ = [
     "Phase",
     "EngineRun",
+    "SpecShape",
+    "spec_shape",
+    "ADAPTER_PATHS",
+    "EAGLE3_PATHS",
     "LAUNCH_DEPTH",
     "CONCURRENCY",
     "SITTING_CONCURRENCY",
@@ -29,12 +33,15 @@ __all__ = [
     "PERF_POLICIES",
     "RAMP_POLICIES",
     "RESUME_K",
+    "PAIR_K",
+    "SKIP_K",
     "CHECK_POLICIES",
     "HYSTERESIS_TUNED",
     "REF_TOK_S",
     "check_policies",
     "perf_policies",
     "resume_policies",
+    "pair_policies",
     "ref_rate",
     "best_rate",
     "perf_tokens_for",
@@ -60,9 +67,17 @@ LAUNCH_DEPTH = 3
 CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 #: The levels of a budget-limited sitting (docs/gpu-results.md, "One sitting").
 SITTING_CONCURRENCY: tuple[int, ...] = (1, 4, 16, 64, 128)
-#: v1/v2: the speculative engine with specpolicy; base_*: a speculation-free engine ("never"); plain_*: the
-#: speculative engine with specpolicy installed but not configured (SGLang's own static speculation).
-PathName = Literal["v1", "v2", "base_v1", "base_v2", "plain_v1", "plain_v2"]
+#: v1/v2: the speculative engine with specpolicy (a draft model); base_*: a speculation-free engine
+#: ("never"); plain_*: the speculative engine with specpolicy installed but not configured (SGLang's own
+#: static speculation); eagle3_*: the EAGLE-3 test head (scripts/gpu/eagle3_model.py) with specpolicy,
+#: topk 1; eagle3tree_v1: the same head with the seed deployment's draft tree (topk 4, 4 steps, 16 draft
+#: tokens), which SGLang serves only on the non-overlap v1 worker.
+PathName = Literal[
+    "v1", "v2", "base_v1", "base_v2", "plain_v1", "plain_v2", "eagle3_v1", "eagle3_v2", "eagle3tree_v1"
+]
+#: Paths whose engine runs specpolicy's dispatcher (the others serve their phases with no policy).
+ADAPTER_PATHS: tuple[str, ...] = ("v1", "v2", "eagle3_v1", "eagle3_v2", "eagle3tree_v1")
+EAGLE3_PATHS: tuple[str, ...] = ("eagle3_v1", "eagle3_v2", "eagle3tree_v1")
 Backend = Literal["triton", "flashinfer"]
 BACKENDS: tuple[str, ...] = ("triton", "flashinfer")
 Kind = Literal["warmup", "check", "perf", "resume", "ramp"]
@@ -82,6 +97,35 @@ HYSTERESIS_TUNED: dict[str, Any] = {
     "min_dwell_steps": 62,
     "num_steps": LAUNCH_DEPTH,
 }
+
+#: The seed deployment's draft tree: topk 4, 4 steps, 16 draft tokens per verify.
+TREE_TOPK, TREE_STEPS, TREE_DRAFT_TOKENS = 4, 4, 16
+
+
+@dataclass(frozen=True)
+class SpecShape:
+    """How a speculative path launches: SGLang's algorithm, the drafter's folder under ``models/``, the
+    speculation shape, and the prefix of its keys in the report (``""``: the draft-model tables)."""
+
+    algorithm: str
+    draft: str
+    num_steps: int
+    topk: int
+    draft_tokens: int
+    report_prefix: str
+
+
+def spec_shape(path: str, depth: int = LAUNCH_DEPTH) -> SpecShape | None:
+    """The speculation a path launches with (None for the speculation-free base paths); ``depth`` is the
+    chain depth of the topk-1 paths, the tree keeps its own."""
+    if path.startswith("base"):
+        return None
+    if path.startswith("eagle3tree"):
+        return SpecShape("EAGLE3", "eagle3", TREE_STEPS, TREE_TOPK, TREE_DRAFT_TOKENS, "eagle3-tree/")
+    if path.startswith("eagle3"):
+        return SpecShape("EAGLE3", "eagle3", depth, 1, depth + 1, "eagle3/")
+    return SpecShape("STANDALONE", "draft", depth, 1, depth + 1, "")
+
 
 #: Output tokens/s measured live (docs/gpu-results.md, 2026-11-30, triton, one batch of 256-token requests
 #: per point) at CONCURRENCY, per worker path and policy. Used only to size batches and estimate durations;
@@ -130,6 +174,9 @@ class Phase:
     a ramp, where ``concurrency`` is the number of requests in the schedule, not the number in flight.
     ``min_wall_s``: the engine repeats a shorter batch until the whole lasts that long. ``est_s``: the
     planned duration, which the engine compares with its deadline before starting the phase.
+    ``chain_shift``: the prompts are those of ``seed`` advanced by that many tokens of the target's chain
+    (``prompts_for``). ``reference``: the name of an always-on phase of the same engine whose per-request
+    acceptance this phase must reproduce once its first off stretch is over (the acceptance pairs).
     """
 
     name: str
@@ -143,6 +190,8 @@ class Phase:
     min_wall_s: float = 0.0
     est_s: float = 0.0
     arrivals: tuple[float, ...] = ()
+    chain_shift: int = 0
+    reference: str = ""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -154,6 +203,8 @@ class Phase:
             )
         if self.prompt_len < 1 or min(self.max_new_tokens) < 1:
             raise ValueError("Phase.prompt_len and every max_new_tokens must be >= 1")
+        if self.chain_shift < 0:
+            raise ValueError(f"Phase.chain_shift must be >= 0, got {self.chain_shift}")
         if self.arrivals and (
             len(self.arrivals) != self.concurrency
             or min(self.arrivals) < 0
@@ -170,11 +221,16 @@ class EngineRun:
     phases: tuple[Phase, ...]
     policies: dict[str, Any] = field(default_factory=dict)
     backend: Backend = "triton"
+    depth: int = LAUNCH_DEPTH
 
     @property
     def id(self) -> str:
-        """``<path>/<backend>``: the engine's folder in the results and its key in the report."""
+        """``<path>/<backend>``: the engine's folder in the results."""
         return f"{self.path}/{self.backend}"
+
+    @property
+    def shape(self) -> SpecShape | None:
+        return spec_shape(self.path, self.depth)
 
     @property
     def side(self) -> str:
@@ -206,7 +262,13 @@ class EngineRun:
             )
             for p in d["phases"]
         )
-        return cls(path=d["path"], phases=phases, policies=d["policies"], backend=d.get("backend", "triton"))
+        return cls(
+            path=d["path"],
+            phases=phases,
+            policies=d["policies"],
+            backend=d.get("backend", "triton"),
+            depth=d.get("depth", LAUNCH_DEPTH),
+        )
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -250,10 +312,40 @@ def resume_policies(ks: Sequence[int], depth: int = LAUNCH_DEPTH) -> dict[str, A
     }
 
 
+#: A resume that never ends: ``gpucheck_resume`` with this many on steps turns on once, for good.
+ON_FOR_GOOD = 1_000_000
+
+
+def pair_policies(ks: Sequence[int], skip_k: int, depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
+    """The acceptance pairs (EAGLE-3 engines): ``resume-once-<k>`` is off for the first k steps of a batch,
+    then on for good; ``skip-catch-up-<k>`` does the same and, while off, hands the drafter a zero hidden
+    state instead of the target's (test only: the proof that the pair check can fail)."""
+    out: dict[str, Any] = {
+        f"resume-once-{k}": {
+            "name": "gpucheck_resume",
+            "off_steps": k,
+            "depth": depth,
+            "on_steps": ON_FOR_GOOD,
+        }
+        for k in ks
+    }
+    if skip_k:
+        out[f"skip-catch-up-{skip_k}"] = {
+            "name": "gpucheck_skip_catch_up",
+            "off_steps": skip_k,
+            "depth": depth,
+            "on_steps": ON_FOR_GOOD,
+        }
+    return out
+
+
 CHECK_POLICIES = tuple(check_policies())
 PERF_POLICIES: tuple[str, ...] = ("static", "static-0", "cost_model", "hysteresis")
 RAMP_POLICIES: tuple[str, ...] = ("cost_model", "static")
 RESUME_K: tuple[int, ...] = (1, 8, 64, 512)
+#: Off stretches of the acceptance pairs, and the one the skipped catch-up runs (0: none).
+PAIR_K: tuple[int, ...] = (1, 8, 64)
+SKIP_K = 8
 
 
 def dispatch_config(
@@ -526,6 +618,8 @@ class _Opts:
     resume_k: tuple[int, ...]
     resume_batch: int
     depth: int
+    pair_k: tuple[int, ...]
+    skip_k: int
 
 
 def _phase(run_side: str, label_name: str, **kw: Any) -> Phase:
@@ -538,7 +632,8 @@ def _warmups(o: _Opts, side: str, spec: bool, none_label: str) -> list[Phase]:
     of a shape compiles kernels (hundreds of ms per shape were seen), and the prompts are then cached for
     every policy alike."""
     out = []
-    for c in sorted({*o.concurrency, o.check_concurrency, o.resume_batch if spec else 1}):
+    resume = o.resume_batch if spec and o.resume_k else o.check_concurrency
+    for c in sorted({*o.concurrency, o.check_concurrency, resume}):
         for label in ("always-on", "always-off") if spec else (None,):
             out.append(
                 _phase(
@@ -556,9 +651,9 @@ def _warmups(o: _Opts, side: str, spec: bool, none_label: str) -> list[Phase]:
     return out
 
 
-def _checks(o: _Opts, side: str, spec: bool, none_label: str) -> list[Phase]:
+def _checks(o: _Opts, side: str, spec: bool, none_label: str, depth: int) -> list[Phase]:
     lengths = _check_lengths(o.check_concurrency, seed=11)
-    labels: tuple[str | None, ...] = tuple(check_policies(o.depth)) if spec else (None,)
+    labels: tuple[str | None, ...] = tuple(check_policies(depth)) if spec else (None,)
     return [
         _phase(
             side,
@@ -573,6 +668,40 @@ def _checks(o: _Opts, side: str, spec: bool, none_label: str) -> list[Phase]:
         )
         for label in labels
     ]
+
+
+def _pairs(o: _Opts, side: str) -> list[Phase]:
+    """Per off stretch k: an always-on reference whose prompts are advanced k tokens along the chain, and
+    a batch that is off for its first k steps, then on, with k more tokens per request. After the off
+    stretch each request stands where its reference started, so with the hidden states caught up exactly
+    the rest of its verifies are the reference's: the same accepted drafts, k more verifies of none."""
+    out: list[Phase] = []
+    ks = [*o.pair_k, *([o.skip_k] if o.skip_k and o.skip_k not in o.pair_k else [])]
+    for k in ks:
+        seed = 20 + k
+        lengths = _check_lengths(o.check_concurrency, seed=seed)
+        common: dict[str, Any] = {
+            "kind": "check",
+            "concurrency": o.check_concurrency,
+            "prompt_len": 48,
+            "seed": seed,
+        }
+        ref = f"check:ref-{k}"
+        out.append(
+            _phase(
+                side, "static", name=ref, policy="always-on", max_new_tokens=lengths, chain_shift=k, **common
+            )
+        )
+        longer = tuple(n + k for n in lengths)
+        labels = [f"resume-once-{k}"] if k in o.pair_k else []
+        labels += [f"skip-catch-up-{k}"] if k == o.skip_k else []
+        out += [
+            _phase(
+                side, "static", name=f"check:{lb}", policy=lb, max_new_tokens=longer, reference=ref, **common
+            )
+            for lb in labels
+        ]
+    return out
 
 
 def _perf(o: _Opts, side: str, labels: Sequence[str | None], none_label: str) -> list[Phase]:
@@ -599,7 +728,7 @@ def _perf(o: _Opts, side: str, labels: Sequence[str | None], none_label: str) ->
     return out
 
 
-def _resume(o: _Opts, side: str) -> list[Phase]:
+def _resume(o: _Opts, side: str, depth: int) -> list[Phase]:
     return [
         _phase(
             side,
@@ -609,7 +738,7 @@ def _resume(o: _Opts, side: str) -> list[Phase]:
             policy=f"resume-{k}",
             concurrency=o.resume_batch,
             prompt_len=o.perf_prompt,
-            max_new_tokens=(resume_tokens(k, depth=o.depth),) * o.resume_batch,
+            max_new_tokens=(resume_tokens(k, depth=depth),) * o.resume_batch,
             seed=10_000 + k,
         )
         for k in o.resume_k
@@ -642,21 +771,28 @@ def _ramps(o: _Opts, side: str, labels: Sequence[str | None], none_label: str) -
 
 def _engine(path: PathName, backend: Backend, o: _Opts) -> EngineRun:
     side = "v1" if path.endswith("v1") else "v2"
-    adapter = path in ("v1", "v2")
+    adapter = path in ADAPTER_PATHS
+    eagle3 = path in EAGLE3_PATHS
+    shape = spec_shape(path, o.depth)
+    depth = shape.num_steps if shape is not None else o.depth
     none_label = "sglang-static" if path.startswith("plain") else "never"
-    perfs = {k: v for k, v in perf_policies(o.depth).items() if k in o.perf}
-    ramp_labels = [p for p in o.ramp_policies if p in perf_policies(o.depth)]
+    perfs = {k: v for k, v in perf_policies(depth).items() if k in o.perf}
+    ramp_labels = [p for p in o.ramp_policies if p in perf_policies(depth)]
     phases = _warmups(o, side, adapter, none_label)
-    phases += _checks(o, side, adapter, none_label)
+    phases += _checks(o, side, adapter, none_label, depth)
+    if eagle3:
+        phases += _pairs(o, side)
     phases += _perf(o, side, list(perfs) if adapter else [None], none_label)
     if adapter:
-        phases += _resume(o, side)
+        phases += _resume(o, side, depth)
     phases += _ramps(o, side, ramp_labels if adapter else [None], none_label)
     policies: dict[str, Any] = {}
     if adapter:
-        ramp_specs = {k: perf_policies(o.depth)[k] for k in ramp_labels}
-        policies = {**check_policies(o.depth), **perfs, **ramp_specs, **resume_policies(o.resume_k, o.depth)}
-    return EngineRun(path=path, phases=tuple(phases), policies=policies, backend=backend)
+        ramp_specs = {k: perf_policies(depth)[k] for k in ramp_labels}
+        policies = {**check_policies(depth), **perfs, **ramp_specs, **resume_policies(o.resume_k, depth)}
+        if eagle3:
+            policies.update(pair_policies(o.pair_k, o.skip_k, depth))
+    return EngineRun(path=path, phases=tuple(phases), policies=policies, backend=backend, depth=depth)
 
 
 def build_plan(
@@ -676,12 +812,18 @@ def build_plan(
     resume_k: tuple[int, ...] = RESUME_K,
     resume_batch: int = 4,
     depth: int = LAUNCH_DEPTH,
+    pair_k: tuple[int, ...] = PAIR_K,
+    skip_k: int = SKIP_K,
 ) -> list[EngineRun]:
     """Engines in run order (backend-major: both engines of a comparison before the next backend).
 
     ``perf_tokens`` 0 sizes each level's output so a batch lasts ``min_batch_s`` (perf_tokens_for);
-    ``ramp_s`` 0 and an empty ``resume_k`` drop those phases.
+    ``ramp_s`` 0 and an empty ``resume_k`` drop those phases. ``depth`` is the launch depth of the topk-1
+    paths (the tree has its own); ``pair_k`` and ``skip_k`` (0: none) shape the EAGLE-3 engines'
+    acceptance pairs.
     """
+    if any(k < 1 for k in pair_k) or skip_k < 0:
+        raise ValueError(f"pair_k must hold off stretches >= 1 and skip_k be >= 0, got {pair_k}, {skip_k}")
     o = _Opts(
         concurrency,
         repeats,
@@ -696,14 +838,34 @@ def build_plan(
         resume_k,
         resume_batch,
         depth,
+        pair_k,
+        skip_k,
     )
     return [_engine(path, backend, o) for backend in backends for path in paths]
 
 
-def prompts_for(phase: Phase, chain_vocab: int, first_token: int = 4) -> list[list[int]]:
-    """Random prompt token ids in [first_token, chain_vocab), deterministic per phase seed."""
+def prompts_for(
+    phase: Phase, chain_vocab: int, first_token: int = 4, pi: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Random prompt token ids in [first_token, chain_vocab), deterministic per phase seed.
+
+    A phase with ``chain_shift`` k takes those prompts, follows the target's chain ``pi`` k tokens past
+    each and keeps the last ``prompt_len`` tokens, so its requests emit what the unshifted prompts'
+    requests emit from their (k+1)-th output token on."""
     rng = random.Random(phase.seed)
-    return [
+    prompts = [
         [rng.randrange(first_token, chain_vocab) for _ in range(phase.prompt_len)]
         for _ in range(phase.concurrency)
     ]
+    if not phase.chain_shift:
+        return prompts
+    if pi is None:
+        raise ValueError(f"phase {phase.name}: chain_shift needs the target's chain (pi)")
+    out = []
+    for p in prompts:
+        t, tail = p[-1], []
+        for _ in range(phase.chain_shift):
+            t = int(pi[t])
+            tail.append(t)
+        out.append((p + tail)[-phase.prompt_len :])
+    return out

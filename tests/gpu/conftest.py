@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 for p in (ROOT / "scripts", ROOT / "scripts" / "gpu"):
@@ -23,3 +26,10 @@ if "specpolicy_gpucheck" not in sys.modules:
     _mod = importlib.util.module_from_spec(_spec)
     sys.modules["specpolicy_gpucheck"] = _mod
     _spec.loader.exec_module(_mod)
+
+
+@pytest.fixture(autouse=True)
+def _disarm_catch_up_skip() -> Iterator[None]:
+    """The skipped-catch-up switch is process-wide (it wraps a class method): no test leaves it armed."""
+    yield
+    sys.modules["specpolicy_gpucheck"].CATCH_UP_SKIP.armed = False

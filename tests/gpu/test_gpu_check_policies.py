@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from specpolicy_gpucheck import (
+    CATCH_UP_SKIP,
     CONTROL_SIZE,
+    CatchUpSkip,
     CycleConfig,
     CyclePolicy,
     DispatchConfig,
@@ -18,6 +20,8 @@ from specpolicy_gpucheck import (
     RaisePolicy,
     ResumeConfig,
     ResumePolicy,
+    SkipCatchUpConfig,
+    SkipCatchUpPolicy,
     write_control,
 )
 
@@ -172,4 +176,67 @@ def test_dispatch_runs_the_resume_policy_by_label(tmp_path: Path) -> None:
     )
     pol = DispatchPolicy(cfg)
     assert [pol.decide(S).num_steps for _ in range(6)] == [0, 0, 3, 0, 0, 3]
+    assert cfg.candidate_steps() == (0, 3)
+
+
+class _Hidden:
+    def __init__(self) -> None:
+        self.zeroed = 0
+
+    def zero_(self) -> None:
+        self.zeroed += 1
+
+
+class _Target:
+    """Stands in for the adapter's DecodeTarget: its forward returns what the target worker returned."""
+
+    def forward(self, forward_fn: object, model_runner: object, decode_mwb: object) -> object:
+        assert callable(forward_fn)
+        return forward_fn(decode_mwb)
+
+
+def _out(hidden: object) -> object:
+    class Logits:
+        hidden_states = hidden
+
+    class Out:
+        logits_output = Logits()
+
+    return Out()
+
+
+def test_skipped_catch_up_zeroes_hidden_states_only_while_armed() -> None:
+    skip = CatchUpSkip(target=_Target)
+    pol = SkipCatchUpPolicy(SkipCatchUpConfig(off_steps=2, depth=3, on_steps=4), skip=skip)
+    assert skip.installed and not skip.armed  # built, not yet deciding: the engine's steps are untouched
+    h = _Hidden()
+    _Target().forward(lambda mwb: _out(h), None, None)
+    assert h.zeroed == 0
+    assert [pol.decide(S).num_steps for _ in range(7)] == [0, 0, 3, 3, 3, 3, 0]  # gpucheck_resume's schedule
+    assert skip.armed
+    _Target().forward(lambda mwb: _out(h), None, None)
+    _Target().forward(lambda mwb: _out(None), None, None)  # a forward without hidden states is left alone
+    assert h.zeroed == 1 and skip.zeroed == 1
+    wrapped = _Target.forward
+    assert skip.install() and _Target.forward is wrapped  # wrapped once, not twice
+
+
+def test_dispatch_disarms_the_skip_when_it_switches_away(tmp_path: Path) -> None:
+    control = tmp_path / "control.txt"
+    write_control(control, 1, "skip")
+    cfg = DispatchConfig(
+        control_file=str(control),
+        initial="skip",
+        policies={
+            "skip": {"name": "gpucheck_skip_catch_up", "off_steps": 2, "depth": 3, "on_steps": 9},
+            "on": {"name": "static", "num_steps": 3},
+        },
+    )
+    pol = DispatchPolicy(cfg)
+    assert [pol.decide(S).num_steps for _ in range(3)] == [0, 0, 3]
+    assert CATCH_UP_SKIP.armed
+    write_control(control, 2, "on")
+    assert pol.decide(S).num_steps == 3 and not CATCH_UP_SKIP.armed
+    write_control(control, 3, "skip")
+    assert pol.decide(S).num_steps == 0 and CATCH_UP_SKIP.armed  # fresh: off first again
     assert cfg.candidate_steps() == (0, 3)

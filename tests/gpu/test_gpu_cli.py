@@ -26,6 +26,55 @@ def test_engine_kwargs_pick_the_worker_path(tmp_path: Path) -> None:
     assert G.engine_kwargs("base_v2", tmp_path)["disable_overlap_schedule"] is False
 
 
+def test_engine_kwargs_of_the_eagle3_paths_launch_the_head(tmp_path: Path) -> None:
+    e1, e2, tree = (G.engine_kwargs(p, tmp_path) for p in ("eagle3_v1", "eagle3_v2", "eagle3tree_v1"))
+    for kw in (e1, e2, tree):
+        assert kw["speculative_algorithm"] == "EAGLE3"
+        assert kw["speculative_draft_model_path"] == str(tmp_path / "eagle3")
+        assert kw["model_path"] == str(tmp_path / "target")
+    assert (
+        e1["disable_overlap_schedule"]
+        and not e2["disable_overlap_schedule"]
+        and tree["disable_overlap_schedule"]
+    )
+    assert [
+        e2[k] for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    ] == [
+        3,
+        1,
+        4,
+    ]
+    assert [
+        tree[k] for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    ] == [
+        4,
+        4,
+        16,
+    ]
+    assert G.SPEC_KW["speculative_algorithm"] == "STANDALONE" and G.spec_kwargs("base_v1") == {}
+    two = G.engine_kwargs("eagle3_v2", tmp_path, depth=2)  # a plan's launch depth reaches the engine
+    assert (two["speculative_num_steps"], two["speculative_num_draft_tokens"]) == (2, 3)
+    assert G.engine_kwargs("eagle3tree_v1", tmp_path, depth=2)["speculative_num_steps"] == 4  # its own
+
+
+def test_device_builds_the_eagle3_head_only_when_an_eagle3_engine_is_planned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    work = tmp_path / "w"
+    assert G._build_models(work, 0.7, eagle3=True) == 0
+    assert calls[-1][-1] == "--eagle3" and "build-models" in calls[-1]
+    (work / "models").mkdir(parents=True)
+    (work / "models" / "meta.json").write_text(json.dumps({"pi": []}))
+    assert G._build_models(work, 0.7) == 0 and len(calls) == 1  # the draft models are there
+    assert G._build_models(work, 0.7, eagle3=True) == 0 and len(calls) == 2  # the head is not
+    (work / "models" / "meta.json").write_text(json.dumps({"pi": [], "eagle3": {}}))
+    assert G._build_models(work, 0.7, eagle3=True) == 0 and len(calls) == 2
+
+
 def test_attention_backend_comes_from_the_run_then_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,6 +168,42 @@ def test_dry_run_prints_the_plan_with_estimates_and_runs_nothing(
     assert total <= 570
 
 
+#: The EAGLE-3 sitting (docs/gpu-results.md, "One sitting").
+SITTING_EAGLE3 = [
+    "--paths",
+    "eagle3_v1,eagle3_v2,eagle3tree_v1,base_v1",
+    "--attn",
+    "triton",
+    "--concurrency",
+    "1,16,128",
+    "--repeats",
+    "2",
+    "--min-batch-s",
+    "0.5",
+    "--perf",
+    "static,static-0,cost_model",
+    "--resume-k=",
+    "--ramp-s",
+    "0",
+    "--pair-k",
+    "1,64",
+    "--skip-k",
+    "8",
+]
+
+
+def test_dry_run_of_the_eagle3_sitting_fits_its_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work, out = str(tmp_path / "w"), str(tmp_path / "o")
+    assert G.main(["device", "--work", work, "--out", out, *SITTING_EAGLE3, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    for eid in ("eagle3_v1/triton", "eagle3_v2/triton", "eagle3tree_v1/triton", "base_v1/triton"):
+        assert f"engine {eid}" in text
+    assert "CUT" not in text and "check     10 phase(s)" in text and "perf      18 phase(s)" in text
+    assert float(text.rsplit("total ~", 1)[1].split(" ")[0]) <= 540 - 10
+
+
 def test_doctor_command_runs_the_smoke_test_on_the_test_models(tmp_path: Path) -> None:
     cmd = G.doctor_command(tmp_path, "flashinfer")
     assert cmd[1:6] == ["-m", "specpolicy.cli", "doctor", "--engine", "sglang"] and "--smoke" in cmd
@@ -163,6 +248,9 @@ def test_build_models_eagle3_adds_the_head_beside_the_draft(tmp_path: Path) -> N
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and meta["target"]["layers"] == 4
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == meta["eagle3"]["layer_ids"]
     assert len(meta["eagle3"]["with_hidden"]) == meta["chain_vocab"]
+    for table in ("accept", "accept_no_hidden"):  # per root, what the analysis's acceptance oracle reads
+        got = meta["eagle3"][table]
+        assert len(got) == meta["chain_vocab"] and all(0 <= a <= 8 for a in got) and got[:4] == [0] * 4
     assert (work / "models" / "draft" / "config.json").exists()
 
 
@@ -242,6 +330,69 @@ def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
         assert eng["verdicts"]["all_served"]
     assert set(report["ramp"]["v2/triton"]) == {"cost_model", "static", "never"}
     assert rep == 1  # the fake has no adapter: no live-path line, no trace, so the report must fail
+
+
+def test_device_flow_serves_the_eagle3_pairs_on_chain_shifted_prompts(tmp_path: Path) -> None:
+    """The EAGLE-3 engine through the driver: the head's arguments, the pairs' prompts and their records."""
+    import os
+    import subprocess
+    import sys
+
+    work, out = tmp_path / "w", tmp_path / "o"
+    (work / "models" / "target").mkdir(parents=True)
+    pi = bm.bigram_map(60, 1)
+    meta = {"chain_vocab": 60, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist(), "eagle3": {}}
+    (work / "models" / "meta.json").write_text(json.dumps(meta))
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [
+                str(here / "fakes"),
+                str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies"),
+                os.environ.get("PYTHONPATH", ""),
+            ]
+        ),
+    }
+    script = here.parents[1] / "scripts" / "gpu_check.py"
+    args = [
+        "device",
+        "--work",
+        str(work),
+        "--out",
+        str(out),
+        "--paths",
+        "eagle3tree_v1",
+        "--concurrency",
+        "1",
+    ]
+    args += ["--perf-tokens", "12", "--repeats", "1", "--min-batch-s", "0", "--ramp-s", "0", "--resume-k="]
+    args += ["--pair-k", "1,8", "--skip-k", "8", "--min-engine-s", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = [
+        json.loads(x)
+        for x in (work / "runs" / "eagle3tree_v1" / "triton" / "phases.jsonl").read_text().splitlines()
+    ]
+    kw = recs[0]["kw"]
+    assert kw["speculative_algorithm"] == "EAGLE3" and kw["speculative_eagle_topk"] == 4
+    assert kw["speculative_draft_model_path"] == str(work / "models" / "eagle3")
+    by = {r["name"]: r for r in recs[1:]}
+    for k in (1, 8):
+        ref, once = by[f"check:ref-{k}"], by[f"check:resume-once-{k}"]
+        assert ref["chain_shift"] == k and once["reference"] == ref["name"] and ref["policy"] == "always-on"
+        for a, b in zip(once["prompt_last"], ref["prompt_last"], strict=True):
+            t = a
+            for _ in range(k):
+                t = int(pi[t])
+            assert b == t  # the reference's prompts end k chain tokens further on
+        for x, r in zip(once["requests"], ref["requests"], strict=True):
+            assert x["output_ids"][k:] == r["output_ids"]  # so its output is the rest of the paired request's
+    assert by["check:skip-catch-up-8"]["reference"] == "check:ref-8"
+    log = (work / "runs" / "eagle3tree_v1" / "triton" / "engine.log").read_text()
+    assert "FAKE specpolicy config ok, candidate steps (0, 4)" in log  # every policy at the tree's depth
 
 
 def test_device_skips_phases_past_the_engine_deadline(tmp_path: Path) -> None:

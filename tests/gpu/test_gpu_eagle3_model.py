@@ -166,3 +166,32 @@ def test_a_missing_hidden_state_changes_the_proposal_and_the_acceptance(built: d
     on = em.expected_accept_length(head, pi, 10, 400, 3)
     off = em.expected_accept_length(head, pi, 10, 400, 3, hidden=False)
     assert 1.0 <= off < on - 0.2 and on <= 4.0
+
+
+@needs_torch
+def test_root_accepts_follow_the_forward_draft_by_draft(built: dict[str, Any]) -> None:
+    """Each root's table entry against SGLang's forward re-computed step by step: the first draft from the
+    root with the real target's state of the token before it (or a zero state), then from the head's own
+    pre-norm state, until a proposal leaves the chain."""
+    pi, head, info, d = built["pi"], built["head"], built["info"], built["dir"]
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(bm.FIRST_TOKEN, len(pi), 12).tolist()
+    tokens = prompt + bm.greedy_chain(pi, prompt[-1], 40)
+    aux = _target_aux(d / "target", tokens, info["layer_ids"])
+    deepest = em.MAX_ACCEPT_DEPTH
+    seen: dict[bool, list[int]] = {True: [], False: []}
+    for i in range(len(prompt) - 1, len(tokens) - deepest - 2):
+        root, chain = tokens[i + 1], tokens[i + 2 :]
+        for hidden, table in ((True, info["accept"]), (False, info["accept_no_hidden"])):
+            state = aux[i : i + 1] if hidden else np.zeros_like(aux[i : i + 1])
+            tok, n = root, 0
+            while n < deepest:
+                logits, pre = _forward(d / "eagle3", [tok], state)
+                tok = int(head.hot[int(logits[-1].argmax())])
+                if tok != chain[n]:
+                    break
+                n, state = n + 1, pre[-1:].numpy()
+            assert table[root] == n, (root, hidden)
+            seen[hidden].append(n)
+    assert sum(seen[True]) > sum(seen[False])  # the target's state is worth accepted drafts
+    assert max(seen[True]) >= 2  # chains longer than one draft occur

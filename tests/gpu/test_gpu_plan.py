@@ -237,3 +237,109 @@ def test_plain_engines_run_sglang_speculation_without_specpolicy() -> None:
         "perf:sglang-static:2:r0",
     ]
     assert P.build_plan(("v1",))[0].adapter and not P.build_plan(("base_v1",))[0].adapter
+
+
+#: The EAGLE-3 sitting of docs/gpu-results.md ("One sitting").
+EAGLE3_SITTING: dict[str, object] = {
+    "concurrency": (1, 16, 128),
+    "repeats": 2,
+    "min_batch_s": 0.5,
+    "perf": ("static", "static-0", "cost_model"),
+    "resume_k": (),
+    "ramp_s": 0.0,
+    "pair_k": (1, 64),
+    "skip_k": 8,
+}
+
+
+def test_eagle3_engines_launch_the_head_and_the_tree_at_its_own_depth() -> None:
+    runs = P.build_plan(("eagle3_v1", "eagle3_v2", "eagle3tree_v1", "base_v1"), concurrency=(1, 4))
+    assert [r.id for r in runs] == [
+        "eagle3_v1/triton",
+        "eagle3_v2/triton",
+        "eagle3tree_v1/triton",
+        "base_v1/triton",
+    ]
+    e1, e2, tree, base = runs
+    assert [r.side for r in runs] == ["v1", "v2", "v1", "v1"]
+    assert e1.adapter and e2.adapter and tree.adapter and not base.adapter
+    assert (e1.depth, e2.depth, tree.depth) == (P.LAUNCH_DEPTH, P.LAUNCH_DEPTH, 4)
+    assert tree.shape == P.SpecShape("EAGLE3", "eagle3", 4, 4, 16, "eagle3-tree/")
+    assert e2.shape is not None and (e2.shape.topk, e2.shape.draft_tokens) == (1, P.LAUNCH_DEPTH + 1)
+    assert base.shape is None
+    # the tree's policies turn on at its launch depth, the topk-1 engines' at theirs
+    assert tree.policies["always-on"] == {"name": "static", "num_steps": 4}
+    assert tree.policies["cost_model"] == {"name": "cost_model", "steps": [4]}
+    assert tree.policies["raise"]["raise_count"] == 20 and e1.policies["switch"]["depths"] == [3, 0]
+    res = [p for p in tree.phases if p.kind == "resume"]
+    assert res and all(
+        p.max_new_tokens[0] == P.resume_tokens(int(p.name.rsplit("-", 1)[1]), depth=4) for p in res
+    )
+    assert P.EngineRun.from_json(tree.to_json()) == tree
+
+
+def test_eagle3_engines_pair_each_off_stretch_with_a_shifted_always_on_reference() -> None:
+    run = P.build_plan(("eagle3_v2",), concurrency=(1,), pair_k=(1, 8, 64), skip_k=8)[0]
+    checks = {p.name: p for p in run.phases if p.kind == "check"}
+    assert list(checks)[:4] == [f"check:{lb}" for lb in P.CHECK_POLICIES]  # the draft paths' checks first
+    for k in (1, 8, 64):
+        ref, once = checks[f"check:ref-{k}"], checks[f"check:resume-once-{k}"]
+        assert ref.policy == "always-on" and ref.chain_shift == k and not ref.reference
+        assert once.reference == ref.name and once.chain_shift == 0 and once.seed == ref.seed
+        assert once.max_new_tokens == tuple(n + k for n in ref.max_new_tokens)
+        assert run.policies[f"resume-once-{k}"] == {
+            "name": "gpucheck_resume",
+            "off_steps": k,
+            "depth": P.LAUNCH_DEPTH,
+            "on_steps": P.ON_FOR_GOOD,
+        }
+    skip = checks["check:skip-catch-up-8"]
+    assert (
+        skip.reference == "check:ref-8"
+        and skip.max_new_tokens == checks["check:resume-once-8"].max_new_tokens
+    )
+    assert run.policies["skip-catch-up-8"]["name"] == "gpucheck_skip_catch_up"
+    assert list(checks).index(skip.name) > list(checks).index("check:ref-8")  # its reference runs first
+    # the draft-model engines keep their plan: no pairs
+    plain = P.build_plan(("v2",), concurrency=(1,))[0]
+    assert not [p for p in plain.phases if p.reference or p.chain_shift]
+    alone = P.build_plan(("eagle3_v1",), concurrency=(1,), pair_k=(1,), skip_k=8)[0]
+    assert [p.name for p in alone.phases if p.kind == "check"][4:] == [
+        "check:ref-1",
+        "check:resume-once-1",
+        "check:ref-8",
+        "check:skip-catch-up-8",
+    ]
+    with pytest.raises(ValueError, match="pair_k"):
+        P.build_plan(("eagle3_v1",), pair_k=(0,))
+
+
+def test_a_shifted_prompt_emits_what_the_unshifted_one_emits_after_its_first_k_tokens() -> None:
+    import bigram_model as bm
+
+    pi = bm.bigram_map(120, 5)
+    for k in (1, 8, 64):
+        base = P.Phase("b", "check", "x", 3, 48, (10,) * 3, seed=31)
+        shifted = P.Phase("s", "check", "x", 3, 48, (10,) * 3, seed=31, chain_shift=k)
+        for p, q in zip(P.prompts_for(base, 120), P.prompts_for(shifted, 120, pi=pi.tolist()), strict=True):
+            assert len(q) == 48 and min(q) >= bm.FIRST_TOKEN
+            assert bm.greedy_chain(pi, q[-1], 20) == bm.greedy_chain(pi, p[-1], 20 + k)[k:]
+            if k < 48:
+                assert q[: 48 - k] == p[k:]  # the same text, moved along
+    with pytest.raises(ValueError, match="chain"):
+        P.prompts_for(P.Phase("s", "check", "x", 1, 4, (1,), seed=1, chain_shift=2), 120)
+    with pytest.raises(ValueError, match="chain_shift"):
+        P.Phase("s", "check", "x", 1, 4, (1,), seed=1, chain_shift=-1)
+
+
+def test_the_eagle3_sitting_fits_540_seconds_with_every_check_and_a_perf_sweep() -> None:
+    runs = P.build_plan(("eagle3_v1", "eagle3_v2", "eagle3tree_v1", "base_v1"), **EAGLE3_SITTING)  # type: ignore[arg-type]
+    text = P.format_plan(runs, 540, margin_s=10)
+    assert "CUT" not in text
+    assert float(text.rsplit("total ~", 1)[1].split(" ")[0]) <= 530
+    for run in runs[:3]:
+        checks = {p.policy for p in run.phases if p.kind == "check"}
+        assert checks >= {"always-on", "always-off", "switch", "raise", "resume-once-64", "skip-catch-up-8"}
+        perf = Counter((p.policy, p.concurrency) for p in run.phases if p.kind == "perf")
+        assert perf == {(pol, c): 2 for pol in ("static", "static-0", "cost_model") for c in (1, 16, 128)}
+    assert {p.concurrency for p in runs[3].phases if p.kind == "perf"} == {1, 16, 128}

@@ -7,6 +7,10 @@ check also proves that route. None of them is meant for serving:
 - ``gpucheck_raise`` fails on purpose on a window of decide() calls (the adapter must contain it).
 - ``gpucheck_resume`` holds speculation off for ``off_steps`` steps, then on for ``on_steps``, repeating: the
   first on step after each off stretch shows what resuming costs (the draft catches up on the missed tokens).
+- ``gpucheck_skip_catch_up`` is ``gpucheck_resume`` that, while it is the active policy, hands the drafter
+  a zero hidden state in every off step instead of the target's (EAGLE drafters read the target's hidden
+  state of every token; the off step's draft extend is their catch-up). Output stays lossless, only the
+  acceptance after each resume changes: the phase that proves the live check's acceptance pairs can fail.
 - ``gpucheck_dispatch`` delegates to one of several named policies, chosen by the label written in a control
   file. An engine takes about a minute to start on the GPU, so the check starts one per worker path and
   switches policies between request batches instead of restarting it. The file is memory-mapped: reading
@@ -17,6 +21,7 @@ check also proves that route. None of them is meant for serving:
 from __future__ import annotations
 
 import json
+import logging
 import mmap
 import os
 import time
@@ -35,12 +40,18 @@ __all__ = [
     "DISPATCH",
     "RAISE",
     "RESUME",
+    "SKIP_CATCH_UP",
+    "CatchUpSkip",
     "CycleConfig",
     "DispatchConfig",
     "RaiseConfig",
     "ResumeConfig",
+    "SkipCatchUpConfig",
+    "SkipCatchUpPolicy",
     "write_control",
 ]
+
+log = logging.getLogger("specpolicy_gpucheck")
 
 #: The control file: a 12-character generation number, a space, the label; space-padded to this size.
 CONTROL_SIZE = 64
@@ -141,6 +152,75 @@ class ResumePolicy:
         self._n = 0
 
 
+class CatchUpSkip:
+    """Whether off steps hide the target's hidden states from the drafter, and the wrapper that does it.
+
+    The off step's target forward (``DecodeTarget.forward`` of the legacy SGLang adapter) returns the
+    hidden states the off step then hands to SGLang's draft extend, on both workers; the wrapper zeroes
+    them in place while ``armed`` and logs the first time it does. One per process, like the class method
+    it wraps: ``SkipCatchUpPolicy`` arms it on each decision, the dispatcher disarms it whenever it switches
+    policies. ``target``: the class to wrap (tests pass a stand-in; default the adapter's).
+    """
+
+    def __init__(self, target: type | None = None) -> None:
+        self.armed = False
+        self.zeroed = 0  # off steps whose hidden states were zeroed
+        self._target = target
+        self.installed = False
+
+    def install(self) -> bool:
+        """Wrap the forward once; False (logged) where the legacy adapter cannot be imported."""
+        if self.installed:
+            return True
+        target = self._target
+        if target is None:
+            try:
+                from specpolicy.adapters.sglang.legacy.decode_target import DecodeTarget
+            except Exception as exc:  # no SGLang adapter here: the phase then shows no skipped catch-up
+                log.warning("gpucheck_skip_catch_up: cannot wrap the off step's forward: %r", exc)
+                return False
+            target = DecodeTarget
+        original = target.forward
+        skip = self
+
+        def forward(self: Any, forward_fn: Any, model_runner: Any, decode_mwb: Any) -> Any:
+            out = original(self, forward_fn, model_runner, decode_mwb)
+            if skip.armed:
+                hidden = getattr(getattr(out, "logits_output", None), "hidden_states", None)
+                if hidden is not None:
+                    hidden.zero_()
+                    skip.zeroed += 1
+                    if skip.zeroed == 1:
+                        log.warning("gpucheck_skip_catch_up: zeroing the off steps' hidden states")
+            return out
+
+        target.forward = forward
+        self.installed = True
+        return True
+
+
+CATCH_UP_SKIP = CatchUpSkip()
+
+
+class SkipCatchUpConfig(ResumeConfig):
+    """``gpucheck_resume`` whose off steps hide the target's hidden states from the drafter (test only)."""
+
+    name: Literal["gpucheck_skip_catch_up"] = "gpucheck_skip_catch_up"  # type: ignore[assignment]
+
+
+class SkipCatchUpPolicy(ResumePolicy):
+    """Arms ``CATCH_UP_SKIP`` on every decision: the off step that follows hands the drafter zeros."""
+
+    def __init__(self, config: SkipCatchUpConfig, skip: CatchUpSkip | None = None) -> None:
+        super().__init__(config)
+        self.skip = CATCH_UP_SKIP if skip is None else skip
+        self.skip.install()
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.skip.armed = True
+        return super().decide(stats)
+
+
 class DispatchConfig(PolicyConfig):
     """Delegate to the policy whose label is written in ``control_file`` (test only)."""
 
@@ -209,6 +289,7 @@ class DispatchPolicy:
         child = self._children.get(label)
         if child is None:
             return
+        CATCH_UP_SKIP.armed = False  # a skipping child re-arms it on its first decision
         child.reset()
         self.label, self._active = label, child
         if self.config.log_file:
@@ -241,5 +322,6 @@ def _child(spec: Any) -> Policy:
 CYCLE = PolicyEntry("gpucheck_cycle", CycleConfig, CyclePolicy)
 RAISE = PolicyEntry("gpucheck_raise", RaiseConfig, RaisePolicy)
 RESUME = PolicyEntry("gpucheck_resume", ResumeConfig, ResumePolicy)
+SKIP_CATCH_UP = PolicyEntry("gpucheck_skip_catch_up", SkipCatchUpConfig, SkipCatchUpPolicy)
 DISPATCH = PolicyEntry("gpucheck_dispatch", DispatchConfig, DispatchPolicy)
-_LOCAL = {e.name: e for e in (CYCLE, RAISE, RESUME)}
+_LOCAL = {e.name: e for e in (CYCLE, RAISE, RESUME, SKIP_CATCH_UP)}
