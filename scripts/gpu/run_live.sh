@@ -8,7 +8,8 @@
 #   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
 #   GC_OUT     where the results tarball goes (default ./gpu-check-out)
 # Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
-#   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2 (see scripts/gpu/plan.py), or
+#   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2, eagle3_v1,eagle3_v2,eagle3tree_v1
+#            (see scripts/gpu/plan.py), or
 #            "install": install and check the imports only (for scripts/gpu/ab_static.py and the like)
 # One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
 #   bash scripts/gpu/run_live.sh v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30

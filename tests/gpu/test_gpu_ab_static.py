@@ -1,0 +1,57 @@
+"""scripts/gpu/ab_static.py: its variants configure what they say, and its trace summary counts right."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import ab_static
+import pytest
+
+from specpolicy.adapters.settings import AdapterSettings
+
+
+@pytest.mark.parametrize("variant", ["on", "on_verify", "on_host"])
+def test_each_variant_changes_one_setting_from_on(variant: str) -> None:
+    _, env = ab_static.VARIANTS[variant]
+    assert env is not None
+    s = AdapterSettings.from_env(env)
+    assert s is not None and s.policy.candidate_steps() == (3,)
+    base = AdapterSettings.from_env(ab_static.VARIANTS["on"][1] or {})
+    assert base is not None
+    differs = {k for k in AdapterSettings.model_fields if getattr(s, k) != getattr(base, k)}
+    expected = {"on": set(), "on_verify": {"off_step"}, "on_host": {"step_clock"}}[variant]
+    assert differs == expected
+
+
+def test_plain_runs_without_specpolicy_settings() -> None:
+    path, env = ab_static.VARIANTS["plain"]
+    assert path == "v2" and env is None
+
+
+def test_summary_counts_busy_time_window_kernels_and_runtime_calls(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "decode", "ts": 100.0, "dur": 50.0},
+        {"ph": "X", "cat": "kernel", "name": "decode", "ts": 300.0, "dur": 50.0},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "copy", "ts": 1000.0, "dur": 150.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 10.0, "dur": 400.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20.0, "dur": 5.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 30.0, "dur": 5.0},
+        {"ph": "i", "cat": "kernel", "name": "instant, not a span", "ts": 5000.0},
+    ]
+    f = tmp_path / "t.json.gz"
+    with gzip.open(f, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    s = ab_static.summarize(str(f))
+    assert s["window_ms"] == pytest.approx(1.05)  # first kernel at 100 us to the copy's end at 1,150 us
+    assert s["gpu_busy_ms"] == pytest.approx(0.25)
+    assert s["kernels"] == 3
+    assert dict(s["runtime_calls"]) == {"cudaStreamSynchronize": 1, "cudaLaunchKernel": 2}
+    assert s["top_kernels_ms"] == [("copy", 0.15), ("decode", 0.1)]
+
+
+def test_a_trace_without_kernels_says_so(tmp_path: Path) -> None:
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": []}))
+    assert ab_static.summarize(str(f)) == {"error": "no kernels in the trace"}
