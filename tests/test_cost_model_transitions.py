@@ -32,14 +32,15 @@ def _accepted(rng: random.Random, k: int) -> list[int]:
 
 def _run(
     config: dict[str, object], on_ms: float, off_ms: float, after_on_ms: float, after_off_ms: float
-) -> tuple[float, float]:
-    """(share of off steps in the second half, tokens per ms) of 3,000 steps on a non-overlap engine whose
-    first step after a switch pays ``after_*`` extra milliseconds."""
+) -> tuple[float, float, int]:
+    """(share of off steps in the second half, tokens per ms, longest run of speculative steps in the
+    second half) of 3,000 steps on a non-overlap engine whose first step after a switch pays ``after_*``
+    extra milliseconds."""
     policy = make_policy({"name": "cost_model", "steps": [3], **config})
     rng = random.Random(1)
     stats = StepStats(batch_size=BATCH, mean_seq_len=300.0)
     prev = -1
-    off_late = tokens = 0
+    off_late = tokens = run = longest = 0
     total_ms = 0.0
     n = 3000
     for i in range(n):
@@ -53,6 +54,8 @@ def _run(
         total_ms += ms
         if i >= n // 2:
             off_late += k == 0
+            run = run + 1 if k else 0
+            longest = max(longest, run)
         stats = StepStats(
             batch_size=BATCH,
             mean_seq_len=300.0 + i,
@@ -61,24 +64,25 @@ def _run(
             last_step_time_s=ms * 1e-3,
             last_batch_size=BATCH,
         )
-    return off_late / (n - n // 2), tokens / total_ms
+    return off_late / (n - n // 2), tokens / total_ms, longest
 
 
 def test_off_is_chosen_when_its_steady_step_wins_despite_a_costly_first_step() -> None:
     # steady: off 16 / 2.5 = 6.4 tokens/ms, on 16 * 2.53 / 7.2 = 5.6 tokens/ms
-    off_share, _ = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    off_share, _, longest_on = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
     assert off_share > 0.9
+    assert longest_on == 3  # a near tie: its probes of speculation run three steps
 
 
 def test_one_step_probes_are_fooled_by_the_transition() -> None:
     """The same engine with probes of one step (the former behaviour): the probe is the transition."""
-    off_share, _ = _run({"probe_steps": 1}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    off_share, _, _ = _run({"probe_steps": 1}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
     assert off_share < 0.1
 
 
 def test_speculation_stays_on_when_its_steady_step_wins() -> None:
     # steady: on 16 * 2.53 / 5.5 = 7.4 tokens/ms against off's 6.4; switching costs extra both ways
-    off_share, rate = _run({}, on_ms=5.5, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
+    off_share, rate, _ = _run({}, on_ms=5.5, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
     assert off_share < 0.1
     assert rate > 0.95 * BATCH * (1 + ACCEPT + ACCEPT**2 + ACCEPT**3) / 5.5
 
@@ -94,3 +98,11 @@ def test_probe_steps_is_validated_with_its_range() -> None:
 def test_the_simulator_charges_the_first_step_after_a_switch() -> None:
     with pytest.raises(ValueError, match="switch cost"):
         EngineConfig(switch_cost_s=-1.0)
+
+
+def test_clear_losers_are_probed_with_single_steps() -> None:
+    """At a large batch speculating costs 5.5x an off step (live, 128 requests): a three-step probe of it
+    would cost three times as much and could not change the decision."""
+    off_share, rate, longest_on = _run({}, on_ms=22.0, off_ms=4.0, after_on_ms=1.0, after_off_ms=3.0)
+    assert off_share > 0.97 and longest_on == 1
+    assert rate > 0.96 * BATCH / 4.0

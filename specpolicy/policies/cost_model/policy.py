@@ -232,7 +232,7 @@ class CostModelPolicy:
                 self._probe_left -= 1
                 cur = self._probe_run
             elif vis >= self._probe_at[b]:
-                n_probe = self._probe_steps
+                n_probe = self._probe_steps if self._probes.long[b] else 1
                 probe = self._probes.take(b, vis, step, n_probe)
                 if probe >= 0:
                     cur = self._probe_run = probe

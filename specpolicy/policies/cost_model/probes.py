@@ -31,6 +31,10 @@ CONFIRM_LOSS = 0.1
 EXPLORE_SCALE = 0.1
 #: Probes allowed beyond ``max_share`` of the steps (the first explorations of a new bucket come in a burst).
 SHARE_BURST = 16
+#: A probe predicted to lose at most this much runs ``probe_steps`` steps, a clearer loser one: the first
+#: step after a switch is a transition (live: up to 1.5x a steady off step), which can flip a near tie but
+#: not a loss this large, and a long probe of a clear loser is expensive (speculating at a large batch).
+LONG_PROBE_LOSS = 0.4
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
 _NEVER = -(10**9)
@@ -40,7 +44,7 @@ class ProbeSchedule:
     """Per bucket: visits, the next probe (visit and depth index), and per depth the visit last measured."""
 
     __slots__ = (
-        "probe_at", "probe_i", "visits", "seen", "last", "count", "_share", "_max_interval",
+        "probe_at", "probe_i", "long", "visits", "seen", "last", "count", "_share", "_max_interval",
         "_max_share",
     )
 
@@ -49,6 +53,8 @@ class ProbeSchedule:
     ) -> None:
         self.probe_at = [FAR] * n_buckets
         self.probe_i = [0] * n_buckets
+        #: per bucket: whether its next probe is a near tie (runs ``probe_steps`` steps, see LONG_PROBE_LOSS)
+        self.long = [True] * n_buckets
         #: decide() calls that fell in the bucket (the clock of its schedule).
         self.visits = [0] * n_buckets
         #: per bucket and depth index: the visit count of its last measurement or probe (-1: never).
@@ -99,7 +105,7 @@ class ProbeSchedule:
         if hope is not None:
             h_due, h_i = self.hope_due(v, cur, off, seen, hope)
             if h_due < due_best:
-                due_best, due_i = h_due, h_i
+                due_best, due_i, due_loss = h_due, h_i, 2.0
         if blind:
             # One depth measured here and nothing to extrapolate from: measure off (or the depth farthest
             # from the running one) next, so a line through two points prices all the others.
@@ -109,9 +115,13 @@ class ProbeSchedule:
                 far = 0 if first == 0 else (n - 1 if cur < n // 2 else 0)
             if far != cur and seen[far] < 0:
                 due_best, due_i = 0, far
+                due_loss = 0.0  # nothing to go by yet: measure it properly
         if due_i >= 0:
             self.probe_at[b] = max(due_best, vis)
             self.probe_i[b] = due_i
+            if due_loss > 1.0:  # the hope probe: its loss is computed here
+                due_loss = max(0.0, 1.0 - v[due_i] / vcur)
+            self.long[b] = due_loss <= LONG_PROBE_LOSS
 
     def hope_due(
         self, v: list[float], cur: int, off: list[bool], seen: list[int], hope: list[float]
