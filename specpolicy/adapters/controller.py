@@ -136,8 +136,8 @@ class StepController:
         #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome, in
         #: slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its slot is taken)
         self._ring: list[_Open | None] = [None] * MAX_OPEN
-        #: the depth decided for the decision in each slot, where a composition mapped it (a clamp: the
-        #: depth its part asked for, see ``RequestsSteps``); the depth run otherwise
+        #: where the policy is a clamp (``RequestsSteps``), the depth its part asked for, per slot: the
+        #: decided depth the outcome reports (otherwise that is the depth the controller returned)
         self._asked = [0] * MAX_OPEN
         self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
         self._done = 0  # every decision up to this one has been handed over (with its outcome or without)
@@ -204,8 +204,8 @@ class StepController:
         if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0)
-        asks = self._asks
-        self._asked[i] = k if asks is None or fallback else asks.requested_steps
+        if self._asks is not None:  # a clamp: the depth its part asked for
+            self._asked[i] = k if fallback else self._asks.requested_steps
         return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
@@ -219,7 +219,8 @@ class StepController:
         if ring[i] is not None:
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0)
-        self._asked[i] = k
+        if self._asks is not None:
+            self._asked[i] = k
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
@@ -259,7 +260,7 @@ class StepController:
             return  # evicted, or never decided
         ring[i] = None
         self._done = step
-        decided = self._asked[i]
+        decided = item[2] if self._asks is None else self._asked[i]
         k = item[2] if num_steps is None else num_steps
         load = item[1]  # the decision's own stats: its batch size and context length
         if k > 0:
