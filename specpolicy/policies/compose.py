@@ -135,9 +135,9 @@ class Clamp:
         mode = self.inner.decide(stats)
         if type(mode) is not SpecMode:
             return mode  # the controller reports it as an invalid decision
-        k = mode.num_steps
-        nested = self._nested
-        self.requested_steps = k if nested is None else nested.requested_steps
+        k = self.requested_steps = mode.num_steps
+        if self._nested is not None:
+            self.requested_steps = self._nested.requested_steps
         return self._to[k]
 
     def reset(self) -> None:
