@@ -33,6 +33,7 @@ __all__ = [
     "PolicyConfig",
     "PolicyEntry",
     "ReportsEstimates",
+    "RequestsSteps",
 ]
 
 
@@ -54,6 +55,16 @@ class ReportsEstimates(Protocol):
     """Optional: a policy exposing its internal estimates (EWMA acceptance, predicted tokens/s) to metrics."""
 
     def estimates(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class RequestsSteps(Protocol):
+    """Optional: a policy that maps the depth its part chose onto the depths an engine runs (a ``clamp``).
+    After each decide(), ``requested_steps`` is the depth asked for; the controller reports it as the
+    decided depth (``StepStats.last_decided_steps``), so the part learns the mapping as the engine limit it
+    stands for."""
+
+    requested_steps: int
 
 
 class PolicyConfig(BaseModel):

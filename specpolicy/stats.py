@@ -31,6 +31,8 @@ class _Fields(NamedTuple):
     last_step_time_s: float | None = None
     mean_accepted: float | None = None
     last_batch_size: int | None = None
+    last_decided_steps: int | None = None
+    last_mean_seq_len: float | None = None
 
 
 _new = tuple.__new__
@@ -66,6 +68,11 @@ class StepStats(_Fields):
         last_batch_size: the batch size of that step (the step the ``last_*`` fields describe), so a policy
             that learns per batch size never has to infer which decision the outcome belongs to. None when
             no outcome is known.
+        last_decided_steps: the depth decided for that step (the policy's, or the engine default when the
+            policy failed), as distinct from ``last_num_steps``, the depth it ran: an engine that cannot run
+            a depth runs a shallower one. None when no outcome is known.
+        last_mean_seq_len: that step's ``mean_seq_len`` (the context length its time was measured at), or
+            None.
 
     "Acceptance length" everywhere in specpolicy means 1 + accepted drafts (the bonus token counted).
     """
@@ -97,7 +104,7 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
     converted; ValueError naming a bad field."""
     (
         batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
-        last_step_time_s, mean_accepted, last_batch_size,
+        last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
     ) = values
     changed = False
     # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
@@ -113,6 +120,14 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
         changed = True
     if last_batch_size is not None and (type(last_batch_size) is not int or last_batch_size >> 53):
         last_batch_size = _valid_count("last_batch_size", last_batch_size)
+        changed = True
+    if last_decided_steps is not None and (type(last_decided_steps) is not int or last_decided_steps >> 53):
+        last_decided_steps = _valid_count("last_decided_steps", last_decided_steps)
+        changed = True
+    if last_mean_seq_len is not None and (
+        last_mean_seq_len.__class__ is not float or not 0.0 <= last_mean_seq_len < _INF
+    ):
+        last_mean_seq_len = _valid_float("last_mean_seq_len", last_mean_seq_len)
         changed = True
     if mean_seq_len is not None and (mean_seq_len.__class__ is not float or not 0.0 <= mean_seq_len < _INF):
         mean_seq_len = _valid_float("mean_seq_len", mean_seq_len)
@@ -150,7 +165,7 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
     if changed:
         values = (
             batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
-            last_step_time_s, mean_accepted, last_batch_size,
+            last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
         )
     stats: StepStats = _new(cls, values)
     return stats

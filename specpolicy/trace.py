@@ -46,6 +46,8 @@ class TraceRecord:
     last_step_time_s: float | None = None
     mean_accepted: float | None = None
     last_batch_size: int | None = None
+    last_decided_steps: int | None = None
+    last_mean_seq_len: float | None = None
     rank: int = 0
     ts: float | None = None
     decide_us: float | None = None
@@ -78,7 +80,7 @@ class TraceRecord:
         missing = [k for k in ("step", "batch_size", "num_steps") if k not in known]
         if missing:
             raise ValueError(f"trace record lacks required field(s) {', '.join(missing)}")
-        for key in ("step_time_s", "mean_seq_len", "last_step_time_s", "mean_accepted"):
+        for key in ("step_time_s", "mean_seq_len", "last_step_time_s", "mean_accepted", "last_mean_seq_len"):
             v = known.get(key)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"trace record field {key} must be a finite number >= 0 or null, got {v!r}")

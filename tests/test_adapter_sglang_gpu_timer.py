@@ -163,7 +163,7 @@ def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
     accepted = [[j % 4] * batch[j] for j in range(len(durations))]
     for j, d in enumerate(durations):
         gpu.done_until = gpu.queued
-        skip = rt.begin_decode(batch[j], 100 * batch[j])  # run_batch(j): decision number j + 1
+        skip = rt.begin_decode(batch[j], (100 + j) * batch[j])  # run_batch(j): decision number j + 1
         depths.append(0 if skip else 3)
         rt.end_decode()
         if j >= 1:  # process_batch_result(j - 1)
@@ -176,7 +176,8 @@ def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
             continue  # nothing known yet
         src = n - 2  # the outcome fields describe the step two decisions back
         assert stats.last_batch_size == batch[src]
-        assert stats.last_num_steps == depths[src]
+        assert stats.last_num_steps == stats.last_decided_steps == depths[src]
+        assert stats.last_mean_seq_len == 100 + src
         assert stats.accepted_draft_tokens == (accepted[src] if depths[src] else None)
         if stats.last_step_time_s is not None:
             assert stats.last_step_time_s == pytest.approx(durations[src] / 1e3)
@@ -226,7 +227,7 @@ def test_every_stats_describes_one_step_whatever_the_order(
             process()
         if kind == "decode":
             bs = len(steps) + 1
-            skip = rt.begin_decode(bs, 10 * bs)
+            skip = rt.begin_decode(bs, (10 + bs) * bs)
             rt.end_decode()
             steps.append((0 if skip else 3, bs, duration / 1e3))
             pending.append(rt.current_step)
@@ -245,11 +246,13 @@ def test_every_stats_describes_one_step_whatever_the_order(
     for n, stats in enumerate(rec.stats):
         if stats.last_batch_size is None:
             assert stats.last_num_steps == 0 and stats.last_step_time_s is None
+            assert stats.last_decided_steps is None and stats.last_mean_seq_len is None
             continue
         src = stats.last_batch_size - 1
         assert src < n
         depth, bs, duration = steps[src]
-        assert stats.last_num_steps == depth
+        assert stats.last_num_steps == stats.last_decided_steps == depth
+        assert stats.last_mean_seq_len == 10 + bs
         assert stats.accepted_draft_tokens == ([(src + 1) % 4] * bs if depth else None)
         if stats.last_step_time_s is not None:
             assert stats.last_step_time_s == pytest.approx(duration)

@@ -13,12 +13,14 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
+from specpolicy.adapters.controller import StepController
 from specpolicy.errors import ConfigError
 from specpolicy.policies._cost_table import CostCells
 from specpolicy.policies.cost_model import CostModelConfig, make_cost_model
@@ -54,11 +56,14 @@ class Engine:
     noise: float = 0.01  # multiplicative step-time jitter
     mean_only: bool = False  # report StepStats.mean_accepted instead of the per-request list
     cap: int = 64  # deepest depth the engine can run; deeper decisions run at the cap
+    #: name the described step's batch size, decided depth and context length, as the adapters do (False:
+    #: an adapter that says only what ran)
+    describe: bool = True
     seed: int = 0
     tokens: float = 0.0
     elapsed: float = 0.0
     depths: list[int] = field(default_factory=list)
-    _done: list[tuple[int, list[int] | None, float]] = field(default_factory=list)
+    _done: list[tuple[int, int, list[int] | None, float, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -66,13 +71,16 @@ class Engine:
     def stats(self) -> StepStats:
         if len(self._done) < self.lag:
             return StepStats(self.batch)
-        k, acc, t = self._done[-self.lag]
+        decided, k, acc, t, batch = self._done[-self.lag]
+        described: dict[str, Any] = {}
+        if self.describe:
+            described = {"last_batch_size": batch, "last_decided_steps": decided, "last_mean_seq_len": 800.0}
         if self.mean_only:
             mean = None if acc is None else sum(acc) / len(acc)
             return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, last_step_time_s=t,
-                             mean_accepted=mean)
+                             mean_accepted=mean, **described)
         return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, accepted_draft_tokens=acc,
-                         last_step_time_s=t)
+                         last_step_time_s=t, **described)
 
     def run_step(self, decided: int) -> None:
         self.depths.append(decided)
@@ -92,7 +100,7 @@ class Engine:
         t = self.step_time(self.batch, k) * math.exp(self.noise * rng.gauss(0.0, 1.0))
         self.tokens += produced
         self.elapsed += t
-        self._done.append((k, acc, t))
+        self._done.append((decided, k, acc, t, self.batch))
         del self._done[:-3]
 
     def run(self, policy: Policy, steps: int) -> list[int]:
@@ -184,6 +192,63 @@ def test_stops_asking_for_depths_the_engine_cannot_run() -> None:
     tail = engine.run(policy, 1500)[-1000:]
     assert set(tail) <= {0, 1, 2, 3}
     assert mode_of(tail) == 3
+
+
+def test_without_the_described_decision_times_are_still_used() -> None:
+    """A caller that builds StepStats itself and names only what ran (no ``last_batch_size``,
+    ``last_decided_steps``, ``last_mean_seq_len``): the times still count (the acceptance list's length,
+    else the coming batch while it holds still, for their batch size), so the choice follows the costs."""
+    for lag in (1, 2):
+        large = Engine(compute_bound, acceptance=0.7, batch=256, lag=lag, describe=False)
+        assert share(large.run(make_policy("cost_model"), 1500)[-1000:], {0}) > 0.95
+        small = Engine(memory_bound, acceptance=0.9, batch=1, lag=lag, describe=False, mean_only=True)
+        assert mode_of(small.run(make_policy("cost_model"), 1500)[-1000:]) == 7
+
+
+def _knee(batch: int, k: int) -> float:
+    """Deep speculation pays at 4 requests, none at 256 (compute-bound verify)."""
+    return memory_bound(batch, k) if batch < 64 else compute_bound(batch, k)
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_through_the_controller_each_time_is_billed_to_the_decision_that_ran_it(lag: int) -> None:
+    """The production pairing, with the overlap lag: batch sizes cycle 4, 4, 256, so the decision an
+    outcome describes differs from the coming one and from the previous one, and so do their depths
+    (deep at 4, off at 256). The engine runs at most 3 drafts. cost_model must learn each bucket's own
+    step times and the engine's limit from what the controller says of the described decision: a time
+    billed to another decision's batch size or depth mixes 10 ms steps with 40-160 ms ones."""
+    assert best_depth(_knee, 0.7, 4, range(4)) == 3 and best_depth(_knee, 0.7, 256, range(8)) == 0
+    policy = make_policy("cost_model")
+    ctl = StepController(policy, allowed_steps=range(8), default_steps=3)
+    rng = random.Random(7)
+    cycle = (4, 4, 256)
+    waiting: list[tuple[int, int, list[int] | None, float]] = []  # (decision, ran, accepted, time)
+    decided: dict[int, list[int]] = {4: [], 256: []}
+    for n in range(4500):
+        batch = cycle[n % 3]
+        k = ctl.decide(ctl.next_stats(batch, 0, 900.0 if batch == 4 else 300.0))
+        decided[batch].append(k)
+        ran = min(k, 3)
+        acc = None
+        if ran:
+            acc = []
+            for _ in range(batch):
+                a = 0
+                while a < ran and rng.random() < 0.7:
+                    a += 1
+                acc.append(a)
+        waiting.append((ctl.step, ran, acc, _knee(batch, ran) * math.exp(0.01 * rng.gauss(0.0, 1.0))))
+        if len(waiting) == lag:
+            step, ran_, acc_, t = waiting.pop(0)
+            ctl.outcome(step, acc_, t, num_steps=ran_)
+    assert ctl.errors == 0
+    small, large = decided[4][-1000:], decided[256][-1000:]
+    assert set(small) <= {0, 1, 2, 3} and mode_of(small) == 3  # the engine's limit, learnt
+    assert share(large, {0}) > 0.95
+    for batch, k in ((4, 3), (256, 0)):
+        policy.decide(StepStats(batch))  # the estimates describe this batch size's bucket
+        est = policy.estimates()  # type: ignore[attr-defined]
+        assert est[f"step_ms_{k}"] == pytest.approx(_knee(batch, k) * 1e3, rel=0.05)
 
 
 # -- adapting ----------------------------------------------------------------------------------------------

@@ -269,3 +269,55 @@ def test_the_simulators_default_comparison_leaves_compositions_out_but_runs_one_
         7, [{"name": "gate", "gate": {"name": "threshold"}}], include_references=False
     )
     assert [c.spec["name"] for c in given_one if c.spec] == ["gate"]
+
+
+# -- what the parts are told they decided --
+@given(depths=_depth_sets, wanted=st.lists(st.integers(0, MAX_NUM_STEPS), min_size=1, max_size=20),
+       gated=st.lists(st.booleans(), min_size=1, max_size=20), lag=st.integers(0, 2))
+def test_a_clamp_reports_the_depth_its_part_asked_for_and_a_gate_its_own_off(
+    depths: list[int], wanted: list[int], gated: list[bool], lag: int
+) -> None:
+    """Through the controller, each outcome's ``last_decided_steps`` is what the innermost part asked for
+    (a clamp stands for an engine limit) unless the gate closed (then off: a decision, not a limit), and
+    ``last_num_steps`` what ran, both of the decision the outcome belongs to, whatever the lag."""
+    n = len(wanted)
+    shut = [gated[i % len(gated)] for i in range(n)]
+    inner = Scripted([SpecMode.of(k) for k in wanted])
+    gate = Scripted([SpecMode.off() if s else SpecMode.on(1) for s in shut])
+    policy = Clamp(Gate(inner, gate), depths)
+    table = clamp_table(depths)
+    ctl = StepController(policy, allowed_steps=depths, default_steps=depths[0])
+    seen: list[StepStats] = []
+    for i in range(n + lag + 1):
+        stats = ctl.next_stats(1 + i, 0, None)
+        seen.append(stats)
+        if i < n:
+            ctl.decide(stats)
+        if 1 <= i + 1 - lag <= n:  # decision i + 1 - lag's outcome, lag decisions late
+            ctl.outcome(i + 1 - lag, None, 0.01)
+    assert ctl.errors == 0
+    for i, stats in enumerate(seen):
+        src = i - 1 - lag  # the decision (index) the outcome fields describe
+        if src < 0:
+            assert stats.last_decided_steps is None
+            continue
+        asked = 0 if shut[src] else wanted[src]
+        assert stats.last_batch_size == 1 + src
+        assert stats.last_decided_steps == asked
+        assert stats.last_num_steps == table[asked].num_steps
+
+
+def test_cost_model_in_a_clamp_stops_asking_for_depths_the_clamp_maps_down() -> None:
+    """The legacy assembly (on/off at depth 3) through the controller: cost_model, free to choose 0..7,
+    learns from the depths it asked for and the depth that ran that deeper ones run at 3, as on an engine
+    without graphs for them, and settles on what it can have."""
+    policy = OnOffAtDepth(make_policy("cost_model"), 3)
+    ctl = StepController(policy, allowed_steps=(0, 3), default_steps=3)
+    asked: list[int] = []
+    for i in range(1500):
+        k = ctl.decide(ctl.next_stats(4, 0, 500.0))
+        asked.append(policy.requested_steps)
+        t = 0.010 * (1.0 + 0.05 * k) * (1.0 + 1e-3 * (i % 5))
+        ctl.outcome(ctl.step, [min(k, 2)] * 4 if k else None, t)
+    tail = asked[-500:]
+    assert set(tail) <= {0, 1, 2, 3}

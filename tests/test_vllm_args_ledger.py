@@ -121,7 +121,7 @@ def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan:
             depth, accepted = verify
             got_acc, got_drafted = stats.accepted_draft_tokens, stats.drafted_tokens
             assert got_acc is not None and got_drafted is not None
-            assert stats.last_num_steps == depth
+            assert stats.last_num_steps == stats.last_decided_steps == depth
             assert list(got_acc) == accepted
             assert list(got_drafted) == [depth] * len(accepted)
             assert all(0 <= a <= d for a, d in zip(got_acc, got_drafted, strict=True))

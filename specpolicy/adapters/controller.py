@@ -9,9 +9,10 @@ small pure object.
 It is also the one place where a decision meets its outcome. Every decision gets a number (``step``); the
 adapter, which alone knows when the engine's feedback for a decision arrives, reports it with
 ``outcome(step, accepted, step_time_s)``. The controller then builds the next StepStats' outcome fields
-from that decision's own depth and batch size (``next_stats``), and hands each decision to the observers
-once, complete, as a ``StepRecord``. A decision whose outcome never comes is handed over without one when a
-later decision's outcome arrives, when ``MAX_OPEN`` newer ones are waiting, or on ``close``.
+from that decision's own depth, batch size and context length (``next_stats``), and hands each decision to
+the observers once, complete, as a ``StepRecord``. A decision whose outcome never comes is handed over
+without one when a later decision's outcome arrives, when ``MAX_OPEN`` newer ones are waiting, or on
+``close``.
 
 It also times every decide() call: one over ``decide_budget_s`` is logged once; after ``budget_steps``
 consecutive ones the engine default runs and the policy is consulted only every ``RETRY_INTERVAL`` steps
@@ -30,7 +31,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
 from ..mode import SpecMode
-from ..policy import Policy
+from ..policy import Policy, RequestsSteps
 from ..stats import StepStats
 
 __all__ = ["MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
@@ -69,8 +70,8 @@ class StepObserver(Protocol):
 #: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
 MAX_OPEN = 16
 _SLOT = MAX_OPEN - 1
-#: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_batch_size``) when
-#: nothing is known: their defaults.
+#: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_mean_seq_len``)
+#: when nothing is known: their defaults.
 NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:])
 _new = tuple.__new__
 _perf = time.perf_counter
@@ -135,6 +136,10 @@ class StepController:
         #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome, in
         #: slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its slot is taken)
         self._ring: list[_Open | None] = [None] * MAX_OPEN
+        #: where the policy is a clamp (``RequestsSteps``), the depth its part asked for, per slot: the
+        #: decided depth the outcome reports (otherwise that is the depth the controller returned)
+        self._asked = [0] * MAX_OPEN
+        self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
         self._done = 0  # every decision up to this one has been handed over (with its outcome or without)
         #: StepStats' outcome fields for the next decision: those of the latest decision with a known outcome
         self.known: tuple[Any, ...] = NOTHING_KNOWN
@@ -199,6 +204,8 @@ class StepController:
         if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0)
+        if self._asks is not None:  # a clamp: the depth its part asked for
+            self._asked[i] = k if fallback else self._asks.requested_steps
         return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
@@ -212,6 +219,8 @@ class StepController:
         if ring[i] is not None:
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0)
+        if self._asks is not None:
+            self._asked[i] = k
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
@@ -251,11 +260,13 @@ class StepController:
             return  # evicted, or never decided
         ring[i] = None
         self._done = step
+        decided = item[2] if self._asks is None else self._asked[i]
         k = item[2] if num_steps is None else num_steps
+        load = item[1]  # the decision's own stats: its batch size and context length
         if k > 0:
-            self.known = (k, accepted, drafted, step_time_s, mean_accepted, item[1][0])
+            self.known = (k, accepted, drafted, step_time_s, mean_accepted, load[0], decided, load[2])
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
-            self.known = (0, None, None, step_time_s, None, item[1][0])
+            self.known = (0, None, None, step_time_s, None, load[0], decided, load[2])
         if self.observers:
             if step != done + 1:
                 self._release_before(step, done)

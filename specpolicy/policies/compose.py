@@ -8,9 +8,11 @@
   to ``{0, depth}``, for engines with graphs for one depth (legacy SGLang workers).
 
 The parts of a gate are both asked every step, so each keeps its own state (dwell, probes, learning) as if it
-ran alone. Every part sees what the engine ran, not what it chose: a part that learns from its own choices
-(``cost_model`` votes down a depth the engine keeps running shallower) reads a gate's or clamp's choice as
-the engine's limit, as it would on an engine with that limit. Faults stay the controller's to contain: a part
+ran alone. A clamp stands for an engine limit, and its part learns it as one: the clamp says which depth
+its part asked for (``requested_steps``), the controller reports that as the decided depth
+(``last_decided_steps``) beside the depth that ran (``last_num_steps``), so ``cost_model`` stops offering a
+depth the clamp keeps mapping down, as on an engine without it. A gate's off is a decision, not a limit: the
+decided depth is off. Faults stay the controller's to contain: a part
 that raises, or returns something that is not a ``SpecMode``, makes the composition do the same, so the step
 runs at the engine's default depth and the fault is logged, as for any policy.
 """
@@ -25,7 +27,7 @@ from pydantic import Field, model_validator
 
 from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
-from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry
+from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry, RequestsSteps
 from ..stats import StepStats
 from ._validate import check_depths
 from .acceptance import AcceptanceConfig
@@ -51,13 +53,19 @@ def _estimates(policy: Policy) -> Mapping[str, float]:
 
 
 class Gate:
-    """``inner``'s mode unless ``gate`` says off."""
+    """``inner``'s mode unless ``gate`` says off.
 
-    __slots__ = ("inner", "gate")
+    ``requested_steps``: the depth decided, as an inner clamp asked for it (off when the gate closed: its
+    off is a decision, not an engine limit).
+    """
+
+    __slots__ = ("inner", "gate", "requested_steps", "_nested")
 
     def __init__(self, inner: Policy, gate: Policy) -> None:
         self.inner = inner
         self.gate = gate
+        self.requested_steps = 0
+        self._nested: RequestsSteps | None = inner if isinstance(inner, RequestsSteps) else None
 
     def decide(self, stats: StepStats) -> SpecMode:
         mode = self.inner.decide(stats)
@@ -66,7 +74,12 @@ class Gate:
             return mode  # the controller reports it as an invalid decision
         if type(gate) is not SpecMode:
             return gate
-        return _OFF if gate.num_steps == 0 else mode
+        if gate.num_steps == 0:
+            self.requested_steps = 0
+            return _OFF
+        nested = self._nested
+        self.requested_steps = mode.num_steps if nested is None else nested.requested_steps
+        return mode
 
     def reset(self) -> None:
         self.inner.reset()
@@ -103,19 +116,29 @@ def clamp_table(depths: Iterable[int]) -> tuple[SpecMode, ...]:
 
 
 class Clamp:
-    """``inner``'s depth, mapped to the depths an engine runs (``clamp_table``): one index per step."""
+    """``inner``'s depth, mapped to the depths an engine runs (``clamp_table``): one index per step.
 
-    __slots__ = ("inner", "_to")
+    ``requested_steps``: the depth ``inner`` asked for (through a nested composition, the one its part
+    asked for), which the controller reports as the decided depth: to ``inner`` the clamp is the engine
+    limit it stands for.
+    """
+
+    __slots__ = ("inner", "_to", "requested_steps", "_nested")
 
     def __init__(self, inner: Policy, depths: Iterable[int]) -> None:
         self.inner = inner
         self._to = clamp_table(depths)
+        self.requested_steps = 0
+        self._nested: RequestsSteps | None = inner if isinstance(inner, RequestsSteps) else None
 
     def decide(self, stats: StepStats) -> SpecMode:
         mode = self.inner.decide(stats)
         if type(mode) is not SpecMode:
             return mode  # the controller reports it as an invalid decision
-        return self._to[mode.num_steps]
+        k = self.requested_steps = mode.num_steps
+        if self._nested is not None:
+            self.requested_steps = self._nested.requested_steps
+        return self._to[k]
 
     def reset(self) -> None:
         self.inner.reset()

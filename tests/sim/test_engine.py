@@ -300,6 +300,32 @@ def test_stats_describe_the_step_the_feedback_lag_says(lag: int) -> None:
             assert stats.last_step_time_s is not None and stats.last_step_time_s > 0
 
 
+@pytest.mark.parametrize("lag", [0, 1])
+def test_stats_name_the_described_decision_as_the_adapters_do(lag: int) -> None:
+    """The fields that say which decision an outcome describes (its batch size, the depth decided for it,
+    its context length) come from that decision, as every adapter's do: the simulator goes through the
+    same controller. Depth 9 is beyond the profile's 4: decided 9, ran 4, and both are said."""
+    pattern = [3, 9, 0, 2]
+    rec = Recorder(pattern)
+    outs = [20, 40, 60, 80, 100, 120] * 2  # requests finish one after another: the batch shrinks
+    simulate(_drain(_requests(len(outs), outs)), PROFILE, PolicyDecider(rec), EngineConfig(feedback_lag=lag))
+    seen = rec.seen
+    assert len(seen) > 20 and len({s.batch_size for s in seen}) > 3
+    for i, stats in enumerate(seen):
+        src = i - 1 - lag
+        if src < 0:
+            assert stats.last_batch_size is None and stats.last_decided_steps is None
+            assert stats.last_mean_seq_len is None
+            continue
+        described = seen[src]
+        assert stats.last_batch_size == described.batch_size
+        assert stats.last_decided_steps == pattern[src % len(pattern)]
+        assert stats.last_num_steps == min(pattern[src % len(pattern)], PROFILE.max_steps)
+        assert stats.last_mean_seq_len == described.mean_seq_len
+    # the coming step's context would not do: it differs from the described one's
+    assert sum(s.last_mean_seq_len != s.mean_seq_len for s in seen[lag + 1 :]) > len(seen) // 2
+
+
 def test_batch_never_exceeds_max_running_and_the_rest_wait() -> None:
     rec = Recorder([2])
     sc = load_workload("sweep", profile=PROFILE, duration_s=2.0, concurrency=[40])[0]

@@ -12,7 +12,6 @@ one idea each (docs/cost-model.md has the whole design):
   steps it learns from;
 - ``choice``: tokens/s per depth, the best one, the switching rule;
 - ``probes``: when to measure a depth it is not running;
-- ``lag``: which decision a reported step time describes;
 - ``policy``: the per-step loop tying them together.
 """
 

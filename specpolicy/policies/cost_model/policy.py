@@ -2,10 +2,11 @@
 
 Per step it takes the outcome of the last step whose result is known (``_take_outcome``: a strided sample of
 at most ``_SAMPLE_CAP`` requests' accepted counts, appended as bytes, and the step time, added to the run of
-steps with the same batch size and depth; ``lag`` says which decision it describes), then decides for the
-coming step: its bucket's best depth, switched to under the margin and dwell rules, or a due probe. Every
-``update_interval`` steps per bucket it folds the queued data in (counting in C) and recomputes that bucket.
-Anything malformed in the stats is missing data. No RNG: the same inputs give the same outputs.
+steps with the same batch size and depth; the stats name that step's batch size, decided depth and context
+length, so nothing is inferred), then decides for the coming step: its bucket's best depth, switched to
+under the margin and dwell rules, or a due probe. Every ``update_interval`` steps per bucket it folds the
+queued data in (counting in C) and recomputes that bucket. Anything malformed in the stats is missing data.
+No RNG: the same inputs give the same outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .change import ChangeDetector
 from .choice import BIG_GAIN, Choice
 from .config import CostModelConfig
 from .costs import StepCosts, context_length
-from .lag import FeedbackLag
 from .probes import ProbeSchedule
 from .table import MAX_BATCH, BucketGrid
 
@@ -97,10 +97,11 @@ class CostModelPolicy:
         "_probes",
         "_visits",
         "_probe_at",
-        "_lag",
         # the loop's own state
         "_step",
         "_cur",
+        "_last_batch",
+        "_last_k",
         "_switched",
         "_last_t",
         "_timed",
@@ -181,7 +182,6 @@ class CostModelPolicy:
         #: steps left of the probe being run, and its depth index
         self._probe_left = 0
         self._probe_run = 0
-        self._lag = FeedbackLag()
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
         self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval, c.max_probe_share)
@@ -193,6 +193,9 @@ class CostModelPolicy:
         self._disabled_at = _NEVER
         self._refresh_at = [0] * n_b
         self._cur = -1
+        #: the latest decision's batch size (for a malformed one, and the estimates) and depth
+        self._last_batch = 1
+        self._last_k = -1
         self._switched = _NEVER
         self._last_t: object = None
         self._refresh_expected()
@@ -204,13 +207,14 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b = stats  # one unpack, not 9 lookups
-            self._take_outcome(step, k_obs, acc, drafted, t, mean, last_b)
+            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len = stats  # one unpack
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
                 b = self._index[batch] if batch <= MAX_BATCH else self._top
             else:
                 b = self._index[batch]
+            self._take_outcome(step, batch, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len)
+            self._last_batch = batch
             visits = self._visits
             vis = visits[b] = visits[b] + 1
             if step >= self._refresh_at[b]:
@@ -240,20 +244,23 @@ class CostModelPolicy:
                     back = step + n_probe + 1
                     if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
                         self._refresh_at[b] = back  # a first or second measurement: back by then
-            lag = self._lag
-            lag.before = lag.last
-            lag.last = (batch, self._arms[cur], seq_len)  # read through context_length() when used
+            self._last_k = self._arms[cur]
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
 
     def _take_outcome(
-        self, step: int, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any, last_b: Any
+        self, step: int, batch: int, seq_len: Any, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any,
+        last_b: Any, last_k: Any, last_len: Any,
     ) -> None:
         """What the stats say about the last step whose result is known: its acceptance and its time.
 
-        Its batch size is ``last_b`` when the adapter says it (``StepStats.last_batch_size``); otherwise the
-        size of the per-request acceptance list, else the decision the feedback lag points at."""
+        The adapter names that step's batch size, decided depth and context length (``last_batch_size``,
+        ``last_decided_steps``, ``last_mean_seq_len``). StepStats built without them (a caller of decide()
+        that is no adapter) still have their times used: the batch size is the length of the per-request
+        acceptance list, else the coming step's while it and the depth that ran equal the last decision's (a
+        time is never billed to another decision), the context length the coming step's; a depth the
+        engine ran shallower than decided then goes unnoticed."""
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
             if c is None or c > MAX_NUM_STEPS:
@@ -295,15 +302,20 @@ class CostModelPolicy:
                 # the same time again: the same step re-reported
                 if 0.0 < t < 1e4 and t != self._last_t:
                     self._last_t = t
-                    h = self._lag.described(k_obs)
-                    if 0 <= k_obs < h[1]:  # shallower than decided (deeper is no sign of a limit)
-                        self._ran_other(h[1], k_obs)
+                    if last_k.__class__ is not int and last_k is not None:
+                        last_k = clean_count(last_k)
+                    if last_k is not None and 0 <= k_obs < last_k <= MAX_NUM_STEPS:
+                        self._ran_other(last_k, k_obs)  # shallower than decided (deeper: no sign of a limit)
                     if last_b.__class__ is int and 0 < last_b <= MAX_BATCH:
                         nb = last_b  # the measured step's exact batch size, from the adapter
+                    elif last_b is not None and (c := clean_count(last_b)) and c <= MAX_BATCH:
+                        nb = c  # a numpy integer
                     elif acc is not None:
                         nb = len(acc)
+                    elif batch == self._last_batch and k_obs == self._last_k and 0 < batch <= MAX_BATCH:
+                        nb = batch  # not said, but load and depth hold still: the last decision's step
                     else:
-                        nb = h[0] if h[1] == k_obs else 0
+                        nb = 0  # not said while they move: it could be another decision's, left out
                     if nb > 0:
                         if not self._timed:  # the first measurement: start exploring now
                             self._timed = True
@@ -325,7 +337,7 @@ class CostModelPolicy:
                             self._agg_switch = 0 <= self._agg_k != k_obs
                             self._agg_batch = nb
                             self._agg_k = k_obs
-                            self._agg_len = context_length(h[2])
+                            self._agg_len = context_length(seq_len if last_len is None else last_len)
                             self._agg_t = t
                             self._agg_n = 1
                             self._agg_step = step
@@ -342,7 +354,7 @@ class CostModelPolicy:
     def _odd_batch(self, batch: object) -> int:
         """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
         c = clean_count(batch)
-        return self._lag.last[0] if c is None else c
+        return self._last_batch if c is None else c
 
     def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
         """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
@@ -426,7 +438,7 @@ class CostModelPolicy:
         if self._pending:
             self._fold_times()
         if self._disabled_at > _NEVER and step - self._disabled_at > 4 * self.config.max_probe_interval:
-            # Not forever (an engine may gain the depth back, or the evidence was a misattribution).
+            # Not forever: an engine may gain the depth back.
             self._disabled = [False] * len(self._arms)
             self._clamp_votes = [0] * len(self._arms)
             self._disabled_at = _NEVER
@@ -495,7 +507,7 @@ class CostModelPolicy:
         rates = self._acc.rates
         for j in range(1, self._acc.max_pos + 1):
             out[f"accept_rate_{j}"] = rates[j]
-        batch = self._lag.last[0]
+        batch = self._last_batch
         b = self._index[batch] if 0 <= batch <= MAX_BATCH else self._top
         rep = self._grid.rep[b]
         absolute = self.cost_model is not None or self._costs.cells.nearest_measured(b) >= 0

@@ -11,7 +11,7 @@ once at start-up beside the launch-depth verify graphs (graphs share SGLang's gl
 last verified token at position ``seq_len``, so the decode view has ``seq_lens + 1`` and no speculative input.
 Everything around the forward (slot allocation, sampling, the result the scheduler consumes) stays with the
 caller, so the same object serves both workers. ``swap_in``/``swap_out`` exchange the target runner's
-backend and graph runner around one forward: plain attribute assignments, nothing allocated per step.
+backend and graph runner around one forward, through the legacy adapter's one ``AttrSwap``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from .one_token import capture_like
+from .swap import KEEP, AttrSwap, swapped
 
 __all__ = ["DecodeTarget", "build_decode_target"]
 
@@ -36,7 +37,7 @@ class DecodeTarget:
     (EAGLE, EAGLE-3), NULL for a draft model (STANDALONE).
     """
 
-    __slots__ = ("attn_backend", "graph_runner", "mode", "capture_hidden_mode", "_decode", "_none", "_saved")
+    __slots__ = ("attn_backend", "graph_runner", "mode", "capture_hidden_mode", "_decode", "_none", "_swap")
 
     def __init__(self, attn_backend: Any, graph_runner: Any, capture_hidden_mode: Any) -> None:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -48,7 +49,7 @@ class DecodeTarget:
         self.capture_hidden_mode = capture_hidden_mode
         self._decode = ForwardMode.DECODE
         self._none = SpeculativeAlgorithm.NONE
-        self._saved: tuple[Any, Any, Any] | None = None
+        self._swap = AttrSwap()
 
     def decode_batch(self, mwb: Any, *, input_ids: Any = None, out_cache_loc: Any = None) -> Any:
         """A copy of ``mwb`` (a ModelWorkerBatch whose ``seq_lens`` exclude the new token) in decode form.
@@ -74,18 +75,12 @@ class DecodeTarget:
         )
 
     def swap_in(self, model_runner: Any) -> None:
-        self._saved = (model_runner, model_runner.attn_backend, model_runner.graph_runner)
-        model_runner.attn_backend = self.attn_backend
-        model_runner.graph_runner = self.graph_runner
+        """Put the decode backend and graph runner on ``model_runner`` (restored by ``swap_out``)."""
+        mr = model_runner
+        self._swap.swap_in(((mr, "attn_backend", self.attn_backend), (mr, "graph_runner", self.graph_runner)))
 
     def swap_out(self) -> None:
-        saved = self._saved
-        if saved is None:
-            return
-        self._saved = None
-        mr, attn, graph = saved
-        mr.attn_backend = attn
-        mr.graph_runner = graph
+        self._swap.swap_out()
 
     def forward(self, forward_fn: Any, model_runner: Any, decode_mwb: Any) -> Any:
         """Run ``forward_fn`` (the target worker's unbound-safe ``forward_batch_generation``) on the decode
@@ -112,25 +107,21 @@ def build_decode_target(
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     mr = model_runner
-    saved = (
-        mr.spec_algorithm,
-        mr.attn_backend,
-        mr.graph_runner,
-        getattr(mr, "init_new_workspace", False),
-        getattr(mr.server_args, "enable_return_hidden_states", False),
+    launch_runner = mr.graph_runner
+    restore = (
+        (mr, "spec_algorithm", SpeculativeAlgorithm.NONE),
+        (mr, "attn_backend", KEEP),  # building and capturing install their own: put the launch ones back
+        (mr, "graph_runner", KEEP),
+        (mr, "init_new_workspace", KEEP),
+        (mr.server_args, "enable_return_hidden_states", KEEP),
     )
-    mr.spec_algorithm = SpeculativeAlgorithm.NONE
-    try:
+    with swapped(restore):
         attn = mr._get_attention_backend(init_new_workspace=True)
         graph_runner = None
-        if graphs and saved[2] is not None and not server_args.disable_cuda_graph:
+        if graphs and launch_runner is not None and not server_args.disable_cuda_graph:
             if capture_hidden_mode == CaptureHiddenMode.FULL:
                 mr.server_args.enable_return_hidden_states = True  # read once, to capture hidden states
-            graph_runner = capture_like(saved[2], mr, attn, {}, what="the decode CUDA graphs for off steps")
+            graph_runner = capture_like(
+                launch_runner, mr, attn, {}, what="the decode CUDA graphs for off steps"
+            )
         return DecodeTarget(attn, graph_runner, capture_hidden_mode)
-    finally:
-        mr.spec_algorithm, mr.attn_backend, mr.graph_runner = saved[0], saved[1], saved[2]
-        if hasattr(mr, "init_new_workspace"):
-            mr.init_new_workspace = saved[3]
-        if hasattr(mr.server_args, "enable_return_hidden_states"):
-            mr.server_args.enable_return_hidden_states = saved[4]

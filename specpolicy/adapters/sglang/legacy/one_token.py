@@ -11,7 +11,7 @@ The target forward of a one-token verify needs its own attention backend and CUD
 graph runner only checks the batch size in ``can_run`` and would replay a graph captured for
 ``num_draft_tokens`` tokens per request on a one-token input. ``OneTokenTarget`` builds both once at start-up
 (eager when graphs are off or capture fails) and ``swap_in``/``swap_out`` exchange them around the verify
-call: plain attribute assignments, nothing allocated per step.
+call, through the legacy adapter's one ``AttrSwap``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import inspect
 import logging
 from dataclasses import dataclass, fields
 from typing import Any
+
+from .swap import KEEP, Assignment, AttrSwap, swapped
 
 __all__ = [
     "FieldNames",
@@ -128,7 +130,7 @@ class OneTokenTarget:
     bookkeeping, whose target forward runs elsewhere); ``mode`` is then ``"sizes"``.
     """
 
-    __slots__ = ("attn_backend", "graph_runner", "mode", "server_args", "_saved")
+    __slots__ = ("attn_backend", "graph_runner", "mode", "server_args", "_swap")
 
     def __init__(self, attn_backend: Any, graph_runner: Any, server_args: list[Any]) -> None:
         self.attn_backend = attn_backend
@@ -138,41 +140,27 @@ class OneTokenTarget:
         else:
             self.mode = "graph" if graph_runner is not None else "eager"
         self.server_args = server_args
-        self._saved: tuple[Any, ...] | None = None
+        self._swap = AttrSwap()
 
     def swap_in(self, worker: Any, model_runner: Any) -> None:
         """Point the worker, server args and target runner at the one-token state (restored by swap_out)."""
-        self._saved = (
-            worker,
-            model_runner,
-            worker.speculative_num_steps,
-            worker.speculative_num_draft_tokens,
-            model_runner.attn_backend,
-            model_runner.graph_runner,
-            [(a.speculative_num_steps, a.speculative_num_draft_tokens) for a in self.server_args],
-        )
-        worker.speculative_num_steps = 0
-        worker.speculative_num_draft_tokens = 1
-        for a in self.server_args:
-            a.speculative_num_steps = 0
-            a.speculative_num_draft_tokens = 1
+        todo = _one_token_sizes((worker, *self.server_args))
         if self.attn_backend is not None:
-            model_runner.attn_backend = self.attn_backend
-            model_runner.graph_runner = self.graph_runner
+            todo += ((model_runner, "attn_backend", self.attn_backend),
+                     (model_runner, "graph_runner", self.graph_runner))
+        self._swap.swap_in(todo)
 
     def swap_out(self) -> None:
-        saved = self._saved
-        if saved is None:
-            return
-        self._saved = None
-        worker, mr, steps, tokens, attn, graph, args = saved
-        worker.speculative_num_steps = steps
-        worker.speculative_num_draft_tokens = tokens
-        for a, (s, t) in zip(self.server_args, args, strict=True):
-            a.speculative_num_steps = s
-            a.speculative_num_draft_tokens = t
-        mr.attn_backend = attn
-        mr.graph_runner = graph
+        self._swap.swap_out()
+
+
+def _one_token_sizes(objs: tuple[Any, ...] | list[Any]) -> tuple[Assignment, ...]:
+    """The speculative sizes of a one-token verify (no draft steps, one token per request) on ``objs``."""
+    out: list[Assignment] = []
+    for o in objs:
+        out.append((o, "speculative_num_steps", 0))
+        out.append((o, "speculative_num_draft_tokens", 1))
+    return tuple(out)
 
 
 def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool) -> OneTokenTarget:
@@ -185,29 +173,24 @@ def build_one_token_target(model_runner: Any, server_args: Any, *, graphs: bool)
     """
     mr = model_runner
     arg_objs = _distinct(server_args, getattr(mr, "server_args", None))
-    saved_args = [(a.speculative_num_steps, a.speculative_num_draft_tokens) for a in arg_objs]
-    saved = (mr.attn_backend, mr.graph_runner, getattr(mr, "init_new_workspace", False))
-    for a in arg_objs:
-        a.speculative_num_steps = 0
-        a.speculative_num_draft_tokens = 1
-    try:
+    launch_runner = mr.graph_runner
+    restore = _one_token_sizes(arg_objs) + (
+        (mr, "attn_backend", KEEP),  # building and capturing install their own: put the launch ones back
+        (mr, "graph_runner", KEEP),
+        (mr, "init_new_workspace", KEEP),
+    )
+    with swapped(restore):
         attn = mr._get_attention_backend(init_new_workspace=True)
         graph_runner = None
-        if graphs and saved[1] is not None and not server_args.disable_cuda_graph:
+        if graphs and launch_runner is not None and not server_args.disable_cuda_graph:
             graph_runner = capture_like(
-                saved[1],
+                launch_runner,
                 mr,
                 attn,
                 {"speculative_num_steps": 0, "speculative_num_draft_tokens": 1},
                 what="the one-token verify CUDA graph",
             )
         return OneTokenTarget(attn, graph_runner, arg_objs)
-    finally:
-        for a, (steps, tokens) in zip(arg_objs, saved_args, strict=True):
-            a.speculative_num_steps, a.speculative_num_draft_tokens = steps, tokens
-        mr.attn_backend, mr.graph_runner = saved[0], saved[1]
-        if hasattr(mr, "init_new_workspace"):
-            mr.init_new_workspace = saved[2]
 
 
 def capture_like(
