@@ -193,7 +193,7 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b = stats  # one unpack, not 9 lookups
+            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b = stats[:9]  # one unpack, not 9 lookups
             self._take_outcome(step, k_obs, acc, drafted, t, mean, last_b)
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
