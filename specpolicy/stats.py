@@ -157,8 +157,13 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
             )
     if last_request_ids is not None or request_ids is not None:
         for name, ids in (("last_request_ids", last_request_ids), ("request_ids", request_ids)):
-            if _valid_len(name, ids, "request ids") >= 0 and not all(isinstance(x, Hashable) for x in ids):
-                raise ValueError(f"StepStats.{name} must hold hashable request ids, got {short_repr(ids)}")
+            if _valid_len(name, ids, "request ids") >= 0:
+                try:
+                    set(ids)  # hashes every id, in C
+                except TypeError:
+                    raise ValueError(
+                        f"StepStats.{name} must hold hashable request ids, got {short_repr(ids)}"
+                    ) from None
         n_ids = len(last_request_ids) if last_request_ids is not None else -1
         n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
         if n_ids >= 0 and n_acc >= 0 and n_ids != n_acc:
