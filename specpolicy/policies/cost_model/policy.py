@@ -48,7 +48,7 @@ _CHANGE_SLACK = 0.5
 #: Requests of the coming batch whose own acceptance is looked up (strided above): a batch this small is
 #: priced request by request, when its requests change and then 1, 4, 16, 64 steps later (as their data
 #: come in); a larger one mostly by the population (``requests``: the sample's weight is m/n), so it is
-#: priced with its bucket's refresh, and only every 8th sampled step's outcomes are counted per request.
+#: priced with its bucket's refresh. Per request, outcomes are counted every other step (every 16th above).
 _BATCH_SAMPLE = 8
 _REPRICE_GROWTH = 4
 _NEVER = -(10**9)
@@ -94,6 +94,7 @@ class CostModelPolicy:
         "_acc",
         "_bufs",
         "_reqs",
+        "_rq",
         "_E_pop",
         "_pop",
         "_pop_weighted",
@@ -166,6 +167,7 @@ class CostModelPolicy:
         )
         self._bufs = self._acc.bufs
         self._reqs = RequestAcceptance(max(self._arms), self._arms)
+        self._rq = self._reqs.pending  # the hot path appends each step's sampled outcomes here
         #: the requests of the batch last priced (a copy of a small batch's ids), the step from which it is
         #: priced again whatever, and the interval to that step (doubling while the batch stays).
         self._batch_ids: list[Any] | None = None
@@ -306,11 +308,13 @@ class CostModelPolicy:
                         counts = bytes(sample)
                         self._bufs[k_obs] += counts
                         self._acc_steps += 1
-                        if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
-                            self._reqs.queue(
+                        # per request: every other step (a step is up to k + 1 trials of each request)
+                        every = 1 if stride == 1 else 14
+                        if last_ids is not None and not step & every and len(last_ids) == n:
+                            self._rq.append((
                                 k_obs, last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
                                 counts,
-                            )
+                            ))
                     else:
                         self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                     if self._chg_on and (not step & 15 or k_obs != self._k_prev):  # and probe outcomes
@@ -385,13 +389,14 @@ class CostModelPolicy:
             self._batch_sample, self._batch_n = sample, n
             e = self._E = self._batch_expected(b)
             self._choice.update(b, e, self._choice.t[b], self._disabled)
-            if 2 * self._batch_unseen >= n and self._arms[self._cur] == 0:
+            if n <= _BATCH_SAMPLE and 2 * self._batch_unseen >= n and self._arms[self._cur] == 0:
                 # Off, and half the batch or more is requests without data: off teaches nothing about them,
                 # and each may be one that speculation pays for. One step at the speculating depth shows it.
                 self._look = step
         except Exception:  # noqa: BLE001 - ids that are no ids: price by the population
             self._batch_at = step + self.config.update_interval
             self._reqs = RequestAcceptance(max(self._arms), self._arms)
+            self._rq = self._reqs.pending
             self._batch_sample, self._batch_n = (), 0
             self._refresh_expected()
 
@@ -559,7 +564,6 @@ class CostModelPolicy:
         self._pop = TwoPoint(rates[1], a2, acc.tries(2))
         self._pop_weighted.clear()
         self._reqs.set_population(rates[1], a2)
-        self._batch_at = 0  # the batch is priced again with the new population
         self._acc_version = acc.version
         self._chg.expect(acc.rates)
         if acc.rates[1] > self._a_hi:

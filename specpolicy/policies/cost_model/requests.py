@@ -24,6 +24,7 @@ are scaled down past ``window`` trials, so its estimate follows its own drift.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import islice
 from operator import add
 from typing import Any
 
@@ -39,6 +40,9 @@ _EDGE = 1e-6
 #: The prior is fitted to the requests seen last, this many at most, once at least _MIN_REQUESTS have data.
 _FIT_REQUESTS = 64
 _MIN_REQUESTS = 8
+_FIT_SCAN = 2 * _FIT_REQUESTS
+#: The requests' fit is redone every this many population updates (it looks at up to _FIT_SCAN requests).
+_REFIT_EVERY = 4
 
 
 class RequestAcceptance:
@@ -52,13 +56,15 @@ class RequestAcceptance:
         "forgotten",
         "evicted",
         "_req",
-        "_queue",
+        "pending",
         "_alpha",
         "_beta",
         "_arms",
         "_prior_e",
         "_version",
         "_swept",
+        "_fits",
+        "_fitted",
     )
 
     def __init__(
@@ -79,11 +85,14 @@ class RequestAcceptance:
         self.evicted = 0
         #: id -> [successes, failures, last step seen, deviations per depth (or None), their version]
         self._req: dict[Hashable, list[Any]] = {}
-        #: (depth, ids, accepted counts) of sampled outcomes not yet counted.
-        self._queue: list[tuple[int, Sequence[Hashable], bytes]] = []
+        #: (depth, ids, accepted counts) of sampled outcomes not yet counted (``queue`` appends; the policy's
+        #: hot path appends to the list itself).
+        self.pending: list[tuple[int, Sequence[Hashable], bytes]] = []
         self._arms = tuple(arms)
         self._version = 0
         self._swept = 0
+        self._fits = 0
+        self._fitted: tuple[float, float] | None = None
         self._alpha = self._beta = 1.0
         self._prior_e: list[float] = []
         self.set_population(0.7, 0.7)
@@ -95,7 +104,11 @@ class RequestAcceptance:
     def set_population(self, a1: float, a2: float) -> None:
         """The prior: from the requests' own rates when enough requests have data (``_from_requests``),
         else from the pooled first- and second-position rates (a_1, a_2)."""
-        fitted = self._from_requests()
+        self._fits += 1
+        if self._fits >= _REFIT_EVERY or self._fitted is None:  # the requests' picture moves slowly
+            self._fits = 0
+            self._fitted = self._from_requests()
+        fitted = self._fitted
         if fitted is None:
             m1 = min(max(a1, _EDGE), 1.0 - _EDGE)
             m2 = m1 * min(max(a2, 0.0), 1.0)
@@ -114,7 +127,7 @@ class RequestAcceptance:
         requests running they describe the last one or two, not the population.) The spread is that of the
         requests' rates less what their own sampling noise adds. None with fewer than ``_MIN_REQUESTS``."""
         rates: list[tuple[float, float]] = []
-        for e in reversed(self._req.values()):
+        for e in islice(reversed(self._req.values()), _FIT_SCAN):  # the newest requests, a bounded look
             n = e[0] + e[1]
             if n >= 2.0:
                 rates.append((e[0] / n, n))
@@ -145,30 +158,36 @@ class RequestAcceptance:
     # -- learning ---------------------------------------------------------------------------------------
     def queue(self, depth: int, ids: Sequence[Hashable], counts: bytes) -> None:
         """Queue one step's sampled outcomes: accepted drafts ``counts[i]`` of request ``ids[i]``."""
-        self._queue.append((depth, ids, counts))
+        self.pending.append((depth, ids, counts))
 
     def fold(self, step: int) -> None:
         """Count the queued outcomes; every ``horizon`` steps forget the requests not seen since."""
-        if self._queue:
+        if self.pending:
             req, cap, window = self._req, self.capacity, self.window
-            for depth, ids, counts in self._queue:
+            get = req.get
+            for depth, ids, counts in self.pending:
                 for rid, n in zip(ids, counts, strict=False):
-                    if n > depth:
-                        continue  # not a count of this step
-                    e = req.get(rid)
+                    e = get(rid)
                     if e is None:
+                        if n > depth:
+                            continue  # not a count of this step
                         if len(req) >= cap:  # the oldest entry goes (dicts keep insertion order)
                             del req[next(iter(req))]
                             self.evicted += 1
                         e = req[rid] = [0.0, 0.0, step, None, 0]
+                    elif n > depth:
+                        continue
                     s = e[0] + n
                     f = e[1] + (n < depth)
                     if s + f > window:
                         scale = window / (s + f)
                         s *= scale
                         f *= scale
-                    e[0], e[1], e[2], e[3] = s, f, step, None
-            self._queue.clear()
+                    e[0] = s
+                    e[1] = f
+                    e[2] = step
+                    e[3] = None
+            self.pending.clear()
         if step - self._swept >= self.horizon:
             self._swept = step
             old = step - self.horizon
