@@ -48,7 +48,7 @@ _CHANGE_SLACK = 0.5
 #: Requests of the coming batch whose own acceptance is looked up (strided above): a batch this small is
 #: priced request by request, when its requests change and then 1, 4, 16, 64 steps later (as their data
 #: come in); a larger one mostly by the population (``requests``: the sample's weight is m/n), so it is
-#: priced with its bucket's refresh. Per request, outcomes are counted every other step (every 16th above).
+#: priced with its bucket's refresh, and only every 8th sampled step's outcomes are counted per request.
 _BATCH_SAMPLE = 8
 _REPRICE_GROWTH = 4
 _NEVER = -(10**9)
@@ -308,9 +308,7 @@ class CostModelPolicy:
                         counts = bytes(sample)
                         self._bufs[k_obs] += counts
                         self._acc_steps += 1
-                        # per request: every other step (a step is up to k + 1 trials of each request)
-                        every = 1 if stride == 1 else 14
-                        if last_ids is not None and not step & every and len(last_ids) == n:
+                        if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
                             self._rq.append((
                                 k_obs, last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
                                 counts,
