@@ -7,16 +7,18 @@ Usage (from the repository root)::
     python benchmarks/bench_decide.py --json out.json --repeats 31 --steps 4000
 
 Each measurement runs ``--steps`` calls in a plain ``for`` loop over prebuilt StepStats, cycling through
-``--distinct`` different ones (default 32: warm in cache, as the list an adapter has just built is, yet
-varied so stateful policies move), ``--repeats`` times; the reported figure is the median over repeats of
-(loop time / steps), loop overhead included (it is the same for every row). Short loops and many repeats
-keep the median clear of scheduler preemption on a busy machine. Inputs model a step
-that speculated 3 deep: ``accepted_draft_tokens`` filled with a value in 0..3 per request, a step time and a
-context length. SGLang's ``AdaptiveSpeculativeParams`` is measured in the same loop, with the same per-request
-lists, as ``get_steps_for_batch(bs)`` + ``on_verify_complete(accepted, bs)``, once with its shipped default
-config (which routes batch >= 64 to steps 0, where it skips its EMA update) and once with a config that keeps
-speculating at every batch size (so it does its O(batch) work, as specpolicy's acceptance policy does). When
-SGLang is not importable the comparison falls back to the ~1 us/step figure and says so.
+``--distinct`` different loads and acceptance lists (default 32: warm in cache, as the list an adapter has
+just built is, yet varied so stateful policies move), ``--repeats`` times; the reported figure is the
+median over repeats of (loop time / steps), loop overhead included (it is the same for every row). Short
+loops and many repeats keep the median clear of scheduler preemption on a busy machine. Inputs model a step
+that speculated 3 deep: ``accepted_draft_tokens`` filled with a value in 0..3 per request, a step time, a
+context length and (unless ``--no-ids``) the request ids of the batch and of the step reported on, 1% of the
+requests replaced per step. SGLang's ``AdaptiveSpeculativeParams`` is measured in the same loop, with the
+same per-request lists, as ``get_steps_for_batch(bs)`` + ``on_verify_complete(accepted, bs)``, once with
+its shipped default config (which routes batch >= 64 to steps 0, where it skips its EMA update) and once
+with a config that keeps speculating at every batch size (so it does its O(batch) work, as specpolicy's
+acceptance policy does). When SGLang is not importable the comparison falls back to the ~1 us/step figure
+and says so.
 """
 
 from __future__ import annotations
@@ -43,14 +45,29 @@ DEPTH = 3
 SGLANG_FALLBACK_S = 1e-6
 
 
-def _inputs(batch: int, n: int, distinct: int, seed: int) -> list[tuple[Any, ...]]:
+#: A request of the benchmark's batches finishes (and a new one takes its place) with this chance per step.
+FINISH_PER_STEP = 0.01
+
+
+def _inputs(batch: int, n: int, distinct: int, seed: int, ids: bool = True) -> list[tuple[Any, ...]]:
+    """StepStats fields of ``n`` consecutive steps, the load and acceptance cycling through ``distinct``
+    values; with ``ids``, the request ids of the batch (32-character hex strings, as SGLang's) and of the
+    step reported on, requests finishing and being replaced at ``FINISH_PER_STEP``."""
     rng = random.Random(seed)
     pool = []
     for _ in range(distinct):
         acc = [rng.randint(0, DEPTH) for _ in range(batch)]
-        pool.append((batch, rng.randint(0, 8), 1000.0 + rng.random() * 500, DEPTH, acc, None,
-                     0.01 + rng.random() * 1e-3))
-    return [pool[i % distinct] for i in range(n)]
+        ctx = 1000.0 + rng.random() * 500
+        pool.append((batch, rng.randint(0, 8), ctx, DEPTH, acc, None, 0.01 + rng.random() * 1e-3, None, batch,
+                     DEPTH, ctx))
+    out = []
+    running = [f"{rng.getrandbits(128):032x}" for _ in range(batch)]
+    prev: list[str] | None = None
+    for i in range(n):
+        running = [f"{rng.getrandbits(128):032x}" if rng.random() < FINISH_PER_STEP else r for r in running]
+        out.append(pool[i % distinct] + ((prev, running) if ids else (None, None)))
+        prev = running
+    return out
 
 
 def _time_loop(body: Callable[[], None], repeats: int, steps: int) -> float:
@@ -145,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--distinct", type=int, default=32, help="different StepStats cycled through per loop")
     ap.add_argument("--policies", nargs="*", default=None, help="default: every registered policy")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--no-ids", action="store_true", help="leave the request-id fields None")
     args = ap.parse_args(argv)
 
     names = args.policies or available_policies()
@@ -166,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     table: dict[str, dict[int, float]] = {}
     for b in BATCH_SIZES:
-        raw = _inputs(b, args.steps, args.distinct, seed=b)
+        raw = _inputs(b, args.steps, args.distinct, seed=b, ids=not args.no_ids)
         stats = [StepStats.fast(*a) for a in raw]
         for label, v in bench_construction(raw, args.repeats).items():
             table.setdefault(label, {})[b] = v
@@ -174,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             table.setdefault(f"decide: {name}", {})[b] = bench_policy(name, stats, args.repeats)
         if "acceptance" in names:  # the adapter-side alternative: the mean computed where it is free
             pre = [
-                StepStats.fast(b, w, L, k, None, None, t, sum(acc) / len(acc))
-                for b, w, L, k, acc, _, t in raw
+                StepStats.fast(b, w, L, k, None, None, t, sum(acc) / len(acc), *rest)
+                for b, w, L, k, acc, _, t, _, *rest in raw
             ]
             table.setdefault("decide: acceptance (mean_accepted given)", {})[b] = bench_policy(
                 "acceptance", pre, args.repeats

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 from .errors import short_repr
@@ -33,6 +33,8 @@ class _Fields(NamedTuple):
     last_batch_size: int | None = None
     last_decided_steps: int | None = None
     last_mean_seq_len: float | None = None
+    last_request_ids: Sequence[Hashable] | None = None
+    request_ids: Sequence[Hashable] | None = None
 
 
 _new = tuple.__new__
@@ -73,6 +75,12 @@ class StepStats(_Fields):
             a depth runs a shallower one. None when no outcome is known.
         last_mean_seq_len: that step's ``mean_seq_len`` (the context length its time was measured at), or
             None.
+        last_request_ids: the id of each request of that step, in the order of ``accepted_draft_tokens``
+            (any hashable the engine uses: SGLang's and vLLM's request ids), so a policy can learn
+            acceptance per request. None when unknown.
+        request_ids: the id of each request in the upcoming batch (the load fields' batch; order free), so
+            a policy can choose for the requests it is about to run. None when unknown. The only field
+            after the outcome fields: the outcome fields are ``_fields[3:-1]``.
 
     "Acceptance length" everywhere in specpolicy means 1 + accepted drafts (the bonus token counted).
     """
@@ -105,6 +113,7 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
     (
         batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
         last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
+        last_request_ids, request_ids,
     ) = values
     changed = False
     # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
@@ -162,10 +171,27 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
                 "StepStats.drafted_tokens must have one entry per request of accepted_draft_tokens "
                 f"({n_drafted} != {n_acc})"
             )
+    if last_request_ids is not None or request_ids is not None:
+        for name, ids in (("last_request_ids", last_request_ids), ("request_ids", request_ids)):
+            if _valid_len(name, ids, "request ids") >= 0:
+                try:
+                    set(ids)  # hashes every id, in C
+                except TypeError:
+                    raise ValueError(
+                        f"StepStats.{name} must hold hashable request ids, got {short_repr(ids)}"
+                    ) from None
+        n_ids = len(last_request_ids) if last_request_ids is not None else -1
+        n_acc = _valid_len("accepted_draft_tokens", accepted_draft_tokens)
+        if n_ids >= 0 and n_acc >= 0 and n_ids != n_acc:
+            raise ValueError(
+                "StepStats.last_request_ids must have one entry per request of accepted_draft_tokens "
+                f"({n_ids} != {n_acc})"
+            )
     if changed:
         values = (
             batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
             last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
+            last_request_ids, request_ids,
         )
     stats: StepStats = _new(cls, values)
     return stats
@@ -212,17 +238,17 @@ def _valid_float(name: str, value: object) -> float | None:
     return f
 
 
-def _valid_len(name: str, value: object) -> int:
+def _valid_len(name: str, value: object, of: str = "ints") -> int:
     """len() of a per-request field (-1 for None); ValueError naming the field when it has none."""
     if value is None:
         return -1
     if isinstance(value, (str, bytes)):
-        raise ValueError(f"StepStats.{name} must be a sequence of ints or None, got {short_repr(value)}")
+        raise ValueError(f"StepStats.{name} must be a sequence of {of} or None, got {short_repr(value)}")
     try:
         return len(value)  # type: ignore[arg-type]
     except Exception:
         raise ValueError(
-            f"StepStats.{name} must be a sequence of ints or None, got {short_repr(value)}"
+            f"StepStats.{name} must be a sequence of {of} or None, got {short_repr(value)}"
         ) from None
 
 

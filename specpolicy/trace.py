@@ -48,6 +48,8 @@ class TraceRecord:
     last_batch_size: int | None = None
     last_decided_steps: int | None = None
     last_mean_seq_len: float | None = None
+    last_request_ids: Sequence[Any] | None = None
+    request_ids: Sequence[Any] | None = None
     rank: int = 0
     ts: float | None = None
     decide_us: float | None = None
@@ -101,6 +103,8 @@ def record_dict(
         "step": step, "batch_size": stats[0], "num_steps": num_steps, "step_time_s": step_time_s,
     }
     d.update(zip(_STATS_AFTER_BATCH, stats[1:], strict=False))  # a malformed stats: what it has
+    for name in _NOT_WRITTEN:
+        d[name] = None
     d.update(kw)
     return d
 
@@ -110,6 +114,9 @@ _STATS = StepStats._fields
 _STATS_AFTER_BATCH = _STATS[1:]
 #: Per-request fields, copied into lists when a record is built from live stats.
 _LISTS = ("accepted_draft_tokens", "drafted_tokens")
+#: Fields the trace leaves out (null): request ids would make each line about 30 times longer (a 32-character
+#: id per request, twice), and the trace's readers (the profile fit, the replay) do not need them.
+_NOT_WRITTEN = ("last_request_ids", "request_ids")
 
 
 def _check_fields() -> None:

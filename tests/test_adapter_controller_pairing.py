@@ -57,7 +57,7 @@ def test_next_stats_describe_the_reported_decision_and_observers_get_each_once(
     decided: list[tuple[int, int, float]] = []  # (depth, batch size, context length) per decision number - 1
     reported: dict[int, float] = {}
     latest = 0  # the newest decision reported so far (outcomes of older ones are ignored)
-    expect_known: tuple[Any, ...] = (0, None, None, None, None, None, None, None)
+    expect_known: tuple[Any, ...] = (0, None, None, None, None, None, None, None, None, None)
     for i, (kind, arg) in enumerate(events):
         if kind == "decide":
             seq_len = 100.0 + i  # each decision's own context length, so one from another decision shows
@@ -78,6 +78,7 @@ def test_next_stats_describe_the_reported_decision_and_observers_get_each_once(
                 reported[step] = t
                 k, bs, ctx = decided[step - 1]
                 expect_known = (k, acc if k else None, None, t, None, bs, k, ctx)
+                expect_known += (None, None)  # no request ids reported, none for the batch
             assert ctl.next_stats(1, 0, None)[3:] == expect_known
     ctl.close()
     assert [r.step for r in obs.records] == list(range(1, len(decided) + 1))
@@ -97,7 +98,7 @@ def test_a_decision_whose_outcome_never_comes_is_handed_over_without_one() -> No
     ctl.outcome(3, [2, 2, 2, 2], 0.01)  # 2 never got one: out before 3, in order
     assert [(r.step, r.step_time_s) for r in obs.records] == [(1, None), (2, None), (3, 0.01)]
     ctl.outcome(2, [0], 0.5)  # too late: already handed over, and older than what is known
-    assert ctl.known == (3, [2, 2, 2, 2], None, 0.01, None, 4, 3, None)
+    assert ctl.known == (3, [2, 2, 2, 2], None, 0.01, None, 4, 3, None, None)
     ctl.close()
     assert [r.step for r in obs.records] == list(range(1, MAX_OPEN + 2)) and ctl.waiting == 0
 
@@ -133,6 +134,6 @@ def test_forced_steps_are_numbered_and_paired_like_decisions() -> None:
     ctl = StepController(Depths([0]), allowed_steps=(0, 3), default_steps=3, observers=[obs])
     assert ctl.force(StepStats(4), 3) == 3 and ctl.step == 1
     ctl.outcome(1, [3, 3, 3, 3], 0.03)
-    assert ctl.next_stats(4, 0, None)[3:] == (3, [3, 3, 3, 3], None, 0.03, None, 4, 3, None)
+    assert ctl.next_stats(4, 0, None)[3:] == (3, [3, 3, 3, 3], None, 0.03, None, 4, 3, None, None, None)
     ctl.close()
     assert [(r.step, r.num_steps, r.fallback) for r in obs.records] == [(1, 3, False)]

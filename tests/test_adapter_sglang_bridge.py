@@ -130,3 +130,36 @@ def test_a_lost_feedback_does_not_shift_later_attributions() -> None:
     params.on_verify_complete([0] * 5, 5)  # matches no recorded round: no information, not a wrong depth
     params.get_steps_for_batch(2)
     assert (rec.seen[-1].last_num_steps, rec.seen[-1].accepted_draft_tokens) == (0, None)
+
+
+class _Req:
+    def __init__(self, rid: str, seqlen: int = 100) -> None:
+        self.rid = rid
+        self.seqlen = seqlen
+
+
+class _Batch:
+    def __init__(self, rids: list[str]) -> None:
+        self.reqs = [_Req(r) for r in rids]
+        self.forward_mode = type("Mode", (), {"is_decode": staticmethod(lambda: True)})()
+
+
+class _Scheduler:
+    waiting_queue: list[object] = []
+
+
+def test_request_ids_ride_with_the_batch_and_with_its_feedback() -> None:
+    params, rec = _bridge([3])
+    params.note_batch(_Scheduler(), _Batch(["a", "b"]))
+    params.get_steps_for_batch(2)
+    assert rec.seen[-1].request_ids == ["a", "b"]
+    params.note_batch(_Scheduler(), _Batch(["b", "c", "d"]))
+    params.get_steps_for_batch(3)  # overlap: decided before round 1 reports
+    params.on_verify_complete([1, 3], 2)  # round 1's counts, in its batch order
+    params.note_batch(_Scheduler(), _Batch(["b", "c", "d"]))
+    params.get_steps_for_batch(3)
+    s = rec.seen[-1]
+    assert s.last_request_ids == ["a", "b"] and list(s.accepted_draft_tokens or []) == [1, 3]
+    assert s.request_ids == ["b", "c", "d"]
+    params.get_steps_for_batch(5)  # no batch noted for this size: no ids rather than another batch's
+    assert rec.seen[-1].request_ids is None

@@ -69,7 +69,7 @@ def test_constructor_converts_numpy_numbers_to_python_ones() -> None:
     np = pytest.importorskip("numpy")
     s = StepStats(np.int64(4), np.int32(1), np.float32(100.0), np.int64(2), [1, 2], None, np.float64(0.5),
                   np.float64(1.5))
-    assert s == (4, 1, 100.0, 2, [1, 2], None, 0.5, 1.5, None, None, None)
+    assert s == (4, 1, 100.0, 2, [1, 2], None, 0.5, 1.5, None, None, None, None, None)
     assert [type(v) for v in s[:4]] == [int, int, float, int] and type(s.last_step_time_s) is float
 
 
@@ -98,7 +98,7 @@ def test_stats_is_an_immutable_tuple() -> None:
     s = StepStats(3, last_num_steps=2, accepted_draft_tokens=[1, 2, 0])
     with pytest.raises(AttributeError):
         s.batch_size = 4  # type: ignore[misc]
-    assert s[0] == 3 and len(s) == len(StepStats._fields) == 11
+    assert s[0] == 3 and len(s) == len(StepStats._fields) == 13
 
 
 def _reference_mean(acc: list[object], drafted: list[object] | None, k: int) -> float | None:
@@ -225,3 +225,17 @@ def test_clean_count_accepts_numpy_integers() -> None:
 )
 def test_clean_float(value: object, want: float | None) -> None:
     assert clean_float(value) == want
+
+
+def test_request_ids_follow_the_accepted_counts_and_must_be_hashable() -> None:
+    s = StepStats(
+        3, 0, None, 2, [0, 2], None, None, None, 2, last_request_ids=("r1", "r2"), request_ids=["r2", "r3", "r4"]
+    )
+    assert s.last_request_ids == ("r1", "r2") and s.request_ids == ["r2", "r3", "r4"]
+    with pytest.raises(ValueError, match=r"StepStats\.last_request_ids must have one entry per request"):
+        StepStats(2, 0, None, 2, [0, 2], last_request_ids=["r1"])
+    with pytest.raises(ValueError, match=r"StepStats\.request_ids must hold hashable request ids"):
+        StepStats(1, request_ids=[["r1"]])
+    with pytest.raises(ValueError, match=r"StepStats\.request_ids must be a sequence of request ids"):
+        StepStats(1, request_ids="r1")
+    assert StepStats(1).request_ids is None and StepStats(1).last_request_ids is None

@@ -46,4 +46,14 @@ def test_trace_record_declares_the_stats_fields_with_their_defaults() -> None:
         assert name in declared
         if name in StepStats._field_defaults:
             assert declared[name] == StepStats._field_defaults[name]
-    assert StepStats.fast(4) == StepStats(4) == (4, 0, None, 0, None, None, None, None, None, None, None)
+    assert StepStats.fast(4) == StepStats(4) == (4, 0, None, 0, None, None, None, None, None, None, None, None, None)
+
+
+def test_the_trace_leaves_request_ids_out() -> None:
+    s = StepStats(
+        2, 0, None, 3, [1, 3], None, 0.01, None, 2, last_request_ids=["a", "b"], request_ids=["b", "c"]
+    )
+    d = record_dict(7, s, 3, 0.01)
+    assert d["last_request_ids"] is None and d["request_ids"] is None
+    assert d["accepted_draft_tokens"] == [1, 3]
+    assert TraceRecord.from_dict(d).stats() == s._replace(last_request_ids=None, request_ids=None)

@@ -162,3 +162,23 @@ def test_an_output_that_never_comes_back_does_not_shift_the_accounting() -> None
     assert ledger.known[:3] == (1, [1], [1]) and ledger.in_flight == 0
     ledger.on_update("unknown", 3.0)  # an empty step (nothing scheduled): ignored
     assert ledger.known[:3] == (1, [1], [1])
+
+
+def test_request_ids_reach_the_policy_with_the_batch_and_with_its_verify() -> None:
+    rec = Recorder([2, 2, 2])
+    ledger = rec.ledger()
+    ledger.on_schedule("a", 2, 0, None, True, 0.0, ["r1", "r2"])
+    ledger.on_update("a", 0.01)
+    ledger.on_schedule("b", 2, 0, None, True, 0.02, ["r1", "r2"])
+    ledger.on_draft(2, 1, "r1")
+    ledger.on_draft(2, 2, "r2")
+    ledger.on_update("b", 0.03)
+    ledger.on_schedule("c", 1, 0, None, True, 0.04, ["r2"])
+    assert rec.seen[0].request_ids == ["r1", "r2"] and rec.seen[0].last_request_ids is None
+    s = rec.seen[2]
+    assert s.last_request_ids == ["r1", "r2"] and list(s.accepted_draft_tokens or []) == [1, 2]
+    assert s.request_ids == ["r2"]
+    ledger.on_draft(2, 1, "r2")
+    ledger.on_draft(2, 0)  # a result without an id: none for the step, rather than ids out of line
+    ledger.on_update("c", 0.05)
+    assert ledger.known[1] == [1, 0] and ledger.known[8] is None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
@@ -70,9 +70,9 @@ class StepObserver(Protocol):
 #: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
 MAX_OPEN = 16
 _SLOT = MAX_OPEN - 1
-#: StepStats' outcome fields (those after the engine's load: ``last_num_steps`` .. ``last_mean_seq_len``)
-#: when nothing is known: their defaults.
-NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:])
+#: StepStats' outcome fields (those between the engine's load and ``request_ids``: ``last_num_steps`` ..
+#: ``last_request_ids``) when nothing is known: their defaults.
+NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:-1])
 _new = tuple.__new__
 _perf = time.perf_counter
 _Open = tuple[int, StepStats, int, float, bool, float]
@@ -227,9 +227,18 @@ class StepController:
         """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""
         return self._commit(stats, num_steps, 0.0, False, time.perf_counter())
 
-    def next_stats(self, batch_size: int, num_waiting: int, mean_seq_len: float | None) -> StepStats:
-        """The StepStats of the coming decision: the engine's load now, and the outcome ``known``."""
-        stats: StepStats = _new(StepStats, (batch_size, num_waiting, mean_seq_len) + self.known)
+    def next_stats(
+        self,
+        batch_size: int,
+        num_waiting: int,
+        mean_seq_len: float | None,
+        request_ids: Sequence[Hashable] | None = None,
+    ) -> StepStats:
+        """The StepStats of the coming decision: the engine's load now (and, when the adapter knows them,
+        the ids of the requests in the batch), and the outcome ``known``."""
+        stats: StepStats = _new(
+            StepStats, (batch_size, num_waiting, mean_seq_len) + self.known + (request_ids,)
+        )
         return stats
 
     def outcome(
@@ -240,10 +249,12 @@ class StepController:
         num_steps: int | None = None,
         drafted: Sequence[int] | None = None,
         mean_accepted: float | None = None,
+        request_ids: Sequence[Hashable] | None = None,
     ) -> None:
         """Decision ``step``'s outcome: per request accepted drafts (bonus not counted; None: unknown), the
         measured time of its step (None: unknown), and, when the engine says so, the depth that actually
-        ran (default: the decided one) and the drafts proposed per request.
+        ran (default: the decided one), the drafts proposed per request and the id of each request (in the
+        order of ``accepted``).
 
         The next StepStats describe that decision's step; the observers receive its record. Earlier
         decisions still waiting are handed over without an outcome (the trace stays in order); an outcome
@@ -264,9 +275,11 @@ class StepController:
         k = item[2] if num_steps is None else num_steps
         load = item[1]  # the decision's own stats: its batch size and context length
         if k > 0:
-            self.known = (k, accepted, drafted, step_time_s, mean_accepted, load[0], decided, load[2])
+            self.known = (
+                k, accepted, drafted, step_time_s, mean_accepted, load[0], decided, load[2], request_ids
+            )
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
-            self.known = (0, None, None, step_time_s, None, load[0], decided, load[2])
+            self.known = (0, None, None, step_time_s, None, load[0], decided, load[2], None)
         if self.observers:
             if step != done + 1:
                 self._release_before(step, done)

@@ -3,15 +3,15 @@
 Each iteration admits waiting requests up to ``max_running`` (one prefill step, whose cost comes from the
 profile and which emits every admitted request's first token), then runs one decode step for the running
 batch. Before the decode step the decider (a policy under test, or the oracle) sees a real ``StepStats``:
-batch size, queue, mean context length, and the outcome of the most recent step whose result is known (the
-previous step, as in SGLang's non-overlap worker, or the one before with ``feedback_lag=1``, as with overlap
-or async scheduling). The decider runs inside the same ``StepController`` as in live serving: it numbers the
-decisions, receives each step's outcome and builds the next StepStats from it, and contains a failing
-decider the same way (the step runs the engine's default depth, here the profile's deepest, as a vLLM
-engine runs its configured ``num_speculative_tokens``). The chosen depth k (clamped to the profile's range)
-decides the step: each request emits
-``1 + min(k, G)`` tokens, clipped to what it still owes, and the step costs the profile's spec step at
-(batch, k, context) or its "off" step at k = 0, plus the decider's fixed per-step charge.
+batch size, queue, mean context length, the ids of the running requests, and the outcome of the most recent
+step whose result is known, with the id of each request it reports on (the previous step, as in SGLang's
+non-overlap worker, or the one before with ``feedback_lag=1``, as with overlap or async scheduling). The
+decider runs inside the same ``StepController`` as in live serving: it numbers the decisions, receives each
+step's outcome and builds the next StepStats from it, and contains a failing decider the same way (the step
+runs the engine's default depth, here the profile's deepest, as a vLLM engine runs its configured
+``num_speculative_tokens``). The chosen depth k (clamped to the profile's range) decides the step: each
+request emits ``1 + min(k, G)`` tokens, clipped to what it still owes, and the step costs the profile's
+spec step at (batch, k, context) or its "off" step at k = 0, plus the decider's fixed per-step charge.
 
 The requests live in ``batch.RunningBatch`` (one numpy array per attribute, so a step's per-request work is a
 few vectorised operations whatever the batch size); ``metrics.Meter`` decides what falls in the measurement
@@ -187,9 +187,10 @@ def simulate(
             decide_budget_s=math.inf,  # simulated time does not depend on the host's speed
             budget_steps=0,
         )
-    # (decision number, depth, accepted drafts per request, step time, their mean) of decode steps whose
-    # outcome the policy has not seen yet (``feedback_lag`` of them stay back).
-    unseen: deque[tuple[int, int, list[int] | None, float, float | None]] = deque()
+    # (decision number, depth, accepted drafts per request, step time, their mean, request ids) of decode
+    # steps whose outcome the policy has not seen yet (``feedback_lag`` of them stay back).
+    unseen: deque[tuple[int, int, list[int] | None, float, float | None, list[int]]] = deque()
+    ids: list[int] = []
     decide_cost = config.decide_cost_s if config.speculative else 0.0
     switch_cost = config.switch_cost_s if config.speculative else 0.0
     k_prev = -1  # the depth of the last decode step
@@ -249,7 +250,8 @@ def simulate(
         if controller is not None:
             assert bound is not None
             bound.p, bound.remaining, bound.seq_len = batch.p, remaining, seq_mean
-            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean))
+            ids = batch.rid.tolist()  # as an adapter passes the engine's request ids
+            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids))
             decision = controller.step
             if k > max_k or k < 0:
                 clamped += 1
@@ -285,10 +287,12 @@ def simulate(
         if controller is not None:
             # The per-request list and its mean, as an adapter that reduces on the device would pass them.
             mean = acc_total / n_run if acc_list is not None else None
-            unseen.append((decision, k, acc_list, dt + decide_cost, mean))
+            unseen.append((decision, k, acc_list, dt + decide_cost, mean, ids))
             if len(unseen) > config.feedback_lag:
-                step, k_ran, acc_ran, dt_ran, mean_ran = unseen.popleft()
-                controller.outcome(step, acc_ran, dt_ran, num_steps=k_ran, mean_accepted=mean_ran)
+                step, k_ran, acc_ran, dt_ran, mean_ran, ids_ran = unseen.popleft()
+                controller.outcome(
+                    step, acc_ran, dt_ran, num_steps=k_ran, mean_accepted=mean_ran, request_ids=ids_ran
+                )
         max_batch = max(max_batch, n_run)
         ekey = (n_run, int(seq_mean) >> 5)
         if ekey not in extrap_seen:

@@ -38,12 +38,13 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ..runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ..settings import AdapterSettings
 from ..tp import BroadcastSync
+from .request_ids import request_ids
 
 __all__ = [
     "SpecPolicyParams",
@@ -96,11 +97,13 @@ class SpecPolicyParams:
         self._cuda_graph_bs: list[int] | None = None
         # (controller step, batch size, a non-decode batch ran just before it) of each round decided and
         # not yet reported: SGLang's feedback names only the batch size, so this says which decision it is
-        self._inflight: deque[tuple[int, int, bool]] = deque(maxlen=8)
+        self._inflight: deque[tuple[int, int, bool, list[Hashable] | None]] = deque(maxlen=8)
         self._fed_t: float | None = None  # when the latest feedback came (None: the next interval is unknown)
         self._gap = True
         self.num_waiting = 0
         self.mean_seq_len: float | None = None
+        #: the request ids of the decode batch about to run (None: unknown)
+        self.request_ids: list[Hashable] | None = None
         self._seq_bs = -1
         self._seq_age = 0
 
@@ -119,8 +122,12 @@ class SpecPolicyParams:
     def get_steps_for_batch(self, batch_size: int) -> int:
         gap = self._gap
         self._gap = False
-        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len))
-        self._inflight.append((self._controller.step, batch_size, gap))
+        ids = self.request_ids
+        if ids is not None and len(ids) != batch_size:
+            ids = None  # not the batch noted: no ids rather than another batch's
+        self.request_ids = None
+        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids))
+        self._inflight.append((self._controller.step, batch_size, gap, ids))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -129,11 +136,12 @@ class SpecPolicyParams:
         inflight = self._inflight
         prev = self._fed_t
         while inflight:
-            step, bs, gap = inflight.popleft()
+            step, bs, gap, ids = inflight.popleft()
             if bs == n:
                 self._fed_t = now
                 round_s = None if (prev is None or gap) else now - prev
-                self._outcome(step, num_correct_drafts_per_req if n else None, round_s)
+                acc = num_correct_drafts_per_req if n else None
+                self._outcome(step, acc, round_s, None, None, None, ids if n else None)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
@@ -149,10 +157,12 @@ class SpecPolicyParams:
             mode = batch.forward_mode
             if not mode.is_decode():
                 self._gap = True
+                self.request_ids = None
                 return
             self.num_waiting = len(scheduler.waiting_queue)
             reqs = batch.reqs
             n = len(reqs)
+            self.request_ids = request_ids(reqs)
             self._seq_age += 1
             if n != self._seq_bs or self._seq_age >= SEQ_LEN_EVERY:
                 self._seq_bs = n
@@ -161,6 +171,7 @@ class SpecPolicyParams:
         except Exception:  # a hook on the scheduler's step must never raise; these inputs are optional
             self._gap = True
             self.mean_seq_len = None
+            self.request_ids = None
 
     def close(self) -> None:
         self.runtime.close()

@@ -11,6 +11,8 @@ controller as the outcome of the decision whose drafts it verified, and the stat
 * ``last_num_steps``: that decision's depth;
 * ``accepted_draft_tokens`` / ``drafted_tokens``: per request, from ``make_spec_decoding_stats``;
   ``drafted_tokens`` keeps vLLM's trimming (token budget, max_model_len, grammar-invalid drafts);
+* ``last_request_ids`` / ``request_ids``: the verified requests' ids (in the order of the counts) and those
+  of the step being scheduled;
 * ``last_step_time_s``: wall time of the verifying step, taken with ``time.perf_counter`` in the scheduler
   between consecutive ``update_from_output`` calls (never before the step was scheduled, so idle time does not
   count). The scheduler's outputs are CPU lists that vLLM already waited for: no GPU sync is added.
@@ -22,7 +24,7 @@ the ledger does not consult the policy for it and it is transparent to the accou
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ...stats import StepStats
@@ -63,6 +65,7 @@ class StepLedger:
         "_pending",
         "_acc",
         "_drafted",
+        "_ids",
         "_last_k",
         "_last_decision",
         "_t_last_update",
@@ -81,6 +84,8 @@ class StepLedger:
         self._pending: deque[_Record] = deque()
         self._acc: list[int] = []
         self._drafted: list[int] = []
+        #: the request id of each verify result in ``_acc`` (None: some result came without one)
+        self._ids: list[Hashable] | None = []
         self._last_k = 0
         self._last_decision: int | None = None
         self._t_last_update = float("-inf")
@@ -94,12 +99,14 @@ class StepLedger:
         mean_seq_len: float | None,
         samples: bool,
         now: float,
+        request_ids: Sequence[Hashable] | None = None,
     ) -> int:
-        """The depth for the step just scheduled (``key`` identifies its SchedulerOutput)."""
+        """The depth for the step just scheduled (``key`` identifies its SchedulerOutput; ``request_ids``
+        its decoding requests, when known)."""
         pending = self._pending
         if samples:
             controller = self._controller
-            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len))
+            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len, request_ids))
             pending.append(_Record(key, now, self._last_k, self._last_decision))
             self._last_k = k
             self._last_decision = controller.step
@@ -110,16 +117,22 @@ class StepLedger:
             pending.popleft()
         return k
 
-    def on_draft(self, drafted: int, accepted: int) -> None:
+    def on_draft(self, drafted: int, accepted: int, request_id: Hashable | None = None) -> None:
         """One request's verify result in the step being processed (``make_spec_decoding_stats``)."""
         self._acc.append(accepted)
         self._drafted.append(drafted)
+        ids = self._ids
+        if ids is not None:
+            if request_id is None:
+                self._ids = None  # one result without an id: the step's ids would not line up
+            else:
+                ids.append(request_id)
 
     def on_update(self, key: object, now: float) -> None:
         """``update_from_output`` of the step ``key`` finished: its verify results describe one cycle."""
-        acc, drafted = self._acc, self._drafted
-        if acc:
-            self._acc, self._drafted = [], []
+        acc, drafted, ids = self._acc, self._drafted, self._ids
+        if acc or ids is None:
+            self._acc, self._drafted, self._ids = [], [], []
         t_prev, self._t_last_update = self._t_last_update, now
         rec = self._pop(key)
         if rec is None:
@@ -132,7 +145,7 @@ class StepLedger:
         if acc:
             deepest = max(drafted)
             self._controller.outcome(
-                decision, acc, step_time, num_steps=k if k >= deepest else deepest, drafted=drafted
+                decision, acc, step_time, k if k >= deepest else deepest, drafted, None, ids
             )
         else:
             self._controller.outcome(decision, None, step_time)

@@ -58,6 +58,7 @@ class CoreBridge:
         n_decode = 0
         ctx = 0
         samples = False
+        ids = []
         for req_id, n in so.num_scheduled_tokens.items():
             r = requests[req_id]
             c = r.num_computed_tokens
@@ -70,9 +71,10 @@ class CoreBridge:
                 if c + 1 >= end and (placeholders or r.num_output_tokens):
                     n_decode += 1
                     ctx += end
+                    ids.append(req_id)
         waiting = sched.get_request_counts()[1]
         mean_seq_len = ctx / n_decode if n_decode else None
-        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, _perf_counter())
+        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, _perf_counter(), ids)
 
     def fail(self, exc: BaseException) -> int:
         """An adapter error (not a policy error, which the controller contains): log once, run the default."""
@@ -154,7 +156,7 @@ class _PolicyMixin:
             drafted = num_draft_tokens
             if num_invalid_spec_tokens:
                 drafted -= num_invalid_spec_tokens.get(request_id, 0)
-            sp.ledger.on_draft(drafted, num_accepted_tokens)
+            sp.ledger.on_draft(drafted, num_accepted_tokens, request_id)
         return super().make_spec_decoding_stats(  # type: ignore[misc]
             spec_decoding_stats,
             num_draft_tokens=num_draft_tokens,

@@ -81,6 +81,10 @@ class AcceptanceEstimator:
                 succ[j] *= f
                 tr[j] *= f
 
+    def tries(self, position: int) -> float:
+        """Attempts (decayed) behind the rate of ``position`` (0.0 beyond the positions kept)."""
+        return self._tries[position] if 0 < position <= self.max_pos else 0.0
+
     def add(self, depth: int, counts: bytes) -> None:
         """Queue one step's accepted-draft counts (one byte per request, 0..depth; others are ignored)."""
         self.bufs[depth] += counts

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from operator import add
 from typing import Any
 
 from ...mode import MAX_NUM_STEPS, SpecMode
@@ -24,7 +25,9 @@ from .choice import BIG_GAIN, Choice
 from .config import CostModelConfig
 from .costs import StepCosts, context_length
 from .probes import ProbeSchedule
+from .requests import RequestAcceptance
 from .table import MAX_BATCH, BucketGrid
+from .weights import TwoPoint
 
 __all__ = ["CostModelPolicy"]
 
@@ -42,6 +45,12 @@ _AGG_OUTLIER = 3.0
 _CHANGE_KEEP = 4.0
 #: CUSUM slack (standard deviations per request): smaller shifts are drift, left to the forgetting.
 _CHANGE_SLACK = 0.5
+#: Requests of the coming batch whose own acceptance is looked up (strided above): a batch this small is
+#: priced request by request, when its requests change and then 1, 4, 16, 64 steps later (as their data
+#: come in); a larger one mostly by the population (``requests``: the sample's weight is m/n), so it is
+#: priced with its bucket's refresh, and only every 8th sampled step's outcomes are counted per request.
+_BATCH_SAMPLE = 8
+_REPRICE_GROWTH = 4
 _NEVER = -(10**9)
 
 
@@ -85,6 +94,18 @@ class CostModelPolicy:
         # the parts (reset() makes new ones; the lists decide() reads every step are aliased here)
         "_acc",
         "_bufs",
+        "_reqs",
+        "_rq",
+        "_E_pop",
+        "_pop",
+        "_pop_weighted",
+        "_batch_sample",
+        "_batch_n",
+        "_batch_ids",
+        "_batch_unseen",
+        "_look",
+        "_batch_at",
+        "_batch_gap",
         "_chg",
         "_chg_on",
         "_k_prev",
@@ -151,6 +172,22 @@ class CostModelPolicy:
             max(self._arms), c.prior_acceptance, c.acceptance_halflife, c.acceptance_halflife * _IDLE_FORGET
         )
         self._bufs = self._acc.bufs
+        self._reqs = RequestAcceptance(max(self._arms), self._arms)
+        self._rq = self._reqs.pending  # the hot path appends each step's sampled outcomes here
+        #: the requests of the batch last priced (a copy of a small batch's ids), the step from which it is
+        #: priced again whatever, and the interval to that step (doubling while the batch stays).
+        self._batch_ids: list[Any] | None = None
+        self._batch_at = 0
+        self._batch_gap = 1
+        #: the sampled ids and the size of the batch last priced (none: priced as the population)
+        self._batch_sample: Any = ()
+        self._batch_n = 0
+        #: sampled requests of that batch without data; the step at which to look at them (``_price_batch``)
+        self._batch_unseen = 0
+        self._look = 0
+        #: the population's two-point picture, and its weighted tokens per reference depth index (cached)
+        self._pop = TwoPoint(c.prior_acceptance, c.prior_acceptance, 0.0)
+        self._pop_weighted: dict[int, tuple[list[float], float]] = {}
         self._chg_on = c.change_threshold is not None
         threshold = math.inf if c.change_threshold is None else c.change_threshold
         self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
@@ -164,6 +201,7 @@ class CostModelPolicy:
         self._timed = False
         self._acc_version = -1
         self._E = [1.0] * n_a
+        self._E_pop = self._E
         self._costs = StepCosts(
             self._grid, self._arms, c.cost_halflife, self.cost_model, c.prior_weight, c.prior_mismatch_ratio
         )
@@ -207,13 +245,15 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len = stats  # one unpack
+            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
                 b = self._index[batch] if batch <= MAX_BATCH else self._top
             else:
                 b = self._index[batch]
-            self._take_outcome(step, batch, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len)
+            self._take_outcome(
+                step, batch, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids
+            )
             self._last_batch = batch
             visits = self._visits
             vis = visits[b] = visits[b] + 1
@@ -223,6 +263,12 @@ class CostModelPolicy:
                 except Exception:  # never retry the same failure every step: drop the queued data
                     self._pending.clear()
                     self._refresh_at[b] = step + self.config.update_interval
+            ids = stats[-1]  # request_ids: the last field
+            if ids is not None and (
+                step >= self._batch_at
+                or (ids.__class__ is list and len(ids) <= _BATCH_SAMPLE and ids != self._batch_ids)
+            ):
+                self._price_batch(b, ids, step)
             cur = self._cur
             best = self._best[b]
             if best != cur:
@@ -244,6 +290,8 @@ class CostModelPolicy:
                     back = step + n_probe + 1
                     if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
                         self._refresh_at[b] = back  # a first or second measurement: back by then
+            if self._look == step and cur == self._cur and self._arms[cur] == 0:
+                cur = self._deepest()  # a look at new requests (``_price_batch``): the most it can show
             self._last_k = self._arms[cur]
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
@@ -251,7 +299,7 @@ class CostModelPolicy:
 
     def _take_outcome(
         self, step: int, batch: int, seq_len: Any, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any,
-        last_b: Any, last_k: Any, last_len: Any,
+        last_b: Any, last_k: Any, last_len: Any, last_ids: Any,
     ) -> None:
         """What the stats say about the last step whose result is known: its acceptance and its time.
 
@@ -283,8 +331,14 @@ class CostModelPolicy:
                     if drafted is not None and drafted.__class__ is not list:
                         drafted = clean_sequence(drafted)
                     if drafted is None:
-                        self._bufs[k_obs] += bytes(sample)
+                        counts = bytes(sample)
+                        self._bufs[k_obs] += counts
                         self._acc_steps += 1
+                        if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
+                            self._rq.append((
+                                k_obs, last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
+                                counts,
+                            ))
                     else:
                         self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                     if self._chg_on and (not step & 15 or k_obs != self._k_prev):  # and probe outcomes
@@ -343,6 +397,92 @@ class CostModelPolicy:
                             self._agg_step = step
             except Exception:  # NaN, inf, negative, zero or not a number: missing
                 pass
+
+    def _price_batch(self, b: int, ids: Any, step: int) -> None:
+        """The coming batch's expected tokens from its requests' own acceptance, and bucket b's choice
+        with them (``requests``); a failure leaves the population's estimate in place."""
+        try:
+            n = len(ids)
+            if n <= _BATCH_SAMPLE:
+                if ids.__class__ is not list:
+                    ids = list(ids)
+                if ids != self._batch_ids:
+                    self._batch_ids = ids[:]
+                    self._batch_gap = 1
+                sample = ids
+                self._batch_at = step + self._batch_gap
+                if self._batch_gap < self.config.update_interval:
+                    self._batch_gap *= _REPRICE_GROWTH
+            else:
+                stride = -(-n // _BATCH_SAMPLE)
+                sample = ids[(step >> 6) % stride :: stride]
+                self._batch_ids = None
+                self._batch_at = step + self.config.update_interval
+            self._reqs.fold(step)
+            self._batch_sample, self._batch_n = sample, n
+            e = self._E = self._batch_expected(b)
+            self._choice.update(b, e, self._choice.t[b], self._disabled)
+            if n <= _BATCH_SAMPLE and 2 * self._batch_unseen >= n and self._arms[self._cur] == 0:
+                # Off, and half the batch or more is requests without data: off teaches nothing about them,
+                # and each may be one that speculation pays for. One step at the speculating depth shows it.
+                self._look = step
+        except Exception:  # noqa: BLE001 - ids that are no ids: price by the population
+            self._batch_at = step + self.config.update_interval
+            self._reqs = RequestAcceptance(max(self._arms), self._arms)
+            self._rq = self._reqs.pending
+            self._batch_sample, self._batch_n = (), 0
+            self._refresh_expected()
+
+    def _batch_expected(self, b: int) -> list[float]:
+        """Weighted expected tokens per depth index (``weights``) of the batch last priced, with bucket b's
+        reference depth. Each sampled request counts at its own estimate (``requests``; one without data at
+        the prior's mean, so that a new request gets speculated on, and so observed, as the population would
+        be), the batch's other requests as the population's spread says."""
+        arms = self._arms
+        ref = self._ref_index(b)
+        pop = self._pop_weighted.get(ref)
+        if pop is None:
+            num, den = self._pop.weighted(arms, arms[ref])
+            plain = self._pop.plain(arms)
+            # the pooled estimate is exact for the population; the two-point picture only shapes the weights
+            num = [x * e / q for x, e, q in zip(num, self._E_pop, plain, strict=True)]
+            pop = self._pop_weighted[ref] = (num, den)
+        num, den = pop
+        n = self._batch_n
+        if n:
+            sample = self._batch_sample
+            m = len(sample)
+            own = self._reqs.own(sample, ref, self._step)
+            o_num, o_den, seen = own if own is not None else (None, 0.0, 0)
+            self._batch_unseen = m - seen
+            rest = n - m
+            prior = self._reqs.prior_expected
+            new = (m - seen) / prior[ref]
+            num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
+            den = rest * den + new
+            if o_num is not None:
+                num = list(map(add, num, o_num))
+                den += o_den
+        inv = 1.0 / den
+        e = [x * inv for x in num]
+        for i, k in enumerate(arms):  # ratios of positive sums: in range but for rounding; keep it so
+            if not 1.0 <= e[i] <= 1.0 + k:
+                e[i] = min(max(e[i], 1.0), 1.0 + k) if e[i] == e[i] else 1.0
+        return e
+
+    def _deepest(self) -> int:
+        """The deepest depth index still offered (the engine runs it)."""
+        disabled = self._disabled
+        i = len(self._arms) - 1
+        while i > 0 and disabled[i]:
+            i -= 1
+        return i
+
+    def _ref_index(self, b: int) -> int:
+        """The depth the requests typically run (weights' reference): bucket b's best speculating depth (the
+        deepest of equals)."""
+        n = len(self._arms)
+        return max(range(n - 1, n - 1 - len(self.config.steps), -1), key=self._choice.v[b].__getitem__)
 
     def _changed(self) -> None:
         """Acceptance changed (a CUSUM alarm): forget most of the old counts and recompute now, then every
@@ -451,7 +591,12 @@ class CostModelPolicy:
 
     def _refresh_expected(self) -> None:
         acc = self._acc
-        self._E = acc.expected_tokens(self._arms)
+        self._E_pop = acc.expected_tokens(self._arms)
+        rates = acc.rates
+        a2 = rates[2] if len(rates) > 2 else rates[1]
+        self._pop = TwoPoint(rates[1], a2, acc.tries(2))
+        self._pop_weighted.clear()
+        self._reqs.set_population(rates[1], a2)
         self._acc_version = acc.version
         self._chg.expect(acc.rates)
         if acc.rates[1] > self._a_hi:
@@ -480,6 +625,7 @@ class CostModelPolicy:
         """Bucket b's predicted times and tokens/s per depth, its best depth and its next probe."""
         cur = self._cur
         times, blind = self._costs.predict(b, seq_len, cur, self._timed)
+        self._E = self._batch_expected(b)
         v = self._choice.update(b, self._E, times, self._disabled)
         if cur < 0 or not self._timed:
             return  # nothing to measure with: no probing until the engine reports step times

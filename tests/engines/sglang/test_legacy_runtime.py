@@ -82,6 +82,29 @@ def test_stats_carry_load_context_and_last_steps_acceptance() -> None:
     assert rt.skipped_steps == 1 and rt.decode_steps == 3
 
 
+def test_each_outcome_carries_the_request_ids_of_its_own_step() -> None:
+    pol = Scripted([SpecMode.on(3)] * 4)
+    rt = _runtime(pol)
+    rt.begin_decode(2, 20, request_ids=["a", "b"])
+    rt.end_decode()
+    first = rt.current_step
+    rt._clock.t += 0.01  # type: ignore[attr-defined]
+    rt.begin_decode(3, 30, request_ids=["b", "c", "d"])  # v2: the next step starts before the result
+    rt.end_decode()
+    rt.on_result(first, [2, 0])
+    rt._clock.t += 0.01  # type: ignore[attr-defined]
+    rt.begin_decode(3, 30, request_ids=["b", "c", "d"])
+    rt.end_decode()
+    rt.on_result(rt.current_step - 1, [1, 1, 3])
+    rt._clock.t += 0.01  # type: ignore[attr-defined]
+    rt.begin_decode(1, 10)
+    seen = pol.seen
+    assert [s.request_ids for s in seen] == [["a", "b"], ["b", "c", "d"], ["b", "c", "d"], None]
+    assert seen[2].last_request_ids == ["a", "b"] and list(seen[2].accepted_draft_tokens or []) == [2, 0]
+    assert seen[3].last_request_ids == ["b", "c", "d"]
+    assert list(seen[3].accepted_draft_tokens or []) == [1, 1, 3]
+
+
 def test_prefill_between_decode_steps_drops_the_step_time() -> None:
     pol = Scripted([SpecMode.on(3), SpecMode.on(3)])
     rt = _runtime(pol)

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..request_ids import request_ids
 from .off_step import (
     OffPath,
     catch_up_if_behind,
@@ -114,7 +115,8 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             return orig(self, batch, *args, **kwargs)
         seq_cpu = batch.seq_lens_cpu
         skip = rt.begin_decode(
-            len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch)
+            len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch),
+            request_ids(batch.reqs),
         )
         try:
             result = None
@@ -221,7 +223,9 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
             if off.lag is not None and not mwb.forward_mode.is_idle() and mwb.reqs:
                 off.lag.on_extend(mwb.reqs)
             return orig(self, mwb, *args, **kwargs)
-        skip = rt.begin_decode(len(mwb.seq_lens), mwb.seq_lens_sum, _forced_on(mwb))
+        skip = rt.begin_decode(
+            len(mwb.seq_lens), mwb.seq_lens_sum, _forced_on(mwb), request_ids(mwb.reqs, len(mwb.seq_lens))
+        )
         try:
             if skip and off.decode is not None:
                 if off.lag is not None:

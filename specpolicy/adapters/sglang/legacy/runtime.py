@@ -21,18 +21,20 @@ unknown.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
-from ...controller import StepObserver
+from ...controller import MAX_OPEN, StepObserver
 from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import DecisionSync
 from .gpu_timer import GpuStepTimer
 
 __all__ = ["OnOffAtDepth", "StepRuntime", "Path", "make_runtime"]
+
+_ID_SLOT = MAX_OPEN - 1
 
 Path = Literal["v1", "v2"]
 
@@ -74,6 +76,7 @@ class StepRuntime:
         "gpu_timer",
         "_outcome",
         "_next_stats",
+        "_ids",
     )
 
     def __init__(
@@ -107,12 +110,22 @@ class StepRuntime:
         self.gpu_timer = gpu_timer
         self._outcome = self.controller.outcome
         self._next_stats = self.controller.next_stats
+        #: (step, request ids of its batch) of recent decisions, in slot ``step & _ID_SLOT``: each outcome
+        #: is reported with the ids of the step it describes (v2 results come one step late).
+        self._ids: list[tuple[int, Sequence[Hashable] | None] | None] = [None] * (_ID_SLOT + 1)
 
-    def begin_decode(self, batch_size: int, seq_lens_sum: int | None, forced_on: bool = False) -> bool:
+    def begin_decode(
+        self,
+        batch_size: int,
+        seq_lens_sum: int | None,
+        forced_on: bool = False,
+        request_ids: Sequence[Hashable] | None = None,
+    ) -> bool:
         """Decide the coming decode step; True means skip speculation (one-token verify). Never raises.
 
         ``forced_on``: the engine must speculate this step whatever the policy says (a rank-identical property
         of the batch, so no rank consults its policy); the step is recorded, the policy is not asked.
+        ``request_ids``: the batch's request ids in batch order (that of the accepted counts), or None.
         """
         ctl = self.controller
         timer = self.gpu_timer
@@ -127,19 +140,20 @@ class StepRuntime:
         if step_time is not None and timed_step > 0:
             if self._acc_step == timed_step:  # the common case: the acceptance came first
                 self._acc_step = 0
-                self._outcome(timed_step, self._acc, step_time)
+                self._outcome(timed_step, self._acc, step_time, None, None, None, self._ids_of(timed_step))
             else:
                 self._hold_time(timed_step, step_time)
         elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
             self._flush_accepted()
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
-        stats = self._next_stats(batch_size, self.num_waiting, mean_len)
+        stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids)
         if forced_on:
             ctl.force(stats, self.launch_depth)
             self.forced_steps += 1
             skip = False
         else:
             skip = self.decide(stats) == 0
+        self._ids[ctl.step & _ID_SLOT] = (ctl.step, request_ids)
         self.skip = skip
         self.decode_steps += 1
         self.skipped_steps += skip
@@ -159,10 +173,10 @@ class StepRuntime:
         timed = self._timed
         if timed is not None and timed[0] == step:
             self._timed = None
-            self.controller.outcome(step, accepted_per_req, timed[1])
+            self.controller.outcome(step, accepted_per_req, timed[1], None, None, None, self._ids_of(step))
             return
         if step <= self._untimed_upto:  # no time will come for it
-            self.controller.outcome(step, accepted_per_req, None)
+            self.controller.outcome(step, accepted_per_req, None, None, None, None, self._ids_of(step))
             return
         if self._acc_step:
             self._flush_accepted()
@@ -172,7 +186,12 @@ class StepRuntime:
     def _flush_accepted(self) -> None:
         """The waiting acceptance without a time: none will come for it."""
         step, self._acc_step = self._acc_step, 0
-        self.controller.outcome(step, self._acc, None)
+        self.controller.outcome(step, self._acc, None, None, None, None, self._ids_of(step))
+
+    def _ids_of(self, step: int) -> Sequence[Hashable] | None:
+        """The request ids recorded for decision ``step`` (None when unknown or overwritten)."""
+        item = self._ids[step & _ID_SLOT]
+        return item[1] if item is not None and item[0] == step else None
 
     def _hold_time(self, step: int, step_time_s: float) -> None:
         """A step's time that came before its acceptance (the overlap worker's host clock); an acceptance

@@ -1,0 +1,241 @@
+"""Acceptance per request for ``cost_model``: how well each request of the coming batch drafts.
+
+The pooled per-position estimate (``acceptance``) is right for the population but not for one batch: with
+easy and hard requests mixed, a batch of one, or of a few, is far from the population's mean. So each
+request r has a per-token rate p_r with a Beta prior fitted to the population by its first two moments
+(E p = a_1 and E p^2 = a_1 a_2 from the pooled per-position rates: a request accepts its second draft with
+probability p^2), updated by the request's own outcomes: a step at depth k that accepted n drafts is n
+successes and, when n < k, one failure. Once enough requests have data the prior is fitted to their own
+rates instead, each request counted once (``_from_requests``). A request's expected tokens at depth k are
+``1 + sum_{i<=k} E[p^i]``, where a Beta(a, b) has ``E[p^i] = prod_{m<i} (a + m) / (a + b + m)``.
+
+The batch's (weighted, ``weights``) expected tokens are the population's, moved by what its requests' own
+data say: ``X_batch = X_pop + (1/n) sum_r (X_r - X_pop)`` over the sampled requests of the batch with data
+(a request without data adds nothing: a batch of new requests gets the population estimate). With every
+request in the sample this is the batch mean; with a sample of m of n,
+dividing by n rather than m is the shrinkage with the least error (the sample mean's variance is the
+population's over m, and the batch mean's distance from the population's has variance over n).
+
+Memory is bounded: at most ``capacity`` requests are kept; one not seen for ``horizon`` steps has finished
+and is forgotten, and when more are live than fit the oldest is evicted (both counted). A request's counts
+are scaled down past ``window`` trials, so its estimate follows its own drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from itertools import islice
+from operator import add
+from typing import Any
+
+__all__ = ["RequestAcceptance"]
+
+#: Bounds of the prior's concentration (a + b, the draft trials it counts for): below, a population
+#: estimate this spread says nothing stable; the cap keeps a request's own few steps of data (a step at
+#: depth k is up to k + 1 trials) able to outweigh a population that only looks alike (with few requests
+#: running, the population estimates describe the last one or two).
+_MIN_CONCENTRATION = 0.5
+_MAX_CONCENTRATION = 20.0
+_EDGE = 1e-6
+#: The prior is fitted to the requests seen last, this many at most, once at least _MIN_REQUESTS have data.
+_FIT_REQUESTS = 64
+_MIN_REQUESTS = 8
+_FIT_SCAN = 2 * _FIT_REQUESTS
+#: The requests' fit is redone every this many population updates (it looks at up to _FIT_SCAN requests).
+_REFIT_EVERY = 4
+
+
+class RequestAcceptance:
+    """Per-request success/failure counts with a Beta prior fitted to the population."""
+
+    __slots__ = (
+        "max_pos",
+        "capacity",
+        "horizon",
+        "window",
+        "forgotten",
+        "evicted",
+        "_req",
+        "pending",
+        "_alpha",
+        "_beta",
+        "_arms",
+        "_prior_e",
+        "_version",
+        "_swept",
+        "_fits",
+        "_fitted",
+    )
+
+    def __init__(
+        self,
+        max_pos: int,
+        arms: Sequence[int],
+        *,
+        capacity: int = 4096,
+        horizon: int = 1024,
+        window: float = 64.0,
+    ) -> None:
+        self.max_pos = max_pos
+        self.capacity = capacity
+        self.horizon = horizon
+        self.window = window
+        #: requests forgotten after ``horizon`` steps unseen, and evicted while possibly still live.
+        self.forgotten = 0
+        self.evicted = 0
+        #: id -> [successes, failures, last step seen, deviations per depth (or None), their version]
+        self._req: dict[Hashable, list[Any]] = {}
+        #: (depth, ids, accepted counts) of sampled outcomes not yet counted (``queue`` appends; the policy's
+        #: hot path appends to the list itself).
+        self.pending: list[tuple[int, Sequence[Hashable], bytes]] = []
+        self._arms = tuple(arms)
+        self._version = 0
+        self._swept = 0
+        self._fits = 0
+        self._fitted: tuple[float, float] | None = None
+        self._alpha = self._beta = 1.0
+        self._prior_e: list[float] = []
+        self.set_population(0.7, 0.7)
+
+    def __len__(self) -> int:
+        return len(self._req)
+
+    # -- the population ---------------------------------------------------------------------------------
+    def set_population(self, a1: float, a2: float) -> None:
+        """The prior: from the requests' own rates when enough requests have data (``_from_requests``),
+        else from the pooled first- and second-position rates (a_1, a_2)."""
+        self._fits += 1
+        if self._fits >= _REFIT_EVERY or self._fitted is None:  # the requests' picture moves slowly
+            self._fits = 0
+            self._fitted = self._from_requests()
+        fitted = self._fitted
+        if fitted is None:
+            m1 = min(max(a1, _EDGE), 1.0 - _EDGE)
+            m2 = m1 * min(max(a2, 0.0), 1.0)
+            var = m2 - m1 * m1
+            c = (m1 - m2) / var if var > 1e-12 else _MAX_CONCENTRATION
+        else:
+            m1, c = fitted
+        c = min(max(c, _MIN_CONCENTRATION), _MAX_CONCENTRATION)
+        self._alpha, self._beta = m1 * c, (1.0 - m1) * c
+        self._prior_e = self._expected(self._alpha, self._beta)
+        self._version += 1
+
+    def _from_requests(self) -> tuple[float, float] | None:
+        """(mean, concentration) of the per-draft rates of the ``_FIT_REQUESTS`` requests seen last, each
+        counted once: the population a new request comes from. (The pooled rates count steps, so with few
+        requests running they describe the last one or two, not the population.) The spread is that of the
+        requests' rates less what their own sampling noise adds. None with fewer than ``_MIN_REQUESTS``."""
+        rates: list[tuple[float, float]] = []
+        for e in islice(reversed(self._req.values()), _FIT_SCAN):  # the newest requests, a bounded look
+            n = e[0] + e[1]
+            if n >= 2.0:
+                rates.append((e[0] / n, n))
+                if len(rates) >= _FIT_REQUESTS:
+                    break
+        if len(rates) < _MIN_REQUESTS:
+            return None
+        k = len(rates)
+        m = sum(r for r, _ in rates) / k
+        m = min(max(m, _EDGE), 1.0 - _EDGE)
+        spread = sum((r - m) ** 2 for r, _ in rates) / (k - 1)
+        noise = sum(m * (1.0 - m) / (n + 1.0) for _, n in rates) / k
+        var = spread - noise
+        c = m * (1.0 - m) / var - 1.0 if var > 1e-9 else _MAX_CONCENTRATION
+        return m, c
+
+    def _expected(self, a: float, b: float) -> list[float]:
+        """E(k) per arm of a request whose rate is Beta(a, b)."""
+        c = a + b
+        cum = [1.0]
+        total = p = 1.0
+        for m in range(self.max_pos):
+            p *= (a + m) / (c + m)
+            total += p
+            cum.append(total)
+        return [cum[k] for k in self._arms]
+
+    # -- learning ---------------------------------------------------------------------------------------
+    def queue(self, depth: int, ids: Sequence[Hashable], counts: bytes) -> None:
+        """Queue one step's sampled outcomes: accepted drafts ``counts[i]`` of request ``ids[i]``."""
+        self.pending.append((depth, ids, counts))
+
+    def fold(self, step: int) -> None:
+        """Count the queued outcomes; every ``horizon`` steps forget the requests not seen since."""
+        if self.pending:
+            req, cap, window = self._req, self.capacity, self.window
+            get = req.get
+            for depth, ids, counts in self.pending:
+                for rid, n in zip(ids, counts, strict=False):
+                    e = get(rid)
+                    if e is None:
+                        if n > depth:
+                            continue  # not a count of this step
+                        if len(req) >= cap:  # the oldest entry goes (dicts keep insertion order)
+                            del req[next(iter(req))]
+                            self.evicted += 1
+                        e = req[rid] = [0.0, 0.0, step, None, 0]
+                    elif n > depth:
+                        continue
+                    s = e[0] + n
+                    f = e[1] + (n < depth)
+                    if s + f > window:
+                        scale = window / (s + f)
+                        s *= scale
+                        f *= scale
+                    e[0] = s
+                    e[1] = f
+                    e[2] = step
+                    e[3] = None
+            self.pending.clear()
+        if step - self._swept >= self.horizon:
+            self._swept = step
+            old = step - self.horizon
+            gone = [rid for rid, e in self._req.items() if e[2] < old]
+            for rid in gone:
+                del self._req[rid]
+            self.forgotten += len(gone)
+
+    # -- estimates --------------------------------------------------------------------------------------
+    def estimate(self, rid: Hashable) -> float:
+        """The posterior mean per-token acceptance of request ``rid`` (the population's when never seen)."""
+        e = self._req.get(rid)
+        s, f = (0.0, 0.0) if e is None else (e[0], e[1])
+        return (self._alpha + s) / (self._alpha + self._beta + s + f)
+
+    @property
+    def prior_expected(self) -> list[float]:
+        """E(k) per arm of a request without data (the prior's)."""
+        return self._prior_e
+
+    def expected(self, rid: Hashable) -> list[float]:
+        """E(k) per arm of request ``rid`` (the prior's when never seen)."""
+        e = self._req.get(rid)
+        if e is None:
+            return list(self._prior_e)
+        return self._expected(self._alpha + e[0], self._beta + e[1])
+
+    def own(self, ids: Sequence[Hashable], ref: int, step: int) -> tuple[list[float], float, int] | None:
+        """What the requests of ``ids`` with data of their own say: the sums over them of ``E_r(k) /
+        E_r(ref)`` per arm and of ``1 / E_r(ref)`` (``ref`` an index into the arms: the reference depth of
+        the weights, ``weights``), and how many they are. None when none of them has data: a batch of new
+        requests is priced as the population."""
+        req, version = self._req, self._version
+        num: list[float] | None = None
+        den = 0.0
+        count = 0
+        for rid in ids:
+            e = req.get(rid)
+            if e is None:
+                continue
+            e[2] = step  # in the batch: not finished, even while no outcome names it
+            post = e[3]
+            if post is None or e[4] != version:
+                post = e[3] = self._expected(self._alpha + e[0], self._beta + e[1])
+                e[4] = version
+            w = 1.0 / post[ref]
+            own = [w * x for x in post]
+            num = own if num is None else list(map(add, num, own))
+            den += w
+            count += 1
+        return None if num is None else (num, den, count)

@@ -1,0 +1,95 @@
+"""What a token is worth, per request: cost_model's objective when requests differ in acceptance.
+
+Tokens per second of one step (``E(k) / T(k)``) is the right objective when every request drafts alike. When
+they differ it is not: a depth that pays for the easy requests finishes them sooner, and the batch is left
+with hard ones; what a run serves is its requests, each of which holds a slot (and its user waits) for its
+whole output. Over a run at depth k, request r takes ``L_r T(k) / E_r(k)`` seconds, so the run's throughput
+(closed loop) and its mean time per output token (open loop) both follow the *harmonic* mean of E_r(k),
+not the arithmetic one. Per step, the same comes out as a weight: a token of request r frees ``1 / rate_r``
+of slot time, so tokens count with weight ``w_r = 1 / E_r(k_ref)`` at the depth ``k_ref`` the requests
+typically run; to first order around the best depth, maximising ``sum_r w_r E_r(k) / sum_r w_r / T(k)`` per
+step is maximising the harmonic throughput of the run. When requests are alike the weights are equal and
+the objective is the plain one.
+
+For the population (requests without data of their own) the weights need its spread, not only its mean:
+``TwoPoint`` is the two-point Gauss rule for the Beta with the pooled estimate's first two moments (E p =
+a_1, E p^2 = a_1 a_2: a request accepts its second draft with probability p^2), exact for E(k) at k <= 3
+and a fair picture of one population or of two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["TwoPoint", "chain_tokens"]
+
+_EDGE = 1e-6
+
+
+def chain_tokens(p: float, k: int) -> float:
+    """Expected tokens of one request at depth k with per-draft acceptance p: 1 + p + ... + p^k."""
+    if p >= 1.0 - _EDGE:
+        return 1.0 + k
+    return (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+class TwoPoint:
+    """Per-draft acceptance of the population as two rates with weights (or one, when they agree).
+
+    From the pooled first- and second-position rates: a_2 above a_1 is the spread (any mixture of rates has
+    a_2 >= a_1), counted only where it exceeds the noise of a_2 (``Z`` standard errors of ``tries_2``
+    attempts), so that chance does not make alike requests look different. The third moment is that of the
+    Beta with these two (what a_3 adds is noisier still, and a Beta's fits one population or two).
+    """
+
+    __slots__ = ("nodes", "weights")
+
+    #: standard errors of a_2 that its excess over a_1 must clear to count as spread
+    Z = 3.0
+
+    def __init__(self, a1: float, a2: float, tries_2: float) -> None:
+        m1 = min(max(a1, _EDGE), 1.0 - _EDGE)
+        self.nodes: tuple[float, ...] = (m1,)
+        self.weights: tuple[float, ...] = (1.0,)
+        a2 = min(max(a2, 0.0), 1.0 - _EDGE)
+        noise = self.Z * math.sqrt(a2 * (1.0 - a2) / tries_2) if tries_2 > 0.0 else 1.0
+        a2 -= noise
+        if not a2 > m1:
+            return
+        # Beta(alpha, beta) with a_1 = alpha / c and a_2 = (alpha + 1) / (c + 1): c = (1 - a_2) / (a_2 - a_1).
+        c = (1.0 - a2) / (a2 - m1)
+        alpha = m1 * c
+        m2 = m1 * a2
+        m3 = m2 * (alpha + 2.0) / (c + 2.0)
+        var = m2 - m1 * m1
+        # Roots of x^2 + c1 x + c0, orthogonal to 1 and x under the moments: the two-point Gauss rule.
+        c1 = (m1 * m2 - m3) / var
+        c0 = -m2 - c1 * m1
+        disc = c1 * c1 - 4.0 * c0
+        if not disc > 0.0:
+            return
+        root = math.sqrt(disc)
+        lo, hi = max((-c1 - root) / 2.0, _EDGE), min((-c1 + root) / 2.0, 1.0 - _EDGE)
+        if not lo < m1 < hi:
+            return
+        w_lo = (hi - m1) / (hi - lo)
+        self.nodes = (lo, hi)
+        self.weights = (w_lo, 1.0 - w_lo)
+
+    def weighted(self, arms: Sequence[int], ref: int) -> tuple[list[float], float]:
+        """(per arm: E[E(k) / E(ref)], and E[1 / E(ref)]) over the population: the weighted tokens and the
+        weight of an average request, at reference depth ``ref``."""
+        num = [0.0] * len(arms)
+        den = 0.0
+        for p, w in zip(self.nodes, self.weights, strict=True):
+            wr = w / chain_tokens(p, ref)
+            den += wr
+            for i, k in enumerate(arms):
+                num[i] += wr * chain_tokens(p, k)
+        return num, den
+
+    def plain(self, arms: Sequence[int]) -> list[float]:
+        """E(k) per arm under the two-point distribution (exact at k <= 3)."""
+        pairs = tuple(zip(self.nodes, self.weights, strict=True))
+        return [sum(w * chain_tokens(p, k) for p, w in pairs) for k in arms]
