@@ -229,7 +229,8 @@ def test_clean_float(value: object, want: float | None) -> None:
 
 def test_request_ids_follow_the_accepted_counts_and_must_be_hashable() -> None:
     s = StepStats(
-        3, 0, None, 2, [0, 2], None, None, None, 2, last_request_ids=("r1", "r2"), request_ids=["r2", "r3", "r4"]
+        3, 0, None, 2, [0, 2], None, None, None, 2,
+        last_request_ids=("r1", "r2"), request_ids=["r2", "r3", "r4"],
     )
     assert s.last_request_ids == ("r1", "r2") and s.request_ids == ["r2", "r3", "r4"]
     with pytest.raises(ValueError, match=r"StepStats\.last_request_ids must have one entry per request"):

@@ -39,9 +39,7 @@ def test_premise_speculation_pays_only_at_high_acceptance() -> None:
 
 def test_turns_off_and_back_on_quickly() -> None:
     """The issue's transition: before, about 7-8 s to turn off and 8-17 s to turn back on (five seeds);
-    with the acceptance change test on (``change_threshold``). Three-step probes of near ties (they see
-    past the transition of a switch) turn it back on sooner (2.4 s on average, 4.2 with one-step probes)
-    and off a little later (1.4 s, 0.8)."""
+    with the acceptance change test on (``change_threshold``)."""
     off_s, on_s = [], []
     for seed in range(5):
         engine = Engine(dear_speculation, acceptance=0.95, batch=1, seed=seed)
@@ -54,9 +52,9 @@ def test_turns_off_and_back_on_quickly() -> None:
         engine.acceptance = 0.95
         on_s.append(_until(policy, engine, True, 4000))
     assert max(off_s) < 2.0, off_s
-    assert statistics.mean(off_s) < 1.6, off_s
-    assert max(on_s) < 5.0, on_s
-    assert statistics.mean(on_s) < 3.0, on_s
+    assert statistics.mean(off_s) < 1.2, off_s
+    assert max(on_s) < 8.0, on_s
+    assert statistics.mean(on_s) < 6.0, on_s
 
 
 def test_a_cost_jump_is_followed_without_waiting_for_the_average() -> None:

@@ -80,6 +80,11 @@ def test_one_step_probes_are_fooled_by_the_transition() -> None:
     assert off_share < 0.1
 
 
+def test_where_switching_is_free_probes_stay_single_steps() -> None:
+    off_share, _, longest_on = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=0.0, after_off_ms=0.0)
+    assert off_share > 0.9 and longest_on == 1
+
+
 def test_speculation_stays_on_when_its_steady_step_wins() -> None:
     # steady: on 16 * 2.53 / 5.5 = 7.4 tokens/ms against off's 6.4; switching costs extra both ways
     off_share, rate, _ = _run({}, on_ms=5.5, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
@@ -102,7 +107,7 @@ def test_the_simulator_charges_the_first_step_after_a_switch() -> None:
 
 def test_clear_losers_are_probed_with_single_steps() -> None:
     """At a large batch speculating costs 5.5x an off step (live, 128 requests): a three-step probe of it
-    would cost three times as much and could not change the decision."""
+    would cost three times as much and could not change the decision, transitions or not."""
     off_share, rate, longest_on = _run({}, on_ms=22.0, off_ms=4.0, after_on_ms=1.0, after_off_ms=3.0)
     assert off_share > 0.97 and longest_on == 1
     assert rate > 0.96 * BATCH / 4.0

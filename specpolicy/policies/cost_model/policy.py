@@ -41,6 +41,11 @@ _CLAMP_VOTES = 4
 #: Within a run of steps at the same batch size and depth, a step this many times slower than the run's mean
 #: is left out of the mean (slow outliers are one-sided and depth-independent: ratios stay right).
 _AGG_OUTLIER = 3.0
+#: The first step after a switch, relative to the next one (an EWMA with this weight per sample): above
+#: ``_TRANSITION_LONG`` a probe of a near tie runs ``probe_steps`` steps, so that the probe measures the
+#: depth and not the switch. Engines where switching is free keep one-step probes (they cost less).
+_TRANSITION_WEIGHT = 0.25
+_TRANSITION_LONG = 0.1
 #: After a detected change in acceptance, the old counts keep this many requests' weight.
 _CHANGE_KEEP = 4.0
 #: CUSUM slack (standard deviations per request): smaller shifts are drift, left to the forgetting.
@@ -139,6 +144,7 @@ class CostModelPolicy:
         "_agg_n",
         "_agg_step",
         "_agg_switch",
+        "_transition",
         "_probe_left",
         "_probe_run",
         "_clamp_votes",
@@ -217,6 +223,8 @@ class CostModelPolicy:
         #: the run began at a change of depth: its first step is a transition (discarded once a second
         #: step shows the depth's own time)
         self._agg_switch = False
+        #: how much longer the first step after a switch is than the next (relative, an EWMA)
+        self._transition = 0.0
         #: steps left of the probe being run, and its depth index
         self._probe_left = 0
         self._probe_run = 0
@@ -282,7 +290,9 @@ class CostModelPolicy:
                 self._probe_left -= 1
                 cur = self._probe_run
             elif vis >= self._probe_at[b]:
-                n_probe = self._probe_steps if self._probes.long[b] else 1
+                n_probe = (
+                    self._probe_steps if self._probes.long[b] and self._transition > _TRANSITION_LONG else 1
+                )
                 probe = self._probes.take(b, vis, step, n_probe)
                 if probe >= 0:
                     cur = self._probe_run = probe
@@ -381,6 +391,10 @@ class CostModelPolicy:
                             elif n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t):
                                 # the run's first step was a transition (the step after a switch pays
                                 # for it: the scheduler's other work, a catch-up) or a stray: drop it
+                                if self._agg_switch:
+                                    r = self._agg_t / t - 1.0
+                                    r = -1.0 if r < -1.0 else (3.0 if r > 3.0 else r)
+                                    self._transition += _TRANSITION_WEIGHT * (r - self._transition)
                                 self._agg_t = t
                                 self._agg_switch = False
                             else:

@@ -31,9 +31,9 @@ CONFIRM_LOSS = 0.1
 EXPLORE_SCALE = 0.1
 #: Probes allowed beyond ``max_share`` of the steps (the first explorations of a new bucket come in a burst).
 SHARE_BURST = 16
-#: A probe predicted to lose at most this much runs ``probe_steps`` steps, a clearer loser one: the first
-#: step after a switch is a transition (live: up to 1.5x a steady off step), which can flip a near tie but
-#: not a loss this large, and a long probe of a clear loser is expensive (speculating at a large batch).
+#: A probe predicted to lose at most this much may run ``probe_steps`` steps (the policy decides, from the
+#: transitions it has seen): the first step after a switch is a transition (live: up to 1.5x a steady off
+#: step, 1.7x a speculative one after off), which can flip a near tie but not a loss this large.
 LONG_PROBE_LOSS = 0.4
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
@@ -53,7 +53,7 @@ class ProbeSchedule:
     ) -> None:
         self.probe_at = [FAR] * n_buckets
         self.probe_i = [0] * n_buckets
-        #: per bucket: whether its next probe is a near tie (runs ``probe_steps`` steps, see LONG_PROBE_LOSS)
+        #: per bucket: whether its next probe is a near tie (may run ``probe_steps`` steps, LONG_PROBE_LOSS)
         self.long = [True] * n_buckets
         #: decide() calls that fell in the bucket (the clock of its schedule).
         self.visits = [0] * n_buckets
