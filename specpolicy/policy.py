@@ -84,6 +84,9 @@ class PolicyConfig(BaseModel):
     #: across the ranks of a tensor-parallel group: with more than one rank their decision is made on rank 0
     #: and broadcast; the others decide on every rank from rank-identical inputs (the time hidden).
     uses_step_time: ClassVar[bool] = False
+    #: Whether the policy reads the request ids (``request_ids`` / ``last_request_ids``): adapters collect
+    #: them, an O(batch) list per step, only for policies that do.
+    uses_request_ids: ClassVar[bool] = False
     #: True for compositions (configs holding other policies' configs): the simulator's default comparison
     #: leaves them out, since it compares their parts already.
     composite: ClassVar[bool] = False
@@ -134,6 +137,10 @@ class PolicyConfig(BaseModel):
     def needs_step_time(self) -> bool:
         """Whether the policy reads ``last_step_time_s``: ``uses_step_time``; a composition asks its parts."""
         return self.uses_step_time
+
+    def needs_request_ids(self) -> bool:
+        """Whether the policy reads the request ids: ``uses_request_ids``; a composition asks its parts."""
+        return self.uses_request_ids
 
     @classmethod
     def summary(cls) -> str:

@@ -163,3 +163,19 @@ def test_request_ids_ride_with_the_batch_and_with_its_feedback() -> None:
     assert s.request_ids == ["b", "c", "d"]
     params.get_steps_for_batch(5)  # no batch noted for this size: no ids rather than another batch's
     assert rec.seen[-1].request_ids is None
+
+
+@pytest.mark.parametrize(("policy", "collected"), [("static", False), ("cost_model", True)])
+def test_request_ids_are_collected_only_for_a_policy_that_reads_them(policy: str, collected: bool) -> None:
+    rt = AdapterRuntime(
+        AdapterSettings.build(policy, metrics=False),
+        engine="sglang",
+        engine_version="test",
+        path="test",
+        allowed_steps=range(8),
+        default_steps=3,
+    )
+    params = SpecPolicyParams(rt, 3)
+    params.note_batch(_Scheduler(), _Batch(["a", "b"]))
+    assert rt.wants_request_ids is collected
+    assert params.request_ids == (["a", "b"] if collected else None)

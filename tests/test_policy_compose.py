@@ -321,3 +321,22 @@ def test_cost_model_in_a_clamp_stops_asking_for_depths_the_clamp_maps_down() -> 
         ctl.outcome(ctl.step, [min(k, 2)] * 4 if k else None, t)
     tail = asked[-500:]
     assert set(tail) <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("spec", "time", "ids"),
+    [
+        ("static", False, False),
+        ("hysteresis", False, False),
+        ("cost_model", True, True),
+        ({"name": "clamp", "inner": {"name": "cost_model"}, "depths": [0, 3]}, True, True),
+        ({"name": "clamp", "inner": {"name": "acceptance"}, "depths": [0, 3]}, False, False),
+        ({"name": "gate", "inner": {"name": "acceptance"}, "gate": {"name": "hysteresis"}}, False, False),
+        ({"name": "gate", "inner": {"name": "cost_model"}, "gate": {"name": "hysteresis"}}, True, True),
+    ],
+)
+def test_a_composition_reads_what_its_parts_read(spec: Any, time: bool, ids: bool) -> None:
+    """Adapters collect request ids (an O(batch) list per step) and step times only for policies that read
+    them; a composition reads what any of its parts reads."""
+    config = parse_config(spec)
+    assert (config.needs_step_time(), config.needs_request_ids()) == (time, ids)

@@ -94,6 +94,8 @@ class AdapterRuntime:
         self.rank = rank
         self.world_size = world_size
         self.candidate_steps = tuple(sorted(set(candidates)))
+        #: whether to collect the request ids each step (a policy given directly may read anything)
+        self.wants_request_ids = policy is not None or config.needs_request_ids()
         self.policy = get_entry(config.name).factory(config) if policy is None else policy
         observers = list(observers)
         self.trace = None

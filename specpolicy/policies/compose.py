@@ -187,6 +187,9 @@ class GateConfig(PolicyConfig):
     def needs_step_time(self) -> bool:
         return self.inner.needs_step_time() or self.gate.needs_step_time()
 
+    def needs_request_ids(self) -> bool:
+        return self.inner.needs_request_ids() or self.gate.needs_request_ids()
+
 
 class ClampConfig(PolicyConfig):
     """inner's depth, clamped to the depths an engine runs (down to the nearest; on stays on, off off)."""
@@ -213,6 +216,9 @@ class ClampConfig(PolicyConfig):
 
     def needs_step_time(self) -> bool:
         return self.inner.needs_step_time()
+
+    def needs_request_ids(self) -> bool:
+        return self.inner.needs_request_ids()
 
 
 def _gate(config: GateConfig, build: Builder) -> Gate:

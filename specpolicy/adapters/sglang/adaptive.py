@@ -104,6 +104,7 @@ class SpecPolicyParams:
         self.mean_seq_len: float | None = None
         #: the request ids of the decode batch about to run (None: unknown)
         self.request_ids: list[Hashable] | None = None
+        self._wants_ids = runtime.wants_request_ids
         self._seq_bs = -1
         self._seq_age = 0
 
@@ -162,7 +163,7 @@ class SpecPolicyParams:
             self.num_waiting = len(scheduler.waiting_queue)
             reqs = batch.reqs
             n = len(reqs)
-            self.request_ids = request_ids(reqs)
+            self.request_ids = request_ids(reqs) if self._wants_ids else None
             self._seq_age += 1
             if n != self._seq_bs or self._seq_age >= SEQ_LEN_EVERY:
                 self._seq_bs = n

@@ -19,6 +19,7 @@ class CostModelConfig(PolicyConfig):
 
     candidate_steps_alias: ClassVar[bool] = True
     uses_step_time: ClassVar[bool] = True
+    uses_request_ids: ClassVar[bool] = True
 
     name: Literal["cost_model"] = "cost_model"
     steps: tuple[int, ...] = Field(

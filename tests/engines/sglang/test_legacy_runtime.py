@@ -170,3 +170,11 @@ def test_skip_iff_the_policy_said_off_and_stats_stay_valid(
             assert s.accepted_draft_tokens is None
     assert sum(rt.controller.steps_by_depth.values()) == len(steps)
     assert set(rt.controller.steps_by_depth) == {0, launch}
+
+
+@pytest.mark.parametrize(
+    ("policy", "wanted"), [("static", False), ("hysteresis", False), ("cost_model", True)]
+)
+def test_the_hooks_collect_request_ids_only_for_a_policy_that_reads_them(policy: str, wanted: bool) -> None:
+    rt = make_runtime(AdapterSettings.build(policy, metrics=False), launch_depth=3, path="v2")
+    assert rt.wants_ids is wanted

@@ -251,6 +251,12 @@ class DispatchConfig(PolicyConfig):
             steps.update(_child_config(spec).candidate_steps())
         return tuple(sorted(steps))
 
+    def needs_step_time(self) -> bool:
+        return any(_child_config(spec).needs_step_time() for spec in self.policies.values())
+
+    def needs_request_ids(self) -> bool:
+        return any(_child_config(spec).needs_request_ids() for spec in self.policies.values())
+
 
 class DispatchPolicy:
     """Runs the active child; a new generation in the mapped control file activates the named child and

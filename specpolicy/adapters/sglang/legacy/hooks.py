@@ -116,7 +116,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
         seq_cpu = batch.seq_lens_cpu
         skip = rt.begin_decode(
             len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch),
-            request_ids(batch.reqs),
+            request_ids(batch.reqs) if rt.wants_ids else None,
         )
         try:
             result = None
@@ -223,9 +223,9 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
             if off.lag is not None and not mwb.forward_mode.is_idle() and mwb.reqs:
                 off.lag.on_extend(mwb.reqs)
             return orig(self, mwb, *args, **kwargs)
-        skip = rt.begin_decode(
-            len(mwb.seq_lens), mwb.seq_lens_sum, _forced_on(mwb), request_ids(mwb.reqs, len(mwb.seq_lens))
-        )
+        n = len(mwb.seq_lens)
+        ids = request_ids(mwb.reqs, n) if rt.wants_ids else None
+        skip = rt.begin_decode(n, mwb.seq_lens_sum, _forced_on(mwb), ids)
         try:
             if skip and off.decode is not None:
                 if off.lag is not None:

@@ -74,6 +74,7 @@ class StepRuntime:
         "decode_steps",
         "forced_steps",
         "gpu_timer",
+        "wants_ids",
         "_outcome",
         "_next_stats",
         "_ids",
@@ -108,6 +109,8 @@ class StepRuntime:
         self.decode_steps = 0
         self.forced_steps = 0
         self.gpu_timer = gpu_timer
+        #: whether the policy reads request ids (the hooks collect them only then)
+        self.wants_ids = runtime.wants_request_ids
         self._outcome = self.controller.outcome
         self._next_stats = self.controller.next_stats
         #: (step, request ids of its batch) of recent decisions, in slot ``step & _ID_SLOT``: each outcome
@@ -140,7 +143,7 @@ class StepRuntime:
         if step_time is not None and timed_step > 0:
             if self._acc_step == timed_step:  # the common case: the acceptance came first
                 self._acc_step = 0
-                self._outcome(timed_step, self._acc, step_time, None, None, None, self._ids_of(timed_step))
+                self._report(timed_step, self._acc, step_time)
             else:
                 self._hold_time(timed_step, step_time)
         elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
@@ -153,7 +156,8 @@ class StepRuntime:
             skip = False
         else:
             skip = self.decide(stats) == 0
-        self._ids[ctl.step & _ID_SLOT] = (ctl.step, request_ids)
+        if self.wants_ids:
+            self._ids[ctl.step & _ID_SLOT] = (ctl.step, request_ids)
         self.skip = skip
         self.decode_steps += 1
         self.skipped_steps += skip
@@ -173,10 +177,10 @@ class StepRuntime:
         timed = self._timed
         if timed is not None and timed[0] == step:
             self._timed = None
-            self.controller.outcome(step, accepted_per_req, timed[1], None, None, None, self._ids_of(step))
+            self._report(step, accepted_per_req, timed[1])
             return
         if step <= self._untimed_upto:  # no time will come for it
-            self.controller.outcome(step, accepted_per_req, None, None, None, None, self._ids_of(step))
+            self._report(step, accepted_per_req, None)
             return
         if self._acc_step:
             self._flush_accepted()
@@ -186,7 +190,14 @@ class StepRuntime:
     def _flush_accepted(self) -> None:
         """The waiting acceptance without a time: none will come for it."""
         step, self._acc_step = self._acc_step, 0
-        self.controller.outcome(step, self._acc, None, None, None, None, self._ids_of(step))
+        self._report(step, self._acc, None)
+
+    def _report(self, step: int, accepted: Sequence[int] | None, step_time_s: float | None) -> None:
+        """Decision ``step``'s outcome to the controller, with its request ids when the policy reads them."""
+        if self.wants_ids:
+            self._outcome(step, accepted, step_time_s, None, None, None, self._ids_of(step))
+        else:
+            self._outcome(step, accepted, step_time_s)
 
     def _ids_of(self, step: int) -> Sequence[Hashable] | None:
         """The request ids recorded for decision ``step`` (None when unknown or overwritten)."""
