@@ -391,9 +391,9 @@ class CostModelPolicy:
                             elif n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t):
                                 # the run's first step was a transition (the step after a switch pays
                                 # for it: the scheduler's other work, a catch-up) or a stray: drop it
-                                if self._agg_switch:
-                                    r = self._agg_t / t - 1.0
-                                    r = -1.0 if r < -1.0 else (3.0 if r > 3.0 else r)
+                                if self._agg_switch and t * _AGG_OUTLIER >= self._agg_t:
+                                    # a transition, not a stray step (those are 3x and more)
+                                    r = self._agg_t / t - 1.0  # in (-1, 2]
                                     self._transition += _TRANSITION_WEIGHT * (r - self._transition)
                                 self._agg_t = t
                                 self._agg_switch = False
