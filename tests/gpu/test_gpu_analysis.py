@@ -8,6 +8,7 @@ from typing import Any
 
 import analysis as A
 import bigram_model as bm
+import fake_results as FR
 import numpy as np
 import plan as P
 import pytest
@@ -91,7 +92,7 @@ def write_engine(
 ) -> None:
     folder.mkdir(parents=True)
     pi, pd = np.array(meta["pi"]), np.array(meta["pi_draft"])
-    lines = [json.dumps({"kind": "engine", "path": run.path, "backend": run.backend, "init_s": 50.0})]
+    lines = [FR.engine_line(run, 50.0)]
     trace: list[dict[str, Any]] = []
     t = t0
     for ph in run.phases:
@@ -128,39 +129,9 @@ def write_engine(
                 }
             )
         tokens = sum(r["completion_tokens"] for r in reqs)
-        lines.append(
-            json.dumps(
-                {
-                    "kind": "phase",
-                    "path": run.path,
-                    "backend": run.backend,
-                    "name": ph.name,
-                    "phase_kind": ph.kind,
-                    "policy": ph.policy,
-                    "concurrency": ph.concurrency,
-                    "repeat": ph.repeat,
-                    "prompt_len": ph.prompt_len,
-                    "max_new_tokens": list(ph.max_new_tokens),
-                    "seed": ph.seed,
-                    "prompt_last": [p[-1] for p in prompts],
-                    "t_start": t,
-                    "t_end": t + wall,
-                    "wall_s": wall,
-                    "passes": 1,
-                    "tokens": tokens,
-                    "tok_per_s": tokens / wall * (1 + 0.01 * ph.repeat),
-                    "error": None,
-                    "requests": reqs,
-                }
-            )
-        )
+        lines.append(FR.phase_line(run, ph, prompts, reqs, t, wall, tokens / wall * (1 + 0.01 * ph.repeat)))
         t += wall + 1.0
-    (folder / "phases.jsonl").write_text("\n".join(lines) + "\n")
-    if run.adapter:
-        head = json.dumps({"kind": "header", "format": "specpolicy-trace/1"})
-        (folder / "trace.jsonl").write_text("\n".join([head, *map(json.dumps, trace)]) + "\n")
-    (folder / "engine.log").write_text(log + "GC DONE\n")
-    (folder / "run.json").write_text(run.to_json())
+    FR.write_engine_files(folder, run, lines, trace, log)
 
 
 GOOD_LOG = (

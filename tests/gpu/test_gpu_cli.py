@@ -6,6 +6,7 @@ import importlib.util
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import bigram_model as bm
 import gpu_check as G
@@ -254,29 +255,28 @@ def test_build_models_eagle3_adds_the_head_beside_the_draft(tmp_path: Path) -> N
     assert (work / "models" / "draft" / "config.json").exists()
 
 
-def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
-    """The driver's own plumbing on CPU: engine processes per path, phases, control file, packing."""
+def _fake_device(tmp_path: Path, meta: dict[str, Any]) -> tuple[Path, Path, dict[str, str], Path]:
+    """A work folder with the bigram meta (plus ``meta``) and the environment that runs gpu_check.py
+    against the fake SGLang in tests/gpu/fakes: (work, out, env, script)."""
     import os
-    import subprocess
-    import sys
 
     work, out = tmp_path / "w", tmp_path / "o"
     (work / "models" / "target").mkdir(parents=True)
     pi = bm.bigram_map(60, 1)
-    meta = {"chain_vocab": 60, "agree": 0.7, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist()}
-    (work / "models" / "meta.json").write_text(json.dumps(meta))
+    full = {"chain_vocab": 60, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist(), **meta}
+    (work / "models" / "meta.json").write_text(json.dumps(full))
     here = Path(__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [
-                str(here / "fakes"),
-                str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies"),
-                os.environ.get("PYTHONPATH", ""),
-            ]
-        ),
-    }
-    script = here.parents[1] / "scripts" / "gpu_check.py"
+    paths = [str(here / "fakes"), str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    return work, out, env, here.parents[1] / "scripts" / "gpu_check.py"
+
+
+def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
+    """The driver's own plumbing on CPU: engine processes per path, phases, control file, packing."""
+    import subprocess
+    import sys
+
+    work, out, env, script = _fake_device(tmp_path, {"agree": 0.7})
     args = [
         "device",
         "--work",
@@ -334,27 +334,11 @@ def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
 
 def test_device_flow_serves_the_eagle3_pairs_on_chain_shifted_prompts(tmp_path: Path) -> None:
     """The EAGLE-3 engine through the driver: the head's arguments, the pairs' prompts and their records."""
-    import os
     import subprocess
     import sys
 
-    work, out = tmp_path / "w", tmp_path / "o"
-    (work / "models" / "target").mkdir(parents=True)
-    pi = bm.bigram_map(60, 1)
-    meta = {"chain_vocab": 60, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist(), "eagle3": {}}
-    (work / "models" / "meta.json").write_text(json.dumps(meta))
-    here = Path(__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [
-                str(here / "fakes"),
-                str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies"),
-                os.environ.get("PYTHONPATH", ""),
-            ]
-        ),
-    }
-    script = here.parents[1] / "scripts" / "gpu_check.py"
+    work, out, env, script = _fake_device(tmp_path, {"eagle3": {}})
+    pi = bm.bigram_map(60, 1)  # the chain the fake device's meta holds
     args = [
         "device",
         "--work",

@@ -11,6 +11,7 @@ from typing import Any
 
 import analysis as A
 import bigram_model as bm
+import fake_results as FR
 import numpy as np
 import plan as P
 import pytest
@@ -109,7 +110,7 @@ def write_engine(
     first on step after an off stretch in that phase (None: the engine's own table, a correct catch-up)."""
     folder.mkdir(parents=True)
     pi = meta["pi"]
-    lines = [json.dumps({"kind": "engine", "path": run.path, "backend": run.backend, "init_s": 60.0})]
+    lines = [FR.engine_line(run, 60.0)]
     trace: list[dict[str, Any]] = []
     t = 1000.0
     for ph in run.phases:
@@ -136,40 +137,11 @@ def write_engine(
                     "step_time_s": 0.01,
                 }
             )
-        tokens = sum(r["completion_tokens"] for r in reqs)
-        rec = {
-            "kind": "phase",
-            "path": run.path,
-            "backend": run.backend,
-            "name": ph.name,
-            "phase_kind": ph.kind,
-            "policy": ph.policy,
-            "concurrency": ph.concurrency,
-            "repeat": ph.repeat,
-            "prompt_len": ph.prompt_len,
-            "max_new_tokens": list(ph.max_new_tokens),
-            "seed": ph.seed,
-            "chain_shift": ph.chain_shift,
-            "reference": ph.reference,
-            "prompt_last": [p[-1] for p in prompts],
-            "t_start": t,
-            "t_end": t + wall,
-            "wall_s": wall,
-            "passes": 1,
-            "tokens": tokens,
-            # static-0 runs at half the speculation-free engine's rate
-            "tok_per_s": 1000.0 * (0.5 if ph.policy == "static-0" else 1.0),
-            "error": None,
-            "requests": reqs,
-        }
-        lines.append(json.dumps(rec))
+        # static-0 runs at half the speculation-free engine's rate
+        rate = 1000.0 * (0.5 if ph.policy == "static-0" else 1.0)
+        lines.append(FR.phase_line(run, ph, prompts, reqs, t, wall, rate))
         t += wall + 1.0
-    (folder / "phases.jsonl").write_text("\n".join(lines) + "\n")
-    if run.adapter:
-        head = json.dumps({"kind": "header", "format": "specpolicy-trace/1"})
-        (folder / "trace.jsonl").write_text("\n".join([head, *map(json.dumps, trace)]) + "\n")
-    (folder / "engine.log").write_text((log if run.adapter else "") + "GC DONE\n")
-    (folder / "run.json").write_text(run.to_json())
+    FR.write_engine_files(folder, run, lines, trace, log)
 
 
 def plan() -> list[P.EngineRun]:
