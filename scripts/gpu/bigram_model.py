@@ -179,6 +179,22 @@ def param_count(shape: ModelShape) -> int:
     return sum(int(np.prod(s)) for s in param_shapes(shape).values())
 
 
+#: The Llama config entries the target and the EAGLE-3 head (eagle3_model.py) share.
+LLAMA_COMMON: dict[str, Any] = {
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 3,
+    "torch_dtype": "bfloat16",
+}
+
+
 def hf_config(shape: ModelShape) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -190,17 +206,7 @@ def hf_config(shape: ModelShape) -> dict[str, Any]:
         "num_key_value_heads": shape.kv_heads,
         "head_dim": shape.head_dim,
         "vocab_size": shape.vocab,
-        "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 3,
-        "torch_dtype": "bfloat16",
+        **LLAMA_COMMON,
     }
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from bigram_model import FIRST_TOKEN, ModelShape
+from bigram_model import FIRST_TOKEN, LLAMA_COMMON, ModelShape
 
 __all__ = [
     "Eagle3Head",
@@ -136,17 +136,8 @@ def hf_config(shape: ModelShape, draft_vocab: int, layer_ids: list[int]) -> dict
         "vocab_size": shape.vocab,
         "draft_vocab_size": draft_vocab,
         "target_hidden_size": shape.hidden,
-        "max_position_embeddings": 4096,
+        **LLAMA_COMMON,
         "rms_norm_eps": EPS,
-        "rope_theta": 10000.0,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 3,
-        "torch_dtype": "bfloat16",
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids), "use_aux_hidden_state": True},
     }
 
