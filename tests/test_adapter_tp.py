@@ -103,7 +103,11 @@ def test_a_third_party_policy_that_declares_step_time_is_broadcast_and_sees_the_
 def test_mode_selection() -> None:
     assert agreement_mode("auto", _Timed(), 1) == "local"  # one rank: nothing to agree on
     assert agreement_mode("auto", _Timed(), 4) == "broadcast"
-    assert agreement_mode("auto", parse_config("static"), 4) == "local"
+    # a fault on one rank only (an exception, a decide() over budget) must not split the ranks: broadcast
+    assert agreement_mode("auto", parse_config("static"), 4) == "broadcast"
+    # no CPU group to broadcast over: local where the inputs are rank-identical, else the caller refuses
+    assert agreement_mode("auto", parse_config("static"), 4, can_broadcast=False) == "local"
+    assert agreement_mode("auto", _Timed(), 4, can_broadcast=False) == "broadcast"
     assert agreement_mode("local", _Timed(), 4) == "local"
     assert agreement_mode("broadcast", parse_config("static"), 2) == "broadcast"
 

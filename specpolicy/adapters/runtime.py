@@ -141,7 +141,17 @@ class AdapterRuntime:
             budget_steps=settings.decide_budget_steps,
             watchdog_s=settings.watchdog_s,
         )
-        self.mode = agreement_mode(settings.tp_agreement, config, world_size)
+        self.mode = agreement_mode(
+            settings.tp_agreement, config, world_size, can_broadcast=sync_factory is not None
+        )
+        if self.mode == "local" and world_size > 1:
+            log.warning(
+                "specpolicy rank %d: tp_agreement=local over %d ranks: each rank decides alone, so a fault "
+                "on one rank only (an exception, a decide() over its budget) makes the ranks run different "
+                "depths; tp_agreement=broadcast is safe against that",
+                rank,
+                world_size,
+            )
         sync = sync_factory() if self.mode == "broadcast" and sync_factory is not None else None
         if self.mode == "broadcast" and sync is None:
             raise AdapterInstallError(

@@ -10,8 +10,12 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   ranks over the scheduler's CPU (gloo) group: one 8-byte collective per decode step. The other ranks record
   the imposed depth (``StepController.force``) without calling their policy.
 
-``auto`` (the default) picks ``broadcast`` for policies that use timing and ``local`` for the rest. A policy
-declares it on its config, ``uses_step_time: ClassVar[bool] = True`` (``PolicyConfig.needs_step_time``).
+``auto`` (the default) picks ``broadcast`` whenever there is more than one rank and a CPU group to broadcast
+over. Identical inputs are not enough for ``local``: the guard around the policy reacts to what happens on
+its own rank (an exception only one rank's policy raises, a decide() over its time budget on one rank), and
+a rank that falls back alone runs another depth than the others. Without a CPU group, ``auto`` runs
+``local`` for policies that do not use timing (declared on the config, ``uses_step_time: ClassVar[bool] =
+True``, ``PolicyConfig.needs_step_time``) and refuses the others at start-up.
 """
 
 from __future__ import annotations
@@ -83,13 +87,17 @@ def policy_uses_timing(config: PolicyConfig) -> bool:
 
 
 def agreement_mode(
-    setting: Literal["auto", "local", "broadcast"], config: PolicyConfig, world_size: int
+    setting: Literal["auto", "local", "broadcast"],
+    config: PolicyConfig,
+    world_size: int,
+    can_broadcast: bool = True,
 ) -> Literal["local", "broadcast"]:
-    """The mode to run: one rank needs no agreement; ``auto`` follows ``policy_uses_timing``."""
+    """The mode to run: one rank needs no agreement; ``auto`` broadcasts where the engine offers a CPU
+    group (``can_broadcast``), else only for policies that use timing (the caller then refuses them)."""
     if world_size <= 1:
         return "local"
     if setting == "auto":
-        return "broadcast" if policy_uses_timing(config) else "local"
+        return "broadcast" if can_broadcast or policy_uses_timing(config) else "local"
     return setting
 
 

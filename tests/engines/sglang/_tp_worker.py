@@ -70,3 +70,91 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
             fh,
         )
     dist.destroy_process_group()
+
+
+class RankFaultConfig(PolicyConfig):
+    """Speculate 3 deep, except on group rank ``rank`` in steps ``start .. stop-1``, where it raises
+    (``fault='raise'``) or takes ``delay_s`` (``fault='slow'``): a fault only one rank sees."""
+
+    name: Literal["rankfault_for_tests"] = "rankfault_for_tests"
+    fault: Literal["raise", "slow"] = "raise"
+    rank: int = 1
+    start: int = 5
+    stop: int = 30
+    delay_s: float = 0.003
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (0, 3)
+
+
+class RankFault:
+    def __init__(self, config: RankFaultConfig) -> None:
+        import os
+
+        self.config = config
+        self.mine = int(os.environ["SPECPOLICY_TEST_GROUP_RANK"]) == config.rank
+        self.n = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        c, n = self.config, self.n
+        self.n += 1
+        if self.mine and c.start <= n < c.stop:
+            if c.fault == "raise":
+                raise RuntimeError("rankfault_for_tests: only this rank fails")
+            import time
+
+            time.sleep(c.delay_s)
+        return SpecMode.off()  # the default depth (3) differs: a rank that falls back is visible
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -> None:
+    """``spec``: ``<tp_agreement>:<fault>``; 40 steps, the depths each rank ran, and how long each
+    agreement took on this rank (for the per-step cost of a broadcast)."""
+    import json
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    from specpolicy import policy as policy_mod
+    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.adapters.tp import BroadcastSync
+
+    mode, fault = spec.split(":")
+    policy_mod._registry().entries["rankfault_for_tests"] = PolicyEntry(
+        "rankfault_for_tests", RankFaultConfig, RankFault
+    )
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    group = dist.new_group(list(range(world)), backend="gloo")
+    os.environ["SPECPOLICY_TEST_GROUP_RANK"] = str(dist.get_rank(group))
+    rt = AdapterRuntime(
+        AdapterSettings.build(
+            {"name": "rankfault_for_tests", "fault": fault},
+            metrics=False,
+            tp_agreement=mode,
+            decide_budget_s=0.001,
+            decide_budget_steps=4,
+        ),
+        engine="test",
+        engine_version="0",
+        path="gloo",
+        allowed_steps=[0, 3],
+        default_steps=3,
+        rank=dist.get_rank(group),
+        world_size=world,
+        sync_factory=lambda: BroadcastSync(group),
+    )
+    depths, took = [], []
+    for _ in range(40):
+        t0 = time.perf_counter()
+        depths.append(rt.decide(StepStats(batch_size=8)))
+        took.append(time.perf_counter() - t0)
+        dist.barrier(group)  # the engine's own per-step collectives keep the ranks in step
+    with open(out_file, "w") as fh:
+        json.dump({"group_rank": dist.get_rank(group), "depths": depths, "mode": rt.mode, "took": took}, fh)
+    rt.close()
+    dist.destroy_process_group()

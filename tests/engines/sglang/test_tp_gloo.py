@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 
-def _spawn(tmp_path: Path, mode: str, world: int = 2) -> list[dict[str, object]]:
+def _spawn(tmp_path: Path, mode: str, world: int = 2, target: str = "run") -> list[dict[str, Any]]:
     import _tp_worker
     import torch.multiprocessing as mp
 
-    init = tmp_path / f"init-{mode}"
-    outs = [tmp_path / f"{mode}-{r}.json" for r in range(world)]
+    tag = mode.replace(":", "-")
+    init = tmp_path / f"init-{tag}"
+    outs = [tmp_path / f"{tag}-{r}.json" for r in range(world)]
     ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=_tp_worker.run, args=(r, world, str(init), mode, str(outs[r])))
-        for r in range(world)
-    ]
+    body = getattr(_tp_worker, target)
+    procs = [ctx.Process(target=body, args=(r, world, str(init), mode, str(outs[r]))) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
@@ -37,3 +39,24 @@ def test_local_mode_hides_timing_so_ranks_cannot_diverge(tmp_path: Path) -> None
     results = _spawn(tmp_path, "local")
     assert all(r["mode"] == "local" for r in results)
     assert [r["depths"] for r in results] == [[1] * 6] * 2  # time unknown on every rank -> the same depth
+
+
+@pytest.mark.parametrize("fault", ["raise", "slow"])
+def test_a_fault_on_one_rank_only_leaves_the_ranks_agreed_by_default(tmp_path: Path, fault: str) -> None:
+    """Rank 1's policy raises (or overruns the decide budget) in steps 5-29, rank 0's does not. With the
+    default agreement, rank 0's guarded decision goes to every rank: one depth per step everywhere."""
+    results = _spawn(tmp_path, f"auto:{fault}", target="run_fault")
+    assert all(r["mode"] == "broadcast" for r in results)
+    rank0, rank1 = (r["depths"] for r in results)
+    assert rank0 == rank1 == [0] * 40  # rank 0 never failed, so nobody falls back
+
+
+@pytest.mark.parametrize("fault", ["raise", "slow"])
+def test_local_agreement_is_what_a_rank_local_fault_breaks(tmp_path: Path, fault: str) -> None:
+    """The control: each rank deciding alone, rank 1 falls back to the default depth where rank 0 does
+    not. In an engine those ranks would run different shapes and hang; this is why ``auto`` broadcasts
+    when there is more than one rank."""
+    results = _spawn(tmp_path, f"local:{fault}", target="run_fault")
+    rank0, rank1 = (r["depths"] for r in results)
+    assert rank0 == [0] * 40
+    assert 3 in rank1[5:30] and rank1 != rank0
