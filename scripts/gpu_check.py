@@ -66,11 +66,11 @@ SPEC_KW: dict[str, Any] = spec_kwargs("v2")
 
 
 def engine_kwargs(
-    path: str, models: Path, backend: str | None = None, depth: int = planmod.LAUNCH_DEPTH
+    path: str, models: Path, backend: str | None = None, depth: int = planmod.LAUNCH_DEPTH, tp: int = 1
 ) -> dict[str, Any]:
     """sglang.Engine arguments for a worker path (v1: non-overlap EAGLEWorker; v2: overlap EAGLEWorkerV2;
     eagle3*: the EAGLE-3 head in ``models/eagle3``) and attention backend (default: $GC_ATTN, else
-    triton); ``depth``: the topk-1 paths' launch depth (the plan's)."""
+    triton); ``depth``: the topk-1 paths' launch depth (the plan's); ``tp``: SGLang's tp_size."""
     kw: dict[str, Any] = {
         "model_path": str(models / "target"),
         "tokenizer_path": str(models / "target"),
@@ -91,6 +91,8 @@ def engine_kwargs(
         "skip_server_warmup": True,
         "disable_overlap_schedule": path.endswith("v1"),
     }
+    if tp > 1:
+        kw["tp_size"] = tp
     shape = planmod.spec_shape(path, depth)
     if shape is not None:
         kw.update(spec_kwargs(path, depth), speculative_draft_model_path=str(models / shape.draft))
@@ -365,7 +367,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     t0 = time.time()
     import sglang as sgl
 
-    kw = engine_kwargs(run.path, work / "models", run.backend, run.depth)
+    kw = engine_kwargs(run.path, work / "models", run.backend, run.depth, run.tp)
     print("GC ENGINE KW", json.dumps(kw), flush=True)
     eng = sgl.Engine(**kw)
     init_s = time.time() - t0
@@ -462,6 +464,7 @@ def _plan(args: argparse.Namespace) -> list[planmod.EngineRun]:
         resume_k=tuple(int(k) for k in _csv(args.resume_k)),
         pair_k=tuple(int(k) for k in _csv(args.pair_k)),
         skip_k=args.skip_k,
+        tp=args.tp,
     )
 
 
@@ -691,6 +694,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=planmod.SKIP_K,
         help="EAGLE-3 engines: off stretch of the phase that skips the hidden-state catch-up; 0: none",
+    )
+    d.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel size of every engine (one GPU per rank); results under tp<N>/<path>/<backend>",
     )
     d.add_argument("--doctor-smoke", action="store_true", help="after the engines: specpolicy doctor --smoke")
     d.add_argument("--dry-run", action="store_true", help="print the plan with estimated seconds and exit")

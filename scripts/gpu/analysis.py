@@ -262,15 +262,48 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def load_trace(folder: Path) -> list[dict[str, Any]]:
-    """Step records of the trace and its rotated files, oldest first (headers dropped)."""
+def load_trace(folder: Path, name: str = "trace.jsonl") -> list[dict[str, Any]]:
+    """Step records of a trace (rank 0's by default) and its rotated files, oldest first (headers
+    dropped)."""
     files = sorted(
-        folder.glob("trace.jsonl.*"), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0
+        folder.glob(f"{name}.*"), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0
     )
     recs: list[dict[str, Any]] = []
-    for f in [*files, folder / "trace.jsonl"]:
+    for f in [*files, folder / name]:
         recs.extend(r for r in load_jsonl(f) if r.get("kind") != "header")
     return recs
+
+
+def rank_agreement(folder: Path) -> dict[str, Any] | None:
+    """Under tensor parallelism every rank writes its own trace (``trace.rank<N>.jsonl`` beside rank 0's
+    ``trace.jsonl``); every rank must have run the same depth at every step. None with one rank.
+
+    ``agree``: every rank's steps carry rank 0's depth, step for step, and none is missing more than the
+    last 2 steps (a rank's final flush may lose them); ``first_differences``: up to 5 (rank, step, depth,
+    rank 0's depth)."""
+    ranks = sorted(
+        int(m.group(1))
+        for f in folder.glob("trace.rank*.jsonl")
+        if (m := re.match(r"trace\.rank(\d+)\.jsonl$", f.name))
+    )
+    if not ranks:
+        return None
+    base = {r["step"]: r["num_steps"] for r in load_trace(folder)}
+    diffs: list[list[int]] = []
+    steps: dict[int, int] = {0: len(base)}
+    missing = 0
+    for rank in ranks:
+        other = {r["step"]: r["num_steps"] for r in load_trace(folder, f"trace.rank{rank}.jsonl")}
+        steps[rank] = len(other)
+        missing = max(missing, len(set(base) ^ set(other)))
+        diffs += [[rank, s, k, base[s]] for s, k in sorted(other.items()) if s in base and base[s] != k]
+    return {
+        "ranks": [0, *ranks],
+        "steps": steps,
+        "differences": len(diffs),
+        "first_differences": diffs[:5],
+        "agree": bool(base) and not diffs and missing <= 2,
+    }
 
 
 def phase_trace(trace: Iterable[dict[str, Any]], t_start: float, t_end: float) -> list[dict[str, Any]]:
@@ -441,11 +474,27 @@ def _engine_record(folder: Path) -> dict[str, Any] | None:
     return next((r for r in load_jsonl(folder / "phases.jsonl") if r.get("kind") == "engine"), None)
 
 
+TP_DIR_RE = re.compile(r"tp\d+$")
+
+
+def split_engine_id(engine_id: str) -> tuple[str, str, str]:
+    """``tp2/v2/triton`` -> (``tp2/``, ``v2``, ``triton``); ``v2/triton`` -> (``""``, ``v2``, ``triton``)."""
+    head, rest = engine_id.split("/", 1)
+    tp = ""
+    if TP_DIR_RE.match(head):
+        tp, (head, rest) = f"{head}/", rest.split("/", 1)
+    return tp, head, rest
+
+
 def engine_folders(folder: Path) -> list[tuple[str, Path]]:
-    """(``<path>/<backend>``, folder) of every engine under ``folder``; a folder of the first runs
-    (``<path>/phases.jsonl``) gets the backend its engine record names, else triton."""
+    """(``<path>/<backend>``, folder) of every engine under ``folder`` (``tp<N>/<path>/<backend>`` for the
+    tensor-parallel engines); a folder of the first runs (``<path>/phases.jsonl``) gets the backend its
+    engine record names, else triton."""
     out = []
     for d in sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "doctor"):
+        if TP_DIR_RE.match(d.name):
+            out += [(f"{d.name}/{eid}", sub) for eid, sub in engine_folders(d)]
+            continue
         if (d / "phases.jsonl").exists():
             rec = _engine_record(d) or {}
             backend = rec.get("backend") or (rec.get("kw") or {}).get("attention_backend") or "triton"
@@ -700,17 +749,20 @@ def _eagle3_verdicts(real: Sequence[dict[str, Any]]) -> dict[str, bool | None]:
 
 def _side_key(engine_id: str) -> str:
     """``base_v2/triton`` -> ``v2/triton``: the speculation-free and plain engines join their path's table;
-    ``eagle3_v1/triton`` -> ``eagle3/v1/triton``, ``eagle3tree_v1/triton`` -> ``eagle3-tree/v1/triton``."""
-    path, backend = engine_id.split("/", 1)
+    ``eagle3_v1/triton`` -> ``eagle3/v1/triton``, ``eagle3tree_v1/triton`` -> ``eagle3-tree/v1/triton``;
+    ``tp2/v2/triton`` -> ``tp2/v2/triton``."""
+    tp, path, backend = split_engine_id(engine_id)
     shape = planmod.spec_shape(path)
     prefix = shape.report_prefix if shape is not None else ""
-    return f"{prefix}{'v1' if path.endswith('v1') else 'v2'}/{backend}"
+    return f"{tp}{prefix}{'v1' if path.endswith('v1') else 'v2'}/{backend}"
 
 
 def _join_never(table: dict[str, dict[str, Any]], base_keys: set[str]) -> None:
     """The speculation-free engine's rows (``never``) also in the EAGLE-3 tables of its side and backend."""
     for key in list(table):
-        tail = key.split("/", 1)[1] if key.startswith(("eagle3/", "eagle3-tree/")) else None
+        head, rest = key.split("/", 1)
+        tp, rest = (f"{head}/", rest) if TP_DIR_RE.match(head) else ("", key)
+        tail = tp + rest.split("/", 1)[1] if rest.startswith(("eagle3/", "eagle3-tree/")) else None
         if tail in base_keys and tail in table:
             for pol, row in table[tail].items():
                 if pol == "never":
@@ -799,10 +851,14 @@ def analyze_dir(folder: Path, depth: int = 3, raise_count: int = 20) -> dict[str
     meta = json.loads((folder / "models-meta.json").read_text())
     engines = {}
     for eid, sub in engine_folders(folder):
-        path = eid.split("/", 1)[0]
+        path = split_engine_id(eid)[1]
         d = _engine_depth(sub, path, depth)
         eng = analyze_engine(sub, meta, d, path=path)
         eng["verdicts"] = _verdicts(eng, raise_count, d)
+        ranks = rank_agreement(sub)
+        if ranks is not None:
+            eng["ranks"] = ranks
+            eng["verdicts"]["ranks_agree"] = ranks["agree"]
         engines[eid] = eng
     doctor = load_doctor(folder)
     ok = bool(engines) and all(v is not False for e in engines.values() for v in e["verdicts"].values())

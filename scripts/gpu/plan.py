@@ -222,11 +222,13 @@ class EngineRun:
     policies: dict[str, Any] = field(default_factory=dict)
     backend: Backend = "triton"
     depth: int = LAUNCH_DEPTH
+    tp: int = 1  # tensor-parallel size (SGLang's tp_size)
 
     @property
     def id(self) -> str:
-        """``<path>/<backend>``: the engine's folder in the results."""
-        return f"{self.path}/{self.backend}"
+        """``<path>/<backend>`` (``tp<N>/<path>/<backend>`` under tensor parallelism): the engine's folder in
+        the results."""
+        return f"{self.path}/{self.backend}" if self.tp == 1 else f"tp{self.tp}/{self.path}/{self.backend}"
 
     @property
     def shape(self) -> SpecShape | None:
@@ -268,13 +270,15 @@ class EngineRun:
             policies=d["policies"],
             backend=d.get("backend", "triton"),
             depth=d.get("depth", LAUNCH_DEPTH),
+            tp=d.get("tp", 1),
         )
 
 
 # ----------------------------------------------------------------------------------------------- policies
-def check_policies(depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
-    """Correctness phases: controls (always on / always off), switching every few steps, a failing policy."""
-    return {
+def check_policies(depth: int = LAUNCH_DEPTH, tp: int = 1) -> dict[str, Any]:
+    """Correctness phases: controls (always on / always off), switching every few steps, a failing policy;
+    with tensor parallelism (``tp`` > 1) also a policy that fails, and one that is slow, on one rank only."""
+    out: dict[str, Any] = {
         "always-on": {"name": "static", "num_steps": depth},
         "always-off": {"name": "static", "num_steps": 0},
         "switch": {"name": "gpucheck_cycle", "depths": [depth, 0], "period": 3},
@@ -282,6 +286,11 @@ def check_policies(depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
         # (the launch depth), be counted, and be logged once.
         "raise": {"name": "gpucheck_raise", "num_steps": 0, "raise_from": 5, "raise_count": 20},
     }
+    if tp > 1:
+        # A fault only TP rank 1 sees: every rank must still run one depth per step (the traces agree).
+        out["raise-rank1"] = {**out["raise"], "only_rank": 1}
+        out["slow-rank1"] = {"name": "gpucheck_slow", "num_steps": 0, "delay_s": 0.003, "only_rank": 1}
+    return out
 
 
 def perf_policies(depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
@@ -620,6 +629,7 @@ class _Opts:
     depth: int
     pair_k: tuple[int, ...]
     skip_k: int
+    tp: int = 1
 
 
 def _phase(run_side: str, label_name: str, **kw: Any) -> Phase:
@@ -653,7 +663,7 @@ def _warmups(o: _Opts, side: str, spec: bool, none_label: str) -> list[Phase]:
 
 def _checks(o: _Opts, side: str, spec: bool, none_label: str, depth: int) -> list[Phase]:
     lengths = _check_lengths(o.check_concurrency, seed=11)
-    labels: tuple[str | None, ...] = tuple(check_policies(depth)) if spec else (None,)
+    labels: tuple[str | None, ...] = tuple(check_policies(depth, o.tp)) if spec else (None,)
     return [
         _phase(
             side,
@@ -789,10 +799,13 @@ def _engine(path: PathName, backend: Backend, o: _Opts) -> EngineRun:
     policies: dict[str, Any] = {}
     if adapter:
         ramp_specs = {k: perf_policies(depth)[k] for k in ramp_labels}
-        policies = {**check_policies(depth), **perfs, **ramp_specs, **resume_policies(o.resume_k, depth)}
+        checks = check_policies(depth, o.tp)
+        policies = {**checks, **perfs, **ramp_specs, **resume_policies(o.resume_k, depth)}
         if eagle3:
             policies.update(pair_policies(o.pair_k, o.skip_k, depth))
-    return EngineRun(path=path, phases=tuple(phases), policies=policies, backend=backend, depth=depth)
+    return EngineRun(
+        path=path, phases=tuple(phases), policies=policies, backend=backend, depth=depth, tp=o.tp
+    )
 
 
 def build_plan(
@@ -814,14 +827,17 @@ def build_plan(
     depth: int = LAUNCH_DEPTH,
     pair_k: tuple[int, ...] = PAIR_K,
     skip_k: int = SKIP_K,
+    tp: int = 1,
 ) -> list[EngineRun]:
     """Engines in run order (backend-major: both engines of a comparison before the next backend).
 
     ``perf_tokens`` 0 sizes each level's output so a batch lasts ``min_batch_s`` (perf_tokens_for);
     ``ramp_s`` 0 and an empty ``resume_k`` drop those phases. ``depth`` is the launch depth of the topk-1
     paths (the tree has its own); ``pair_k`` and ``skip_k`` (0: none) shape the EAGLE-3 engines'
-    acceptance pairs.
+    acceptance pairs; ``tp`` the tensor-parallel size of every engine (one GPU each rank).
     """
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
     if any(k < 1 for k in pair_k) or skip_k < 0:
         raise ValueError(f"pair_k must hold off stretches >= 1 and skip_k be >= 0, got {pair_k}, {skip_k}")
     o = _Opts(
@@ -840,6 +856,7 @@ def build_plan(
         depth,
         pair_k,
         skip_k,
+        tp,
     )
     return [_engine(path, backend, o) for backend in backends for path in paths]
 

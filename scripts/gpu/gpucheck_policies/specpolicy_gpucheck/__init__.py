@@ -4,7 +4,10 @@ They load inside SGLang's spawned scheduler processes exactly like a user's thir
 check also proves that route. None of them is meant for serving:
 
 - ``gpucheck_cycle`` walks through a list of depths, ``period`` steps each (on/off and depth switching).
-- ``gpucheck_raise`` fails on purpose on a window of decide() calls (the adapter must contain it).
+- ``gpucheck_raise`` fails on purpose on a window of decide() calls (the adapter must contain it), on every
+  rank or, under tensor parallelism, on one rank only (``only_rank``).
+- ``gpucheck_slow`` takes ``delay_s`` in every decide() call, on one rank only under tensor parallelism: over
+  the decide() budget there, not elsewhere (the ranks must still run one depth per step).
 - ``gpucheck_resume`` holds speculation off for ``off_steps`` steps, then on for ``on_steps``, repeating: the
   first on step after each off stretch shows what resuming costs (the draft catches up on the missed tokens).
 - ``gpucheck_skip_catch_up`` is ``gpucheck_resume`` that, while it is the active policy, hands the drafter
@@ -40,12 +43,14 @@ __all__ = [
     "DISPATCH",
     "RAISE",
     "RESUME",
+    "SLOW",
     "SKIP_CATCH_UP",
     "CatchUpSkip",
     "CycleConfig",
     "DispatchConfig",
     "RaiseConfig",
     "ResumeConfig",
+    "SlowConfig",
     "SkipCatchUpConfig",
     "SkipCatchUpPolicy",
     "write_control",
@@ -83,6 +88,16 @@ class CycleConfig(AlternateConfig):
 CyclePolicy = AlternatePolicy
 
 
+def tp_rank() -> int:
+    """This process's rank in torch.distributed's default group (SGLang's TP rank on one node), else 0."""
+    try:
+        import torch.distributed as dist
+
+        return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
+    except Exception:
+        return 0
+
+
 class RaiseConfig(PolicyConfig):
     """Return ``num_steps`` but raise on decide() calls raise_from .. raise_from+raise_count-1 (test only)."""
 
@@ -90,6 +105,7 @@ class RaiseConfig(PolicyConfig):
     num_steps: int = Field(0, ge=0, le=MAX_NUM_STEPS, description="depth returned when not failing")
     raise_from: int = Field(8, ge=0, description="index (from 0) of the first decide() call that raises")
     raise_count: int = Field(16, ge=0, description="number of consecutive calls that raise")
+    only_rank: int | None = Field(None, ge=0, description="raise on this rank only (None: every rank)")
 
     def candidate_steps(self) -> tuple[int, ...]:
         return (self.num_steps,)
@@ -105,6 +121,8 @@ class RaisePolicy:
         self._mode = SpecMode.of(config.num_steps)
         self._lo = config.raise_from
         self._hi = config.raise_from + config.raise_count
+        if config.only_rank is not None and tp_rank() != config.only_rank:
+            self._hi = self._lo  # not this rank: never raises
         self._n = 0
         self.raised = 0
 
@@ -118,6 +136,33 @@ class RaisePolicy:
 
     def reset(self) -> None:
         self._n = 0
+
+
+class SlowConfig(PolicyConfig):
+    """Return ``num_steps``, taking ``delay_s`` in each decide() call (on ``only_rank`` only) (test only)."""
+
+    name: Literal["gpucheck_slow"] = "gpucheck_slow"
+    num_steps: int = Field(0, ge=0, le=MAX_NUM_STEPS, description="depth returned")
+    delay_s: float = Field(0.003, ge=0.0, le=1.0, description="seconds each decide() call takes")
+    only_rank: int | None = Field(None, ge=0, description="slow on this rank only (None: every rank)")
+
+    def candidate_steps(self) -> tuple[int, ...]:
+        return (self.num_steps,)
+
+
+class SlowPolicy:
+    def __init__(self, config: SlowConfig) -> None:
+        self._mode = SpecMode.of(config.num_steps)
+        mine = config.only_rank is None or tp_rank() == config.only_rank
+        self._delay = config.delay_s if mine else 0.0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        if self._delay:
+            time.sleep(self._delay)
+        return self._mode
+
+    def reset(self) -> None:
+        pass
 
 
 class ResumeConfig(PolicyConfig):
@@ -328,6 +373,7 @@ def _child(spec: Any) -> Policy:
 CYCLE = PolicyEntry("gpucheck_cycle", CycleConfig, CyclePolicy)
 RAISE = PolicyEntry("gpucheck_raise", RaiseConfig, RaisePolicy)
 RESUME = PolicyEntry("gpucheck_resume", ResumeConfig, ResumePolicy)
+SLOW = PolicyEntry("gpucheck_slow", SlowConfig, SlowPolicy)
 SKIP_CATCH_UP = PolicyEntry("gpucheck_skip_catch_up", SkipCatchUpConfig, SkipCatchUpPolicy)
 DISPATCH = PolicyEntry("gpucheck_dispatch", DispatchConfig, DispatchPolicy)
-_LOCAL = {e.name: e for e in (CYCLE, RAISE, RESUME, SKIP_CATCH_UP)}
+_LOCAL = {e.name: e for e in (CYCLE, RAISE, RESUME, SLOW, SKIP_CATCH_UP)}
