@@ -10,6 +10,7 @@ last token and hidden state, so a missing or wrong hidden state changes both.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import legacy_support as ls
@@ -26,8 +27,9 @@ if SGLANG_VERSION not in SUPPORTED_VERSIONS:
 import test_legacy_off_decode as tod  # noqa: E402
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
+from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
-from test_legacy_off_decode import PROMPTS, STEPS, names, wrapped, wrapped_v2  # noqa: E402,F401
+from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
@@ -39,6 +41,33 @@ from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 W = 4
 
 
+@pytest.fixture(name="names")
+def _names() -> FieldNames:
+    return FieldNames.detect()
+
+
+@pytest.fixture(name="wrapped")
+def _wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
+    ls.patch_kernels(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
+    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
+    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    yield
+    hooks.unwrap_all()
+
+
+@pytest.fixture(name="wrapped_v2")
+def _wrapped_v2(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_version: str) -> Any:
+    from specpolicy.adapters.sglang.legacy.install import _patch
+
+    ls.patch_v2(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    _patch("0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1", names)
+    yield
+    hooks.unwrap_all()
+
+
 def _window(rows: int) -> HiddenWindow:
     return HiddenWindow(rows=rows, window=W, width=ls.HIDDEN, dtype=torch.float32, device="cpu")
 
@@ -47,7 +76,8 @@ def _prefill_rows(tokens: list[int], seq_lens: list[int]) -> tuple[Any, Any, Any
     """The draft input SGLang's EAGLE prefill leaves: proposal and drafter hidden state from the last
     prompt position ``n - 1``, fed the first output token."""
     idx = torch.tensor([[ods.eagle_proposal(t, n - 1)] for t, n in zip(tokens, seq_lens, strict=True)])
-    hid = torch.tensor([ods.eagle_draft_hidden(t, n - 1, i) for i, (t, n) in enumerate(zip(tokens, seq_lens))])
+    pairs = enumerate(zip(tokens, seq_lens, strict=True))
+    hid = torch.tensor([ods.eagle_draft_hidden(t, n - 1, i) for i, (t, n) in pairs])
     return torch.ones(len(tokens), 1), idx, hid
 
 
@@ -311,3 +341,98 @@ def test_v2_eagle_lazy_switching_every_step(names: FieldNames, wrapped_v2: Any) 
         _v2_resume(names, s, sched, batch)
         assert [e["lens"] for e in s.draft_runner.extends] == [[1, 1, 1]] * (round_ + 1)
         assert _v2_exact(batch, s, kv)
+
+
+# ------------------------------------------------------------------------------------------------ start-up
+
+
+def _cfg(width: int, dtype: Any) -> Any:
+    from types import SimpleNamespace
+
+    hf = SimpleNamespace()
+    return SimpleNamespace(hidden_size=width, spec_hidden_size=width, dtype=dtype, hf_config=hf)
+
+
+def _eagle_worker(names: FieldNames, path: str, algo: str) -> tuple[Any, Any]:
+    """A v1 or v2 worker with the configuration SGLang gives an EAGLE / EAGLE-3 engine: target hidden 16
+    (bfloat16), draft hidden 16, a request pool of 10 rows."""
+    from types import SimpleNamespace
+
+    import test_legacy_contract as tlc
+
+    if path == "v1":
+        setup = tlc._v1_worker(names)
+        w = dw = setup.worker
+        w._model_runner = SimpleNamespace(tp_group=None, model_config=_cfg(16, torch.bfloat16))
+        mr = w.target_worker.model_runner
+    else:
+        setup = ls.make_v2_worker()
+        w, dw = setup.worker, setup.draft_worker
+        mr = tlc._model_runner(setup.server_args)
+        w._target_worker.model_runner = mr
+        dw.target_worker = w._target_worker
+        dw.draft_runner = SimpleNamespace(tp_group=None, model_config=_cfg(16, torch.bfloat16))
+    sa = setup.server_args
+    sa.speculative_algorithm = algo
+    for x in {id(w): w, id(dw): dw}.values():
+        x.speculative_algorithm = SpeculativeAlgorithm.from_string(algo)
+        x.eagle_use_aux_hidden_state = algo == "EAGLE3"
+    mr.model_config = _cfg(16, torch.bfloat16)
+    w.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(10, 64, dtype=torch.int32))
+    return w, sa
+
+
+def _fake_decode_target(mr: Any, sa: Any, *, graphs: bool, capture_hidden_mode: Any) -> Any:
+    return ods.decode_target(capture_hidden_mode)
+
+
+@pytest.mark.parametrize("path", ["v1", "v2"])
+@pytest.mark.parametrize(("algo", "width"), [("EAGLE", 16), ("EAGLE3", 48)])
+def test_lazy_eagle_allocates_the_window_once_at_start_up(
+    names: FieldNames, monkeypatch: pytest.MonkeyPatch, path: str, algo: str, width: int
+) -> None:
+    """draft_catch_up=lazy: a window of pool rows x W x the target's hidden width (EAGLE-3: three
+    auxiliary layers), its bytes in the start-up label; auto keeps SGLang's per-step extend."""
+    from specpolicy.adapters.settings import AdapterSettings
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    w, sa = _eagle_worker(names, path, algo)
+    lazy = AdapterSettings.build("static", draft_catch_up="lazy", draft_catch_up_window=8)
+    off = install_mod.build_off_path(w, sa, lazy, names)
+    assert off.lag is not None and off.lag.hidden is not None
+    h = off.lag.hidden
+    assert (h.rows, h.window, h.width, h.dtype) == (10, 8, width, torch.bfloat16)
+    assert h.nbytes == 10 * 8 * width * 2 and tuple(h.buf.shape) == (10, 8, width)
+    assert off.draft_hidden == (16, torch.bfloat16)
+    assert f"kept for 8 positions (10 x 8 x {width} bfloat16, {h.nbytes / 2**20:.1f} MiB)" in off.label
+    auto = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
+    assert auto.lag is None and auto.label.endswith("one-token draft extend per step")
+
+
+def test_lazy_standalone_keeps_no_hidden_states(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpolicy.adapters.settings import AdapterSettings
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    w, sa = _eagle_worker(names, "v1", "STANDALONE")
+    off = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
+    assert off.lag is not None and off.lag.hidden is None and off.draft_hidden is None
+    assert off.label.endswith("drafter skipped, lazy catch-up on resume")
+
+
+def test_tree_drafts_get_topk_proposals_after_the_catch_up(names: FieldNames, wrapped: Any) -> None:
+    """topk > 1 (the v1 tree): the catch-up hands the draft topk proposals per request, the best first."""
+    v = V1Eagle(names)
+    v.off.topk = 4
+    v.batch.spec_info.topk_p = torch.ones(3, 4)
+    v.batch.spec_info.topk_index = torch.zeros(3, 4, dtype=torch.int64)
+    for _ in range(W):
+        v.step(0)
+
+    seen: list[Any] = []
+    setattr(v.setup.worker, hooks.RT, tod._runtime(STEPS))
+    hooks.v1_forward(lambda w, b: seen.append(b.spec_info.topk_index.clone()), names)(v.setup.worker, v.batch)
+    (idx,) = seen
+    assert tuple(idx.shape) == (3, 4)
+    assert idx[:, 0].tolist() == v.expected_start()[0] and v.exact(PROMPTS)

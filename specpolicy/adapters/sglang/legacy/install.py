@@ -242,13 +242,14 @@ def _target_hidden_width(worker: Any) -> int:
     auxiliary layers concatenated), as SGLang computes it for its own draft extend input."""
     from sglang.srt.speculative import eagle_info
 
+    dw = getattr(worker, "draft_worker", None) or worker  # v2: the draft worker knows the aux layers
     extend_cls = getattr(eagle_info, "EagleDraftExtendInput", None)
     if extend_cls is not None and hasattr(extend_cls, "hidden_size_for"):  # 0.5.12.post1
-        width = extend_cls.hidden_size_for(worker)
+        width = extend_cls.hidden_size_for(dw)
         if width:
             return int(width)
-    cfg = worker.target_worker.model_runner.model_config
-    aux = worker.speculative_algorithm.is_eagle3() and getattr(worker, "eagle_use_aux_hidden_state", False)
+    cfg = dw.target_worker.model_runner.model_config
+    aux = dw.speculative_algorithm.is_eagle3() and getattr(dw, "eagle_use_aux_hidden_state", False)
     return int(cfg.hidden_size) * (3 if aux else 1)  # 0.5.10.post1's EAGLEWorker rule
 
 
