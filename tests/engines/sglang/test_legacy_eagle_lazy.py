@@ -18,6 +18,8 @@ import off_decode_support as ods
 import pytest
 import torch
 from conftest import SGLANG_VERSION
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
 
@@ -436,3 +438,53 @@ def test_tree_drafts_get_topk_proposals_after_the_catch_up(names: FieldNames, wr
     (idx,) = seen
     assert tuple(idx.shape) == (3, 4)
     assert idx[:, 0].tolist() == v.expected_start()[0] and v.exact(PROMPTS)
+
+
+# ------------------------------------------------------------------------------------------- the window
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.integers(1, 6),
+    batches=st.lists(
+        st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True), min_size=1, max_size=20
+    ),
+    data=st.data(),
+)
+def test_window_returns_the_last_m_off_steps_of_each_row(
+    window: int, batches: list[list[int]], data: Any
+) -> None:
+    """Whatever rows each off step writes, a row read back for its last ``m <= W`` steps (steps it was in
+    the batch of) gives exactly what those steps wrote, oldest first."""
+    h = HiddenWindow(rows=5, window=window, width=2, dtype=torch.float32, device="cpu")
+    written: dict[int, dict[int, list[float]]] = {}
+    for step, rows in enumerate(batches, start=1):
+        hidden = torch.tensor([[float(step), float(r)] for r in rows])
+        h.write(step, torch.tensor(rows), hidden)
+        for r in rows:
+            written.setdefault(r, {})[step] = [float(step), float(r)]
+    now = len(batches)
+    row = data.draw(st.sampled_from(sorted(written)))
+    present = 0  # the steps up to now in which this row took part without a gap
+    while now - present in written[row]:
+        present += 1
+    if present == 0:
+        return
+    m = data.draw(st.integers(1, min(present, window)))
+    got = h.gather(now, torch.tensor([row]), [m]).tolist()
+    assert got == [written[row][s] for s in range(now - m + 1, now + 1)]
+    assert tuple(h.buf.shape) == (5, window, 2)
+
+
+def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = HiddenWindow(rows=2, window=3, width=4, dtype=torch.float32, device="cpu")
+    with pytest.raises(ValueError, match="exceed the hidden-state window of 3"):
+        h.gather(5, torch.tensor([0]), [4])
+    with pytest.raises(ValueError, match="rows, window, width >= 1"):
+        HiddenWindow(rows=0, window=3, width=4, dtype=torch.float32, device="cpu")
+    with caplog.at_level("WARNING", logger="specpolicy.sglang.legacy"):
+        h.write(1, torch.tensor([1]), torch.ones(1, 6))
+    assert h.resized and tuple(h.buf.shape) == (2, 3, 6) and "reallocated" in caplog.text
+    assert h.gather(1, torch.tensor([1]), [1]).tolist() == [[1.0] * 6]

@@ -80,8 +80,8 @@ class HiddenWindow:
         return out
 
     def _resize(self, width: int, dtype: Any) -> None:
-        """The target returned another width or dtype than start-up computed: reallocate once, loudly
-        (what was kept is lost, so the caller catches up whatever it had)."""
+        """The target returned another width or dtype than start-up computed: reallocate, loudly. What was
+        kept is lost: acceptance after the next resume may suffer, an output token cannot change."""
         import torch
 
         log.warning(

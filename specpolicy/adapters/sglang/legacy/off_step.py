@@ -6,9 +6,8 @@ sampler, and the per-request bookkeeping SGLang's verify does for an accepted to
 checks, grammar, KV lengths, spec counters), so the scheduler's v1 result processing consumes it
 unchanged. With ``per_step`` EAGLE drafters then get SGLang's own draft extend over the new token, from the
 hidden state the decode forward captured; a lazy drafter gets nothing (an EAGLE one has that hidden state
-kept in its ``HiddenWindow``). Measured live, keeping SGLang's
-one-token verify around the decode forward cost 3x the kernel launches and 5x the stream syncs of a
-speculation-free step.
+kept in its ``HiddenWindow``). Measured live, keeping SGLang's one-token verify around the decode forward
+cost 3x the kernel launches and 5x the stream syncs of a speculation-free step.
 
 v2 (``EAGLEWorkerV2``, overlap): the step is a decode forward with the engine's normal sampler, and the
 result is built in the shape the overlap scheduler consumes (one token per request, accept length 1, the
