@@ -288,8 +288,10 @@ def _v2_resume(names: FieldNames, s: Any, sched: Any, batch: Any) -> Any:
     return mwb
 
 
-def _v2_exact(batch: Any, s: Any, kv: Any) -> bool:
-    for i, n in enumerate(PROMPTS):
+def _v2_exact(batch: Any, s: Any, kv: Any, start: list[int] | None = None) -> bool:
+    """Whether the draft KV from ``start[i]`` (default: the prompt's end) to the current length equals an
+    always-on engine's."""
+    for i, n in enumerate(PROMPTS if start is None else start):
         exp = ods.expected_eagle_kv(batch.reqs[i], s.pool.req_to_token[i], i, n, int(batch.seq_lens[i]))
         if {sl: kv.get(sl) for sl in exp} != exp:
             return False
@@ -343,6 +345,22 @@ def test_v2_eagle_lazy_switching_every_step(names: FieldNames, wrapped_v2: Any) 
         _v2_resume(names, s, sched, batch)
         assert [e["lens"] for e in s.draft_runner.extends] == [[1, 1, 1]] * (round_ + 1)
         assert _v2_exact(batch, s, kv)
+
+
+def test_v2_eagle_lazy_request_prefilled_while_off(names: FieldNames, wrapped_v2: Any) -> None:
+    """Request 2 is (re-)prefilled after two off steps: it misses only the one position since, and every
+    missed position is fed the token and target hidden state an always-on engine would have fed."""
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    for i in range(3):
+        if i == 2:
+            off.lag.on_extend(batch.reqs[2:])
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    _v2_resume(names, s, sched, batch)
+    (ext,) = s.draft_runner.extends
+    assert ext["lens"] == [3, 3, 1]
+    assert _v2_exact(batch, s, kv, [PROMPTS[0], PROMPTS[1], PROMPTS[2] + 2])
+    assert ext["positions"][-1] == PROMPTS[2] + 2
 
 
 # ------------------------------------------------------------------------------------------------ start-up
