@@ -107,3 +107,9 @@ def test_off_step_options_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     assert plan.sglang_argv == sglang
     default = launch.prepare([*sglang, "--spec-policy=static"]).settings
     assert (default.off_step, default.draft_catch_up, default.step_clock) == ("decode", "auto", "auto")
+    eagle = launch.prepare(
+        ["--model-path=m", "--speculative-algorithm=EAGLE3", "--spec-policy=static"]
+        + ["--spec-policy-draft-catch-up=lazy", "--spec-policy-draft-catch-up-window", "64"]
+    ).settings
+    assert (eagle.draft_catch_up, eagle.draft_catch_up_window) == ("lazy", 64)
+    assert default.draft_catch_up_window == 32

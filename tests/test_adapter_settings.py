@@ -26,6 +26,7 @@ from specpolicy.errors import ConfigError
     tp=st.sampled_from(["auto", "local", "broadcast"]),
     off_step=st.sampled_from(["decode", "verify"]),
     catch_up=st.sampled_from(["auto", "lazy", "per_step"]),
+    window=st.integers(1, 4096),
     clock=st.sampled_from(["auto", "host"]),
 )
 def test_environment_round_trip_rebuilds_identical_settings(
@@ -39,6 +40,7 @@ def test_environment_round_trip_rebuilds_identical_settings(
     tp: str,
     off_step: str,
     catch_up: str,
+    window: int,
     clock: str,
 ) -> None:
     s = AdapterSettings.build(
@@ -52,6 +54,7 @@ def test_environment_round_trip_rebuilds_identical_settings(
         tp_agreement=tp,
         off_step=off_step,
         draft_catch_up=catch_up,
+        draft_catch_up_window=window,
         step_clock=clock,
     )
     assert AdapterSettings.from_env(s.to_env()) == s
@@ -66,6 +69,8 @@ def test_environment_round_trip_rebuilds_identical_settings(
         ({"tp_agreement": "vote"}, "tp_agreement", "'auto', 'local' or 'broadcast'"),
         ({"off_step": "skip"}, "off_step", "'decode' or 'verify'"),
         ({"draft_catch_up": "never"}, "draft_catch_up", "'auto', 'lazy' or 'per_step'"),
+        ({"draft_catch_up_window": 0}, "draft_catch_up_window", "greater than or equal to 1"),
+        ({"draft_catch_up_window": 4097}, "draft_catch_up_window", "less than or equal to 4096"),
         ({"step_clock": "wall"}, "step_clock", "'auto' or 'host'"),
         ({"metrics": "perhaps"}, "metrics", "valid boolean"),
         ({"colour": "blue"}, "colour", "known: policy, trace_path"),
@@ -129,3 +134,13 @@ def test_settings_are_frozen() -> None:
 
     with pytest.raises(ValidationError, match="frozen"):
         s.metrics = False
+
+
+def test_catch_up_window_from_its_variable() -> None:
+    env = {ENV_POLICY: "static", ENV_VARS["draft_catch_up_window"]: "48", ENV_VARS["draft_catch_up"]: "lazy"}
+    s = AdapterSettings.from_env(env)
+    assert s is not None and (s.draft_catch_up, s.draft_catch_up_window) == ("lazy", 48)
+    assert AdapterSettings.build("static").draft_catch_up_window == 32
+    with pytest.raises(ConfigError) as info:
+        AdapterSettings.from_env({ENV_POLICY: "static", "SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "-3"})
+    assert str(info.value).startswith("draft_catch_up_window:")

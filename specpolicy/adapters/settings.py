@@ -38,6 +38,7 @@ ENV_VARS: dict[str, str] = {
     "tp_agreement": "SPECPOLICY_TP_AGREEMENT",
     "off_step": "SPECPOLICY_OFF_STEP",
     "draft_catch_up": "SPECPOLICY_DRAFT_CATCH_UP",
+    "draft_catch_up_window": "SPECPOLICY_DRAFT_CATCH_UP_WINDOW",
     "step_clock": "SPECPOLICY_STEP_CLOCK",
     "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
     "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
@@ -61,9 +62,10 @@ class AdapterSettings(BaseModel):
     ``off_step`` (legacy SGLang): ``decode`` (default) runs an off step as the target's plain decode with its
     own CUDA graphs; ``verify`` keeps the older one-token verify (also the fallback when decode cannot be
     built). ``draft_catch_up`` (legacy SGLang): ``lazy`` skips the drafter while off and brings its state up
-    to date in one batched extend when speculation resumes (draft models); ``per_step`` runs a one-token
-    draft extend in every off step (needed by EAGLE drafters, which read the target's hidden states);
-    ``auto`` picks ``lazy`` for STANDALONE and ``per_step`` otherwise.
+    to date in one batched extend when speculation resumes (for EAGLE drafters from the target's hidden
+    states kept on the GPU for ``draft_catch_up_window`` positions, caught up inside an off step when the
+    window fills); ``per_step`` runs SGLang's one-token draft extend in every off step; ``auto`` picks
+    ``lazy`` for STANDALONE and ``per_step`` for EAGLE / EAGLE-3.
     ``step_clock`` (legacy SGLang): how step times are measured. ``auto`` times the overlap worker's steps
     with CUDA events (its wall-clock intervals belong to neighbouring steps) and the others with the host
     clock; ``host`` uses the host clock everywhere (no event is recorded on the GPU stream).
@@ -83,6 +85,12 @@ class AdapterSettings(BaseModel):
     tp_agreement: TpAgreement = "auto"
     off_step: OffStep = "decode"
     draft_catch_up: DraftCatchUp = "auto"
+    draft_catch_up_window: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        description="EAGLE lazy catch-up: off-step hidden states kept per request before a catch-up runs",
+    )
     step_clock: StepClock = "auto"
     decide_budget_s: float = Field(
         1e-3, gt=0.0, le=60.0, description="a decide() call slower than this is logged (once) and counted"

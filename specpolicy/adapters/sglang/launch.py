@@ -88,8 +88,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--spec-policy-draft-catch-up",
         choices=("auto", "lazy", "per_step"),
-        help="legacy releases: skip the drafter while off and catch it up on resume (lazy, draft models), or "
-        "run a one-token draft extend every off step (per_step, EAGLE); default auto",
+        help="legacy releases: skip the drafter while off and catch it up on resume (lazy), or "
+        "run a one-token draft extend every off step (per_step); default auto: lazy for draft models only",
+    )
+    g.add_argument(
+        "--spec-policy-draft-catch-up-window",
+        type=int,
+        metavar="W",
+        help="legacy releases, EAGLE with lazy catch-up: hidden states kept per request (1-4096, default 32)",
     )
     g.add_argument(
         "--spec-policy-step-clock",
@@ -158,6 +164,8 @@ def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
         fields["off_step"] = ns.spec_policy_off_step
     if ns.spec_policy_draft_catch_up is not None:
         fields["draft_catch_up"] = ns.spec_policy_draft_catch_up
+    if ns.spec_policy_draft_catch_up_window is not None:
+        fields["draft_catch_up_window"] = ns.spec_policy_draft_catch_up_window
     if ns.spec_policy_step_clock is not None:
         fields["step_clock"] = ns.spec_policy_step_clock
     return AdapterSettings.build(spec, **fields)

@@ -11,6 +11,9 @@ On top of ``legacy_support``:
   forward the way SGLang's draft model writes it (the token of the next position, at each position).
 * ``KVDraftRunner``: a draft model runner whose forward writes ``DraftKV`` and proposes
   ``draft_token_after(token)`` from each request's last input; it runs on the real ``ForwardBatch``.
+* ``EagleKVDraftRunner``: the same for an EAGLE drafter, which also reads the target's hidden state of each
+  position (the fake target's is ``(position, pool row)``): its KV records that hidden state, its proposal
+  depends on it (``eagle_proposal``), and it returns its own last hidden state (``eagle_draft_hidden``).
 """
 
 from __future__ import annotations
@@ -149,3 +152,54 @@ def patch_forward_batch(monkeypatch: Any) -> None:
     import sglang.srt.model_executor.forward_batch_info as fbi
 
     monkeypatch.setattr(fbi, "enable_num_token_non_padded", lambda *args: False)
+
+
+def eagle_proposal(token: int, hidden_position: int) -> int:
+    """What the fake EAGLE drafter proposes from its last input token and target hidden state: a wrong or
+    missing hidden state changes the proposal."""
+    return ls.draft_token_after((token + 7 * hidden_position + 1) % ls.VOCAB)
+
+
+def eagle_draft_hidden(token: int, hidden_position: int, row: int) -> list[float]:
+    """The fake EAGLE drafter's own hidden state after its last input (what its next draft step reads)."""
+    return [1000.0 + hidden_position, float(token), float(row)] + [0.0] * (ls.HIDDEN - 3)
+
+
+def expected_eagle_kv(req: Any, rtt_row: Any, row: int, start: int, stop: int) -> dict[int, tuple[int, ...]]:
+    """What an always-on EAGLE engine's drafter holds for positions ``start .. stop-1``: at ``p`` the token
+    of ``p+1`` and the target's hidden state at ``p`` (the fake target's is ``(p, row)``)."""
+    seq = list(req.origin_input_ids) + list(req.output_ids)
+    return {int(rtt_row[p]): (seq[p + 1], p, p, row) for p in range(start, stop)}
+
+
+class EagleKVDraftRunner(KVDraftRunner):
+    """An EAGLE draft model runner on the real ``ForwardBatch``: reads ``spec_info.hidden_states``."""
+
+    def __init__(self, kv: DraftKV, req_to_token_pool: Any) -> None:
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        super().__init__(kv, req_to_token_pool)
+        self.spec_algorithm = SpeculativeAlgorithm.EAGLE
+
+    def forward(self, forward_batch: Any, skip_attn_backend_init: bool = False) -> Any:
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+        fb = forward_batch
+        assert fb.forward_mode.is_extend() and not fb.forward_mode.is_draft_extend()
+        hidden = fb.spec_info.hidden_states
+        assert hidden is not None and tuple(hidden.shape) == (int(fb.input_ids.shape[0]), ls.HIDDEN)
+        assert fb.capture_hidden_mode == CaptureHiddenMode.LAST
+        toks, poss = fb.input_ids.tolist(), fb.positions.tolist()
+        for s_, t, p, h in zip(fb.out_cache_loc.tolist(), toks, poss, hidden.tolist(), strict=True):
+            self.kv[int(s_)] = (int(t), int(p), int(h[0]), int(h[1]))
+        lens = fb.extend_seq_lens_cpu
+        last = (torch.tensor(lens).cumsum(0) - 1).tolist()
+        self.extends.append({"input_ids": toks, "positions": poss, "lens": list(lens)})
+        logits = torch.full((len(lens), ls.VOCAB), -10.0)
+        out_hidden = torch.zeros(len(lens), ls.HIDDEN)
+        for i, j in enumerate(last):
+            logits[i, eagle_proposal(toks[j], int(hidden[j, 0]))] = 10.0
+            out_hidden[i] = torch.tensor(eagle_draft_hidden(toks[j], int(hidden[j, 0]), int(hidden[j, 1])))
+        out = LogitsProcessorOutput(next_token_logits=logits, hidden_states=out_hidden)
+        return SimpleNamespace(logits_output=out)

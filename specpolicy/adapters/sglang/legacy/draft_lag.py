@@ -17,9 +17,15 @@ Counting is O(1) per off step: ``DraftLag`` numbers the off steps, and each requ
 which its draft state was last exact (after its prefill, or after a catch-up); a running request is in
 every decode batch, so its missing positions are the difference. A request with nothing missing (a fresh
 prefill) is recomputed at its last position, which rewrites the value already there, so the batch stays
-whole. A request that finishes while off never pays. EAGLE drafters also read the target's hidden state
-of every position, which an off step would have to keep: those run a one-token draft extend in every off
-step instead (``per_step``), SGLang's own catch-up.
+whole. A request that finishes while off never pays.
+
+EAGLE / EAGLE-3 drafters also read the target's hidden state of every position. With a ``HiddenWindow``
+the off steps keep those (``record``), and the catch-up feeds position ``p`` the token of ``p+1`` and the
+target's hidden state at ``p``, as SGLang's verify-then-draft-extend feeds an always-on drafter; it also
+returns the drafter's last hidden state, which the next draft step reads. The window holds ``W``
+positions: an off step that would exceed it first catches the batch up (``full``), one extend of ``W``
+positions per request every ``W`` off steps. A request with nothing missing cannot be recomputed without
+its hidden state, so its row writes SGLang's padding slot 0 and keeps the proposal it already has.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
+
+from .hidden_window import HiddenWindow
 
 __all__ = ["DraftLag", "CatchUpPlan", "tokens_between"]
 
@@ -54,6 +62,8 @@ class CatchUpPlan:
     seq_lens: tuple[int, ...]
     known_tokens: tuple[int, ...]  # flat, ``missing[i] - 1`` per request
     stale: int  # requests that really missed positions (the others are recomputed at one position)
+    recomputed: tuple[int, ...] = ()  # indices of the requests recomputed at one position
+    now: int = 0  # the off-step number the plan catches up to
 
 
 class DraftLag:
@@ -70,9 +80,11 @@ class DraftLag:
         "caught_up_positions",
         "catch_ups",
         "unrecoverable",
+        "hidden",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: HiddenWindow | None = None) -> None:
+        self.hidden = hidden  # the target's hidden states kept while off (EAGLE drafters); None: not needed
         self.off_steps = 0
         self.skipped_positions = 0
         self.caught_up_positions = 0
@@ -91,6 +103,16 @@ class DraftLag:
         self.off_steps += 1
         self.skipped_positions += batch_size
 
+    def record(self, pool_rows: Any, hidden: Any) -> None:
+        """After the current off step's forward: keep the target's hidden state of the position it wrote."""
+        if self.hidden is not None:
+            self.hidden.write(self.off_steps, pool_rows, hidden)
+
+    def full(self) -> bool:
+        """Whether the current off step (already counted) would overwrite a hidden state still needed: the
+        batch must be caught up to the previous off step first."""
+        return self.hidden is not None and self.off_steps - self.settled_at > self.hidden.window
+
     def missing(self, req: Any) -> int:
         return self.off_steps - getattr(req, ATTR, self.off_steps)
 
@@ -99,37 +121,46 @@ class DraftLag:
         every running request is in each decode batch, so a catch-up of the batch settles them all)."""
         return self.off_steps != self.settled_at
 
-    def plan(self, reqs: Sequence[Any], seq_lens_cpu: Sequence[int]) -> CatchUpPlan | None:
+    def plan(
+        self, reqs: Sequence[Any], seq_lens_cpu: Sequence[int], now: int | None = None
+    ) -> CatchUpPlan | None:
         """What to extend before a speculative step, or None when every request's draft state is exact.
 
-        A request whose known tokens do not reach its missing positions (which the scheduler's ordering
-        rules out) is recomputed at its last position only and counted in ``unrecoverable``: acceptance may
-        suffer for a few steps, the output cannot.
+        ``now`` (default: the off steps so far) is the off-step number to catch up to; a full window is
+        caught up to the step before the current one, whose position is not written yet. A request whose
+        known tokens do not reach its missing positions (which the scheduler's ordering rules out) is
+        recomputed at its last position only and counted in ``unrecoverable``: acceptance may suffer for a
+        few steps, the output cannot.
         """
-        now = self.off_steps
-        if all(getattr(r, ATTR, now) == now for r in reqs):
+        now = self.off_steps if now is None else now
+        if all(getattr(r, ATTR, now) >= now for r in reqs):
             self.settled_at = now
             return None
         missing: list[int] = []
         known: list[int] = []
+        recomputed: list[int] = []
         stale = 0
-        for r, seq_len in zip(reqs, seq_lens_cpu, strict=True):
-            m = now - getattr(r, ATTR, now)
+        for i, (r, seq_len) in enumerate(zip(reqs, seq_lens_cpu, strict=True)):
+            m = max(now - getattr(r, ATTR, now), 0)
             seq_len = int(seq_len)
             if m > 0:
                 have = len(r.origin_input_ids) + len(r.output_ids)
-                if m >= seq_len or have < seq_len:
+                beyond = self.hidden is not None and m > self.hidden.window  # overwritten hidden states
+                if m >= seq_len or have < seq_len or beyond:
                     self.unrecoverable += 1
                     m = 0
                 else:
                     stale += 1
+            if m == 0:
+                recomputed.append(i)
             m = max(m, 1)
             missing.append(m)
             known.extend(tokens_between(r, seq_len - m + 1, seq_len))
-        return CatchUpPlan(tuple(missing), tuple(int(s) for s in seq_lens_cpu), tuple(known), stale)
+        seqs = tuple(int(s) for s in seq_lens_cpu)
+        return CatchUpPlan(tuple(missing), seqs, tuple(known), stale, tuple(recomputed), now)
 
     def mark_caught_up(self, reqs: Sequence[Any], plan: CatchUpPlan) -> None:
-        now = self.off_steps
+        now = plan.now
         for r in reqs:
             setattr(r, ATTR, now)
         self.settled_at = now
@@ -147,8 +178,10 @@ class DraftLag:
         req_to_token: Any,
         topk: int,
         root_field: str,
-    ) -> tuple[Any, Any]:
-        """Extend the draft model over the planned positions; return its next ``(topk_p, topk_index)``.
+    ) -> tuple[Any, Any, Any]:
+        """Extend the draft model over the planned positions; return its next ``(topk_p, topk_index,
+        hidden_states)`` (``hidden_states``: the drafter's own at each last position, None without a
+        ``HiddenWindow``).
 
         ``base_mwb`` is the decode ModelWorkerBatch of the coming step (``seq_lens`` = ``plan.seq_lens``);
         the extend batch is a copy in ``ForwardMode.EXTEND`` with each request's missing positions as the
@@ -182,12 +215,22 @@ class DraftLag:
             torch.tensor(missing, dtype=torch.int64).to(device, non_blocking=True)
         )
         out_cache_loc = req_to_token[rows, pos_cpu.to(device, non_blocking=True)].to(torch.int64)
+        window = self.hidden
+        hidden = None
+        capture = fbi.CaptureHiddenMode.NULL
+        if window is not None:
+            capture = fbi.CaptureHiddenMode.LAST  # the drafter's last hidden state feeds its next draft step
+            gathered = [0 if i in plan.recomputed else m for i, m in enumerate(missing)]
+            hidden = window.gather(plan.now, base_mwb.req_pool_indices, gathered)
+            if plan.recomputed:  # no hidden state for these: write the padding slot, keep their proposal
+                out_cache_loc[ends[list(plan.recomputed)].to(device, non_blocking=True) - 1] = 0
         spec = EagleDraftInput(
             **{root_field: bonus_tokens},
-            hidden_states=None,
+            hidden_states=hidden,
             num_tokens_per_req=1,
             num_tokens_for_logprob_per_req=1,
         )
+        spec.capture_hidden_mode = capture
         seq_cpu = torch.tensor(seq_lens, dtype=base_mwb.seq_lens.dtype)
         mwb = dataclasses.replace(
             base_mwb,
@@ -207,11 +250,11 @@ class DraftLag:
             token_ids_logprobs=None,
             is_extend_in_batch=True,
             spec_info=spec,
-            capture_hidden_mode=fbi.CaptureHiddenMode.NULL,
+            capture_hidden_mode=capture,
         )
         forward_batch = fbi.ForwardBatch.init_new(mwb, draft_runner)
         forward_batch.return_logprob = False
         logits = draft_runner.forward(forward_batch).logits_output
         probs = torch.softmax(logits.next_token_logits, dim=-1)
         topk_p, topk_index = fast_topk(probs, topk, dim=-1)
-        return topk_p, topk_index
+        return topk_p, topk_index, (logits.hidden_states if window is not None else None)

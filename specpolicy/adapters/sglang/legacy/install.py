@@ -23,6 +23,7 @@ from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
+from .hidden_window import HiddenWindow
 from .off_step import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, StepRuntime, make_runtime
@@ -176,16 +177,16 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
 
 
 def _lazy_draft(settings: AdapterSettings, sa: Any) -> tuple[bool, str]:
-    """Whether off steps may skip the drafter (see ``draft_lag``), and why not when they may not."""
+    """Whether off steps may skip the drafter (see ``draft_lag``), and why not when they may not.
+
+    ``auto`` is lazy for draft models only: the EAGLE catch-up from kept hidden states is exact on the CPU
+    proofs but opt-in (``lazy``) until proven live."""
     algo = str(getattr(sa, "speculative_algorithm", "")).upper()
     mode = settings.draft_catch_up
     if mode == "per_step":
         return False, "configured"
-    if algo != "STANDALONE":
-        why = f"{algo} drafters read the target's hidden states of every position"
-        if mode == "lazy":
-            log.warning("specpolicy: draft_catch_up=lazy needs a draft model (STANDALONE); %s", why)
-        return False, why
+    if algo != "STANDALONE" and mode == "auto":
+        return False, f"{algo} drafters catch up lazily only with draft_catch_up=lazy"
     if getattr(sa, "enable_mixed_chunk", False):
         return False, "mixed chunked prefill runs decode requests inside extend batches"
     if getattr(sa, "page_size", 1) not in (None, 1):
@@ -217,13 +218,59 @@ def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: Field
     lazy, why = _lazy_draft(settings, sa) if decode is not None else (False, "one-token verify off step")
     if not lazy and why:
         log.info("specpolicy: off steps run a one-token draft extend: %s", why)
+    window, draft_hidden = None, None
+    if lazy and algo != "STANDALONE":
+        window = _hidden_window(worker, settings.draft_catch_up_window)
+        draft_hidden = _draft_hidden(worker)
     return OffPath(
         names=names,
         sizes=sizes,
         decode=decode,
-        lag=DraftLag() if lazy else None,
+        lag=DraftLag(window) if lazy else None,
         topk=int(getattr(worker, "topk", 1) or 1),
+        draft_hidden=draft_hidden,
     )
+
+
+def _draft_runner(worker: Any) -> Any:
+    dw = getattr(worker, "draft_worker", None)  # v2 keeps its draft model in a draft worker
+    return dw.draft_runner if dw is not None else worker.draft_model_runner
+
+
+def _target_hidden_width(worker: Any) -> int:
+    """The width of the hidden states the target's decode returns for the drafter (EAGLE-3: its
+    auxiliary layers concatenated), as SGLang computes it for its own draft extend input."""
+    from sglang.srt.speculative import eagle_info
+
+    dw = getattr(worker, "draft_worker", None) or worker  # v2: the draft worker knows the aux layers
+    extend_cls = getattr(eagle_info, "EagleDraftExtendInput", None)
+    if extend_cls is not None and hasattr(extend_cls, "hidden_size_for"):  # 0.5.12.post1
+        width = extend_cls.hidden_size_for(dw)
+        if width:
+            return int(width)
+    cfg = dw.target_worker.model_runner.model_config
+    aux = dw.speculative_algorithm.is_eagle3() and getattr(dw, "eagle_use_aux_hidden_state", False)
+    return int(cfg.hidden_size) * (3 if aux else 1)  # 0.5.10.post1's EAGLEWorker rule
+
+
+def _hidden_window(worker: Any, window: int) -> HiddenWindow:
+    """The buffer for the target's hidden states while off: one row per request-pool slot."""
+    req_to_token = worker.req_to_token_pool.req_to_token
+    cfg = worker.target_worker.model_runner.model_config
+    return HiddenWindow(
+        rows=int(req_to_token.shape[0]),
+        window=window,
+        width=_target_hidden_width(worker),
+        dtype=cfg.dtype,
+        device=req_to_token.device,
+    )
+
+
+def _draft_hidden(worker: Any) -> tuple[int, Any]:
+    """Width and dtype of the drafter's own hidden state (what its draft steps read)."""
+    cfg = _draft_runner(worker).model_config
+    width = getattr(cfg, "spec_hidden_size", None) or cfg.hidden_size
+    return int(width), cfg.dtype
 
 
 def _gpu_timer(worker: Any) -> GpuStepTimer | None:

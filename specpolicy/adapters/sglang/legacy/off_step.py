@@ -4,18 +4,19 @@ v1 (``EAGLEWorker``): the whole decode step is a speculation-free engine's (``v1
 per request as ``ScheduleBatch.prepare_for_decode`` allocates it, a decode forward with the engine's
 sampler, and the per-request bookkeeping SGLang's verify does for an accepted token (append, finishing
 checks, grammar, KV lengths, spec counters), so the scheduler's v1 result processing consumes it
-unchanged. EAGLE drafters then get SGLang's own draft extend over the new token, from the hidden state
-the decode forward captured; a lazy drafter (a draft model) gets nothing. Measured live, keeping SGLang's
-one-token verify around the decode forward cost 3x the kernel launches and 5x the stream syncs of a
-speculation-free step.
+unchanged. With ``per_step`` EAGLE drafters then get SGLang's own draft extend over the new token, from the
+hidden state the decode forward captured; a lazy drafter gets nothing (an EAGLE one has that hidden state
+kept in its ``HiddenWindow``). Measured live, keeping SGLang's one-token verify around the decode forward
+cost 3x the kernel launches and 5x the stream syncs of a speculation-free step.
 
 v2 (``EAGLEWorkerV2``, overlap): the step is a decode forward with the engine's normal sampler, and the
 result is built in the shape the overlap scheduler consumes (one token per request, accept length 1, the
 next draft input with ``new_seq_lens = seq_lens + 1`` and a ``verify_done`` event, the FutureMap fields).
 No value is read back to the CPU.
 
-With ``lazy`` the drafter does not run at all (``draft_lag`` catches it up on resume); otherwise the
-draft extend of the one new token runs as SGLang's own code would after a verify.
+With ``lazy`` the drafter does not run at all (``draft_lag`` catches it up on resume, and inside the off
+step whose hidden state would overflow the window); otherwise the draft extend of the one new token runs as
+SGLang's own code would after a verify.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class OffPath:
     lag: DraftLag | None  # None: per-step draft extend while off
     topk: int = 1
     prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
+    draft_hidden: tuple[int, Any] | None = None  # (width, dtype) of the drafter's own hidden state (EAGLE)
 
     def counts(self, runtime: Any) -> dict[str, int]:
         """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
@@ -71,7 +73,19 @@ class OffPath:
             target = "one-token verify, " + ("CUDA graph" if self.sizes.mode == "graph" else "eager")
         else:
             target = f"decode ({'CUDA graphs' if self.decode.mode == 'graph' else 'eager'})"
-        draft = "drafter skipped, lazy catch-up on resume" if self.lag else "one-token draft extend per step"
+        lag = self.lag
+        if lag is None:
+            draft = "one-token draft extend per step"
+        elif lag.hidden is None:
+            draft = "drafter skipped, lazy catch-up on resume"
+        else:
+            h = lag.hidden
+            dtype = str(h.dtype).replace("torch.", "")
+            draft = (
+                f"drafter skipped, lazy catch-up on resume with the target's hidden states kept for"
+                f" {h.window} positions ({h.rows} x {h.window} x {h.width} {dtype},"
+                f" {h.nbytes / 2**20:.1f} MiB)"
+            )
         return f"{target}; {draft}"
 
 
@@ -89,18 +103,24 @@ def _placeholder_proposals(off: OffPath, n: int, device: Any) -> tuple[Any, Any]
 
 
 def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
-    """An ``EagleDraftInput`` rooted at ``roots`` with placeholder proposals and no hidden states."""
+    """An ``EagleDraftInput`` rooted at ``roots`` with placeholder proposals (and, for an EAGLE drafter,
+    placeholder hidden states, so that SGLang's batch merges keep every field aligned)."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
-    topk_p, topk_index = _placeholder_proposals(off, int(roots.shape[0]), roots.device)
+    n = int(roots.shape[0])
+    topk_p, topk_index = _placeholder_proposals(off, n, roots.device)
+    hidden = None
+    if off.draft_hidden is not None:
+        width, dtype = off.draft_hidden
+        hidden = torch.zeros((n, width), dtype=dtype, device=roots.device)
     return EagleDraftInput(
         **{off.names.root: roots.to(torch.int32)},
-        hidden_states=None,
+        hidden_states=hidden,
         topk_p=topk_p,
         topk_index=topk_index,
-        capture_hidden_mode=CaptureHiddenMode.NULL,
+        capture_hidden_mode=CaptureHiddenMode.NULL if hidden is None else CaptureHiddenMode.LAST,
     )
 
 
@@ -123,6 +143,19 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     names = off.names
     reqs = batch.reqs
     bs = len(reqs)
+    if off.lag is not None and off.lag.full():
+        runner = worker.draft_model_runner
+        catch_up_if_behind(
+            off=off,
+            reqs=reqs,
+            seq_lens_cpu=batch.seq_lens_cpu,
+            base_mwb=batch.get_model_worker_batch(),
+            spec_info=batch.spec_info,
+            draft_runner=runner,
+            req_to_token=worker.req_to_token_pool.req_to_token,
+            tp_context=worker.draft_tp_context(runner.tp_group),
+            now=off.lag.off_steps - 1,
+        )
     root = getattr(batch.spec_info, names.root).to(torch.int64)
     # The bookkeeping of the draft's preprocessing (SWA eviction runs inside alloc_for_decode).
     for req in reqs:
@@ -137,6 +170,8 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     target = worker.target_worker
     out = dt.forward(target.forward_batch_generation, target.model_runner, dt.decode_batch(mwb))
     next_ids = out.next_token_ids
+    if off.lag is not None:
+        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
     tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
     batch.seq_lens.add_(1)
     batch.seq_lens_cpu.add_(1)
@@ -272,8 +307,21 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
     if mwb.seq_lens.is_cuda:  # allocated on the scheduler's stream, read on this one (as SGLang's verify)
         mwb.seq_lens.record_stream(device_module.current_stream())
     spec = mwb.spec_info
-    root = getattr(spec, names.root)
     req_to_token = worker.req_to_token_pool.req_to_token
+    if off.lag is not None and off.lag.full() and mwb.reqs:
+        dw = worker.draft_worker
+        catch_up_if_behind(
+            off=off,
+            reqs=mwb.reqs,
+            seq_lens_cpu=mwb.seq_lens_cpu,
+            base_mwb=mwb,
+            spec_info=spec,
+            draft_runner=dw.draft_runner,
+            req_to_token=req_to_token,
+            tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
+            now=off.lag.off_steps - 1,
+        )
+    root = getattr(spec, names.root)
     out_loc = req_to_token[mwb.req_pool_indices, mwb.seq_lens].to(torch.int64)
     decode_mwb = dt.decode_batch(mwb, input_ids=root.to(torch.int64), out_cache_loc=out_loc)
     # The next sequence lengths do not depend on this step's output. SGLang's scheduler waits on
@@ -287,6 +335,8 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         verify_done.record()
     out = dt.forward(target.forward_batch_generation, target.model_runner, decode_mwb)
     next_ids = out.next_token_ids
+    if off.lag is not None:
+        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
     bs = int(mwb.seq_lens.shape[0])
     next_draft = EagleDraftInput(
         **{names.root: next_ids.to(torch.int32)},
@@ -335,16 +385,18 @@ def catch_up_if_behind(
     draft_runner: Any,
     req_to_token: Any,
     tp_context: Any,
+    now: int | None = None,
 ) -> bool:
-    """Before a speculative step: bring the draft state of ``reqs`` up to date; True when it ran."""
+    """Bring the draft state of ``reqs`` up to date (before a speculative step, or to off step ``now``
+    inside an off step whose hidden-state window is full); True when an extend ran."""
     lag = off.lag
     if lag is None or seq_lens_cpu is None:
         return False
-    plan = lag.plan(reqs, seq_lens_cpu.tolist())
+    plan = lag.plan(reqs, seq_lens_cpu.tolist(), now)
     if plan is None:
         return False
     with tp_context:
-        topk_p, topk_index = lag.catch_up(
+        topk_p, topk_index, hidden = lag.catch_up(
             plan=plan,
             base_mwb=base_mwb,
             bonus_tokens=getattr(spec_info, off.names.root),
@@ -353,6 +405,22 @@ def catch_up_if_behind(
             topk=off.topk,
             root_field=off.names.root,
         )
+    if hidden is not None and plan.recomputed:
+        _keep_exact_rows(plan.recomputed, spec_info, topk_p, topk_index, hidden)
     spec_info.topk_p, spec_info.topk_index = topk_p, topk_index
+    if hidden is not None:
+        spec_info.hidden_states = hidden
     lag.mark_caught_up(reqs, plan)
     return True
+
+
+def _keep_exact_rows(rows: Any, spec_info: Any, topk_p: Any, topk_index: Any, hidden: Any) -> None:
+    """Requests whose draft state was already exact keep the proposal and hidden state they have (the
+    catch-up had no target hidden state to recompute them with and wrote the padding slot)."""
+    import torch
+
+    idx = torch.tensor(list(rows), dtype=torch.int64).to(topk_p.device, non_blocking=True)
+    old_rows = (spec_info.topk_p, spec_info.topk_index, spec_info.hidden_states)
+    for new, old in zip((topk_p, topk_index, hidden), old_rows, strict=True):
+        if old is not None and old.shape[0] == new.shape[0] and old.shape[1:] == new.shape[1:]:
+            new[idx] = old[idx].to(new.dtype)

@@ -1,0 +1,508 @@
+"""The lazy EAGLE catch-up on SGLang's legacy workers (0.5.10.post1, 0.5.12.post1, v1 and v2).
+
+While off, each decode forward's hidden state of the position it wrote is kept in a ``HiddenWindow``; on
+resume one batched draft extend feeds the drafter, at each missed position ``p``, the token of ``p+1`` and
+the target's hidden state at ``p``, what SGLang's verify-then-draft-extend feeds an always-on drafter. The
+fakes (``off_decode_support``) follow SGLang's contracts: the target's hidden state at ``p`` is
+``(p, pool row)``; the EAGLE drafter records the hidden state it was fed in its KV and proposes from its
+last token and hidden state, so a missing or wrong hidden state changes both.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import legacy_support as ls
+import off_decode_support as ods
+import pytest
+import torch
+from conftest import SGLANG_VERSION
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
+
+if SGLANG_VERSION not in SUPPORTED_VERSIONS:
+    pytest.skip(f"legacy paths need sglang {' or '.join(SUPPORTED_VERSIONS)}", allow_module_level=True)
+
+import test_legacy_off_decode as tod  # noqa: E402
+from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
+from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
+
+from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
+from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
+from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
+from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
+
+W = 4
+
+
+@pytest.fixture(name="names")
+def _names() -> FieldNames:
+    return FieldNames.detect()
+
+
+@pytest.fixture(name="wrapped")
+def _wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
+    ls.patch_kernels(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
+    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
+    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    yield
+    hooks.unwrap_all()
+
+
+@pytest.fixture(name="wrapped_v2")
+def _wrapped_v2(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_version: str) -> Any:
+    from specpolicy.adapters.sglang.legacy.install import _patch
+
+    ls.patch_v2(monkeypatch)
+    ods.patch_forward_batch(monkeypatch)
+    _patch("0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1", names)
+    yield
+    hooks.unwrap_all()
+
+
+def _window(rows: int) -> HiddenWindow:
+    return HiddenWindow(rows=rows, window=W, width=ls.HIDDEN, dtype=torch.float32, device="cpu")
+
+
+def _prefill_rows(tokens: list[int], seq_lens: list[int]) -> tuple[Any, Any, Any]:
+    """The draft input SGLang's EAGLE prefill leaves: proposal and drafter hidden state from the last
+    prompt position ``n - 1``, fed the first output token."""
+    idx = torch.tensor([[ods.eagle_proposal(t, n - 1)] for t, n in zip(tokens, seq_lens, strict=True)])
+    pairs = enumerate(zip(tokens, seq_lens, strict=True))
+    hid = torch.tensor([ods.eagle_draft_hidden(t, n - 1, i) for i, (t, n) in pairs])
+    return torch.ones(len(tokens), 1), idx, hid
+
+
+class V1Eagle(tod.V1):
+    """The v1 worker of ``test_legacy_off_decode`` with an EAGLE drafter and the lazy catch-up."""
+
+    def __init__(self, names: FieldNames) -> None:
+        super().__init__(names, lazy=True)
+        w = self.setup.worker
+        b = self.batch
+        w.speculative_algorithm = SpeculativeAlgorithm.EAGLE
+        w._model_runner = self.draft_runner = ods.EagleKVDraftRunner(self.kv, b.req_to_token_pool)
+        self.window = _window(int(b.req_to_token_pool.req_to_token.shape[0]))
+        self.off = OffPath(
+            names=names,
+            sizes=sizes_only_target(self.target.model_runner, self.setup.server_args),
+            decode=ods.decode_target(CaptureHiddenMode.FULL),
+            lag=DraftLag(self.window),
+            topk=1,
+            draft_hidden=(ls.HIDDEN, torch.float32),
+        )
+        setattr(w, hooks.OT, self.off)
+        self.off.lag.on_extend(b.reqs)
+        spec = b.spec_info
+        spec.topk_p, spec.topk_index, spec.hidden_states = _prefill_rows(tod.FIRST, PROMPTS)
+        spec.capture_hidden_mode = CaptureHiddenMode.LAST
+        self.seen: list[tuple[list[int], list[list[float]]]] = []
+
+    def resume(self) -> None:
+        """A speculative step: what the drafter starts from is recorded (the step itself is not run)."""
+
+        def on_step(worker: Any, batch: Any) -> None:
+            spec = batch.spec_info
+            self.seen.append((spec.topk_index.view(-1).tolist(), spec.hidden_states.tolist()))
+
+        setattr(self.setup.worker, hooks.RT, tod._runtime(STEPS))
+        hooks.v1_forward(on_step, self.names)(self.setup.worker, self.batch)
+
+    def exact(self, start: list[int]) -> bool:
+        """Whether the draft KV from ``start[i]`` to the current length equals an always-on engine's."""
+        rtt = self.batch.req_to_token_pool.req_to_token
+        for i, n in enumerate(start):
+            stop = int(self.batch.seq_lens_cpu[i])
+            exp = ods.expected_eagle_kv(self.batch.reqs[i], rtt[i], i, n, stop)
+            if {s: self.kv.get(s) for s in exp} != exp:
+                return False
+        return True
+
+    def expected_start(self) -> tuple[list[int], list[list[float]]]:
+        """The proposal and drafter hidden state an always-on engine starts the next draft from."""
+        out = []
+        hid = []
+        for i in range(len(PROMPTS)):
+            last, pos = self.tokens(i)[-1], int(self.batch.seq_lens_cpu[i]) - 1
+            out.append(ods.eagle_proposal(last, pos))
+            hid.append(ods.eagle_draft_hidden(last, pos, i))
+        return out, hid
+
+
+@pytest.mark.parametrize("k", [1, W - 1, W, 3 * W])
+def test_v1_eagle_lazy_resume_is_exact(names: FieldNames, wrapped: Any, k: int) -> None:
+    """on, off x k, on: the drafter's KV, the hidden states it was fed and its next proposal equal an
+    always-on run's; no extend is longer than the window."""
+    v = V1Eagle(names)
+    for _ in range(k):
+        v.step(0)
+    assert v.extend_calls == []  # SGLang's per-step draft extend never ran
+    assert len(v.target.decode_calls) == k
+    assert all(c["capture_hidden_mode"] == CaptureHiddenMode.FULL for c in v.target.decode_calls)
+    in_off = len(v.draft_runner.extends)
+    assert in_off == (k - 1) // W  # caught up inside the off step that would overflow the window
+    v.resume()
+    assert v.exact(PROMPTS)
+    assert v.seen == [v.expected_start()]
+    lens = [e["lens"] for e in v.draft_runner.extends]
+    assert all(max(x) <= W for x in lens) and [sum(x[0] for x in lens)] == [k]
+    assert v.off.lag is not None and v.off.lag.catch_ups == in_off + 1
+    v.resume()  # nothing missed since: O(1) check, no extend
+    assert len(v.draft_runner.extends) == in_off + 1
+
+
+def test_v1_eagle_lazy_control_without_the_buffer(
+    names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control for the test above: with the hidden states not kept, the same checks fail."""
+    monkeypatch.setattr(HiddenWindow, "write", lambda self, step, rows, hidden: None)
+    v = V1Eagle(names)
+    for _ in range(W):
+        v.step(0)
+    v.resume()
+    assert not v.exact(PROMPTS)
+    assert v.seen != [v.expected_start()]
+
+
+def test_v1_eagle_lazy_switching_every_step(names: FieldNames, wrapped: Any) -> None:
+    v = V1Eagle(names)
+    for round_ in range(5):
+        v.step(0)
+        v.resume()
+        assert [e["lens"] for e in v.draft_runner.extends] == [[1, 1, 1]] * (round_ + 1)
+        assert v.seen[-1] == v.expected_start()
+    assert v.exact(PROMPTS)
+
+
+def test_v1_eagle_lazy_request_prefilled_while_off(names: FieldNames, wrapped: Any) -> None:
+    """Request 1 is (re-)prefilled after two off steps and request 2 right before the resume: request 1
+    misses only the positions since; request 2 has nothing missing, keeps the proposal and hidden state
+    its prefill left, and its recompute writes only SGLang's padding slot 0."""
+    v = V1Eagle(names)
+    lag = v.off.lag
+    assert lag is not None
+    v.step(0)
+    v.step(0)
+    lag.on_extend(v.batch.reqs[1:2])
+    v.step(0)
+    lag.on_extend(v.batch.reqs[2:])
+    spec = v.batch.spec_info  # the prefill's draft input, merged into the running batch's
+    seq = v.batch.seq_lens_cpu.tolist()
+    _, idx2, hid2 = _prefill_rows([v.tokens(2)[-1]], [seq[2]])
+    spec.topk_index[2], spec.hidden_states[2] = idx2[0], hid2[0]
+    before = dict(v.kv)
+    v.resume()
+    (ext,) = v.draft_runner.extends
+    assert ext["lens"] == [3, 1, 1]
+    assert v.exact([PROMPTS[0], seq[1] - 1, seq[2]])
+    rtt = v.batch.req_to_token_pool.req_to_token
+    changed = {s for s in v.kv if v.kv[s] != before.get(s)}
+    assert changed == {int(rtt[0, p]) for p in range(PROMPTS[0], seq[0])} | {int(rtt[1, seq[1] - 1]), 0}
+    proposals, hidden = v.seen[0]
+    exp_p, exp_h = v.expected_start()
+    assert proposals == exp_p and hidden[:2] == exp_h[:2]
+    assert hidden[2] == hid2[0].tolist()  # the prefill's, kept
+
+
+def test_v1_eagle_lazy_every_request_finishes_off(names: FieldNames, wrapped: Any) -> None:
+    """Requests that finish on an off step never pay: no extend, an empty next draft input."""
+    v = V1Eagle(names)
+    v.step(0)
+    for r in v.batch.reqs:
+        r.sampling_params.max_new_tokens = len(r.output_ids) + 1
+    v.step(0)
+    assert all(r.finished() for r in v.batch.reqs)
+    assert v.draft_runner.extends == [] and v.extend_calls == []
+    spec = v.batch.spec_info
+    assert int(spec.topk_p.shape[0]) == 0 and tuple(spec.hidden_states.shape) == (0, ls.HIDDEN)
+
+
+def test_v1_eagle_lazy_placeholders_keep_merges_aligned(names: FieldNames, wrapped: Any) -> None:
+    """The off step's draft input carries hidden states of the drafter's width, so SGLang's
+    ``merge_batch`` with a freshly prefilled request's input keeps every field one row per request."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    v = V1Eagle(names)
+    v.step(0)
+    spec = v.batch.spec_info
+    fresh = EagleDraftInput(
+        **{names.root: torch.tensor([7], dtype=torch.int32)},
+        topk_p=torch.ones(1, 1),
+        topk_index=torch.tensor([[9]]),
+        hidden_states=torch.full((1, ls.HIDDEN), 2.0),
+    )
+    spec.merge_batch(fresh)
+    assert spec.hidden_states.shape[0] == spec.topk_index.shape[0] == getattr(spec, names.root).shape[0] == 4
+
+
+def test_v1_eagle_lazy_memory_is_bounded(names: FieldNames, wrapped: Any) -> None:
+    """The buffer is allocated once and never grows, however long the off stretch."""
+    v = V1Eagle(names)
+    buf = v.window.buf
+    rows = int(v.batch.req_to_token_pool.req_to_token.shape[0])
+    assert v.window.nbytes == rows * W * ls.HIDDEN * 4
+    for _ in range(5 * W + 1):
+        v.step(0)
+    assert v.window.buf is buf and tuple(buf.shape) == (rows, W, ls.HIDDEN) and not v.window.resized
+    assert all(max(e["lens"]) <= W for e in v.draft_runner.extends)
+    v.resume()
+    assert v.exact(PROMPTS)
+
+
+# ---------------------------------------------------------------------------------------------------- v2
+
+
+def _v2_eagle(names: FieldNames) -> Any:
+    s, sched, batch, rt, off, kv = tod._v2(names, lazy=True)
+    window = _window(int(s.pool.req_to_token.shape[0]))
+    off = OffPath(
+        names=names,
+        sizes=off.sizes,
+        decode=ods.decode_target(CaptureHiddenMode.FULL),
+        lag=DraftLag(window),
+        draft_hidden=(ls.HIDDEN, torch.float32),
+    )
+    setattr(s.worker, hooks.OT, off)
+    off.lag.on_extend(batch.reqs)
+    s.draft_worker.draft_runner = s.draft_runner = ods.EagleKVDraftRunner(kv, s.pool)
+    return s, sched, batch, off, kv, window
+
+
+def _v2_resume(names: FieldNames, s: Any, sched: Any, batch: Any) -> Any:
+    mwb = batch.get_model_worker_batch()
+    sched.future_map.resolve_future(mwb)
+    mwb.seq_lens_cpu = mwb.seq_lens.clone()
+    policy = StaticPolicy(StaticConfig(num_steps=STEPS))
+    setattr(s.worker, hooks.RT, ls.legacy_runtime(policy, launch_depth=STEPS, path="v2"))
+    hooks.v2_forward(lambda worker, m: tod.off_mod)(s.worker, mwb)
+    return mwb
+
+
+def _v2_exact(batch: Any, s: Any, kv: Any, start: list[int] | None = None) -> bool:
+    """Whether the draft KV from ``start[i]`` (default: the prompt's end) to the current length equals an
+    always-on engine's."""
+    for i, n in enumerate(PROMPTS if start is None else start):
+        exp = ods.expected_eagle_kv(batch.reqs[i], s.pool.req_to_token[i], i, n, int(batch.seq_lens[i]))
+        if {sl: kv.get(sl) for sl in exp} != exp:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("k", [1, W - 1, W, 3 * W])
+def test_v2_eagle_lazy_resume_is_exact(names: FieldNames, wrapped_v2: Any, k: int) -> None:
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    buf = window.buf
+    for _ in range(k):
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    # SGLang's per-step draft extend never ran (the fake drafter refuses DRAFT_EXTEND batches)
+    assert all(c["capture_hidden_mode"] == CaptureHiddenMode.FULL for c in s.target.decode_calls)
+    assert len(s.draft_runner.extends) == (k - 1) // W
+    mwb = _v2_resume(names, s, sched, batch)
+    assert all(max(e["lens"]) <= W for e in s.draft_runner.extends)
+    assert sum(e["lens"][0] for e in s.draft_runner.extends) == k
+    assert _v2_exact(batch, s, kv)
+    last = [r.output_ids[-1] for r in batch.reqs]
+    seq = [int(x) for x in batch.seq_lens]
+    assert mwb.spec_info.topk_index.view(-1).tolist() == [
+        ods.eagle_proposal(t, n - 1) for t, n in zip(last, seq, strict=True)
+    ]
+    assert mwb.spec_info.hidden_states.tolist() == [
+        ods.eagle_draft_hidden(t, n - 1, i) for i, (t, n) in enumerate(zip(last, seq, strict=True))
+    ]
+    assert window.buf is buf
+
+
+def test_v2_eagle_lazy_control_without_the_buffer(
+    names: FieldNames, wrapped_v2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(HiddenWindow, "write", lambda self, step, rows, hidden: None)
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    for _ in range(W):
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    _v2_resume(names, s, sched, batch)
+    assert not _v2_exact(batch, s, kv)
+
+
+def test_v2_eagle_lazy_switching_every_step(names: FieldNames, wrapped_v2: Any) -> None:
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    for round_ in range(3):
+        off_policy = StaticPolicy(StaticConfig(num_steps=0))
+        setattr(s.worker, hooks.RT, ls.legacy_runtime(off_policy, launch_depth=STEPS, path="v2"))
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+        _v2_resume(names, s, sched, batch)
+        assert [e["lens"] for e in s.draft_runner.extends] == [[1, 1, 1]] * (round_ + 1)
+        assert _v2_exact(batch, s, kv)
+
+
+def test_v2_eagle_lazy_request_prefilled_while_off(names: FieldNames, wrapped_v2: Any) -> None:
+    """Request 2 is (re-)prefilled after two off steps: it misses only the one position since, and every
+    missed position is fed the token and target hidden state an always-on engine would have fed."""
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    for i in range(3):
+        if i == 2:
+            off.lag.on_extend(batch.reqs[2:])
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    _v2_resume(names, s, sched, batch)
+    (ext,) = s.draft_runner.extends
+    assert ext["lens"] == [3, 3, 1]
+    assert _v2_exact(batch, s, kv, [PROMPTS[0], PROMPTS[1], PROMPTS[2] + 2])
+    assert ext["positions"][-1] == PROMPTS[2] + 2
+
+
+# ------------------------------------------------------------------------------------------------ start-up
+
+
+def _cfg(width: int, dtype: Any) -> Any:
+    from types import SimpleNamespace
+
+    hf = SimpleNamespace()
+    return SimpleNamespace(hidden_size=width, spec_hidden_size=width, dtype=dtype, hf_config=hf)
+
+
+def _eagle_worker(names: FieldNames, path: str, algo: str) -> tuple[Any, Any]:
+    """A v1 or v2 worker with the configuration SGLang gives an EAGLE / EAGLE-3 engine: target hidden 16
+    (bfloat16), draft hidden 16, a request pool of 10 rows."""
+    from types import SimpleNamespace
+
+    import test_legacy_contract as tlc
+
+    if path == "v1":
+        setup = tlc._v1_worker(names)
+        w = dw = setup.worker
+        w._model_runner = SimpleNamespace(tp_group=None, model_config=_cfg(16, torch.bfloat16))
+        mr = w.target_worker.model_runner
+    else:
+        setup = ls.make_v2_worker()
+        w, dw = setup.worker, setup.draft_worker
+        mr = tlc._model_runner(setup.server_args)
+        w._target_worker.model_runner = mr
+        dw.target_worker = w._target_worker
+        dw.draft_runner = SimpleNamespace(tp_group=None, model_config=_cfg(16, torch.bfloat16))
+    sa = setup.server_args
+    sa.speculative_algorithm = algo
+    for x in {id(w): w, id(dw): dw}.values():
+        x.speculative_algorithm = SpeculativeAlgorithm.from_string(algo)
+        x.eagle_use_aux_hidden_state = algo == "EAGLE3"
+    mr.model_config = _cfg(16, torch.bfloat16)
+    w.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(10, 64, dtype=torch.int32))
+    return w, sa
+
+
+def _fake_decode_target(mr: Any, sa: Any, *, graphs: bool, capture_hidden_mode: Any) -> Any:
+    return ods.decode_target(capture_hidden_mode)
+
+
+@pytest.mark.parametrize("path", ["v1", "v2"])
+@pytest.mark.parametrize(("algo", "width"), [("EAGLE", 16), ("EAGLE3", 48)])
+def test_lazy_eagle_allocates_the_window_once_at_start_up(
+    names: FieldNames, monkeypatch: pytest.MonkeyPatch, path: str, algo: str, width: int
+) -> None:
+    """draft_catch_up=lazy: a window of pool rows x W x the target's hidden width (EAGLE-3: three
+    auxiliary layers), its bytes in the start-up label; auto keeps SGLang's per-step extend."""
+    from specpolicy.adapters.settings import AdapterSettings
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    w, sa = _eagle_worker(names, path, algo)
+    lazy = AdapterSettings.build("static", draft_catch_up="lazy", draft_catch_up_window=8)
+    off = install_mod.build_off_path(w, sa, lazy, names)
+    assert off.lag is not None and off.lag.hidden is not None
+    h = off.lag.hidden
+    assert (h.rows, h.window, h.width, h.dtype) == (10, 8, width, torch.bfloat16)
+    assert h.nbytes == 10 * 8 * width * 2 and tuple(h.buf.shape) == (10, 8, width)
+    assert off.draft_hidden == (16, torch.bfloat16)
+    assert f"kept for 8 positions (10 x 8 x {width} bfloat16, {h.nbytes / 2**20:.1f} MiB)" in off.label
+    auto = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
+    assert auto.lag is None and auto.label.endswith("one-token draft extend per step")
+
+
+def test_lazy_standalone_keeps_no_hidden_states(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpolicy.adapters.settings import AdapterSettings
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    w, sa = _eagle_worker(names, "v1", "STANDALONE")
+    off = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
+    assert off.lag is not None and off.lag.hidden is None and off.draft_hidden is None
+    assert off.label.endswith("drafter skipped, lazy catch-up on resume")
+
+
+def test_tree_drafts_get_topk_proposals_after_the_catch_up(names: FieldNames, wrapped: Any) -> None:
+    """topk > 1 (the v1 tree): the catch-up hands the draft topk proposals per request, the best first."""
+    v = V1Eagle(names)
+    v.off.topk = 4
+    v.batch.spec_info.topk_p = torch.ones(3, 4)
+    v.batch.spec_info.topk_index = torch.zeros(3, 4, dtype=torch.int64)
+    for _ in range(W):
+        v.step(0)
+
+    seen: list[Any] = []
+    setattr(v.setup.worker, hooks.RT, tod._runtime(STEPS))
+    hooks.v1_forward(lambda w, b: seen.append(b.spec_info.topk_index.clone()), names)(v.setup.worker, v.batch)
+    (idx,) = seen
+    assert tuple(idx.shape) == (3, 4)
+    assert idx[:, 0].tolist() == v.expected_start()[0] and v.exact(PROMPTS)
+
+
+# ------------------------------------------------------------------------------------------- the window
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.integers(1, 6),
+    batches=st.lists(
+        st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True), min_size=1, max_size=20
+    ),
+    data=st.data(),
+)
+def test_window_returns_the_last_m_off_steps_of_each_row(
+    window: int, batches: list[list[int]], data: Any
+) -> None:
+    """Whatever rows each off step writes, a row read back for its last ``m <= W`` steps (steps it was in
+    the batch of) gives exactly what those steps wrote, oldest first."""
+    h = HiddenWindow(rows=5, window=window, width=2, dtype=torch.float32, device="cpu")
+    written: dict[int, dict[int, list[float]]] = {}
+    for step, rows in enumerate(batches, start=1):
+        hidden = torch.tensor([[float(step), float(r)] for r in rows])
+        h.write(step, torch.tensor(rows), hidden)
+        for r in rows:
+            written.setdefault(r, {})[step] = [float(step), float(r)]
+    now = len(batches)
+    row = data.draw(st.sampled_from(sorted(written)))
+    present = 0  # the steps up to now in which this row took part without a gap
+    while now - present in written[row]:
+        present += 1
+    if present == 0:
+        return
+    m = data.draw(st.integers(1, min(present, window)))
+    got = h.gather(now, torch.tensor([row]), [m]).tolist()
+    assert got == [written[row][s] for s in range(now - m + 1, now + 1)]
+    assert tuple(h.buf.shape) == (5, window, 2)
+
+
+def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = HiddenWindow(rows=2, window=3, width=4, dtype=torch.float32, device="cpu")
+    with pytest.raises(ValueError, match="exceed the hidden-state window of 3"):
+        h.gather(5, torch.tensor([0]), [4])
+    with pytest.raises(ValueError, match="rows, window, width >= 1"):
+        HiddenWindow(rows=0, window=3, width=4, dtype=torch.float32, device="cpu")
+    with caplog.at_level("WARNING", logger="specpolicy.sglang.legacy"):
+        h.write(1, torch.tensor([1]), torch.ones(1, 6))
+    assert h.resized and tuple(h.buf.shape) == (2, 3, 6) and "reallocated" in caplog.text
+    assert h.gather(1, torch.tensor([1]), [1]).tolist() == [[1.0] * 6]
