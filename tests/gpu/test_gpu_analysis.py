@@ -400,3 +400,46 @@ def test_ramp_summary_percentiles_and_load() -> None:
     assert s["tokens_per_s"] == pytest.approx(1000 / reqs[9]["finish_s"], rel=1e-3)
     assert s["peak_in_flight"] == 2 and s["finished"] == 10
     assert A.ramp_summary([{"error": "x"}]) == {"requests": 1, "finished": 0}
+
+
+def test_tensor_parallel_engines_are_found_and_their_ranks_compared(
+    tmp_path: Path, meta: dict[str, Any]
+) -> None:
+    """``tp2/<path>/<backend>`` engines: their tables keyed under tp2/, and rank 1's trace must carry rank
+    0's depth at every step (a single differing step fails the report, and is shown)."""
+    (tmp_path / "models-meta.json").write_text(json.dumps(meta))
+    runs = small_plan(("v2", "base_v2"), tp=2)
+    assert [r.id for r in runs] == ["tp2/v2/triton", "tp2/base_v2/triton"]
+    for run in runs:
+        write_engine(tmp_path / run.id, meta, run, log=GOOD_LOG if run.speculative else "")
+    spec = tmp_path / "tp2" / "v2" / "triton"
+    lines = (spec / "trace.jsonl").read_text().splitlines()
+    (spec / "trace.rank1.jsonl").write_text("\n".join(lines) + "\n")
+    rep = A.analyze_dir(tmp_path)
+    assert set(rep["engines"]) == {"tp2/v2/triton", "tp2/base_v2/triton"}
+    eng = rep["engines"]["tp2/v2/triton"]
+    assert eng["verdicts"]["ranks_agree"] is True and eng["ranks"]["ranks"] == [0, 1]
+    assert "ranks_agree" not in rep["engines"]["tp2/base_v2/triton"]["verdicts"]  # no adapter, no trace
+    assert {"never", "static"} <= set(rep["perf"]["tp2/v2/triton"])
+    # rank 1 ran another depth at one step
+    recs = [json.loads(x) for x in lines]
+    i = next(i for i, r in enumerate(recs) if r.get("num_steps") == 0)
+    recs[i]["num_steps"] = 3
+    (spec / "trace.rank1.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    rep = A.analyze_dir(tmp_path)
+    ranks = rep["engines"]["tp2/v2/triton"]["ranks"]
+    assert rep["ok"] is False and ranks["agree"] is False and ranks["differences"] == 1
+    assert ranks["first_differences"] == [[1, recs[i]["step"], 3, 0]]
+    # rank 1 lost more than its last two steps
+    (spec / "trace.rank1.jsonl").write_text("\n".join(lines[:-3]) + "\n")
+    assert A.analyze_dir(tmp_path)["engines"]["tp2/v2/triton"]["ranks"]["agree"] is False
+
+
+def test_engine_ids_split_with_and_without_tensor_parallelism() -> None:
+    assert A.split_engine_id("tp2/eagle3_v1/triton") == ("tp2/", "eagle3_v1", "triton")
+    assert A.split_engine_id("base_v2/flashinfer") == ("", "base_v2", "flashinfer")
+    assert A._side_key("tp2/base_v2/triton") == "tp2/v2/triton"
+    assert A._side_key("tp2/eagle3tree_v1/triton") == "tp2/eagle3-tree/v1/triton"
+    table: dict[str, dict[str, Any]] = {"tp2/v1/triton": {"never": {1: 5.0}}, "tp2/eagle3/v1/triton": {}}
+    A._join_never(table, {"tp2/v1/triton"})
+    assert table["tp2/eagle3/v1/triton"] == {"never": {1: 5.0}}

@@ -22,6 +22,7 @@ from specpolicy_gpucheck import (
     ResumePolicy,
     SkipCatchUpConfig,
     SkipCatchUpPolicy,
+    SlowConfig,
     write_control,
 )
 
@@ -62,6 +63,34 @@ def test_raise_fails_exactly_on_its_window() -> None:
         except RuntimeError:
             outcome.append("x")
     assert outcome == [0, 0, "x", "x", "x", 0, 0, 0]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_raise_and_slow_on_one_rank_only(monkeypatch: pytest.MonkeyPatch, rank: int) -> None:
+    """Under tensor parallelism the faults of the TP check hit rank 1 only; every other rank decides
+    normally (the ranks' traces must still agree, docs/gpu-results.md)."""
+    import specpolicy_gpucheck as gc
+
+    monkeypatch.setattr(gc, "tp_rank", lambda: rank)
+    slept: list[float] = []
+    monkeypatch.setattr(gc.time, "sleep", slept.append)
+    raising = RaisePolicy(RaiseConfig(num_steps=0, raise_from=0, raise_count=2, only_rank=1))
+    slow = gc.SlowPolicy(SlowConfig(num_steps=0, delay_s=0.003, only_rank=1))
+    outcome: list[int | str] = []
+    for _ in range(3):
+        try:
+            outcome.append(raising.decide(S).num_steps)
+        except RuntimeError:
+            outcome.append("x")
+        assert slow.decide(S).num_steps == 0
+    assert outcome == (["x", "x", 0] if rank == 1 else [0, 0, 0])
+    assert slept == ([0.003] * 3 if rank == 1 else [])
+
+
+def test_tp_rank_is_zero_without_a_process_group() -> None:
+    import specpolicy_gpucheck as gc
+
+    assert gc.tp_rank() == 0
 
 
 def test_raise_inside_the_controller_runs_the_default_and_counts() -> None:

@@ -53,6 +53,7 @@ def test_engine_kwargs_of_the_eagle3_paths_launch_the_head(tmp_path: Path) -> No
         16,
     ]
     assert G.SPEC_KW["speculative_algorithm"] == "STANDALONE" and G.spec_kwargs("base_v1") == {}
+    assert "tp_size" not in e2 and G.engine_kwargs("v2", tmp_path, tp=2)["tp_size"] == 2
     two = G.engine_kwargs("eagle3_v2", tmp_path, depth=2)  # a plan's launch depth reaches the engine
     assert (two["speculative_num_steps"], two["speculative_num_draft_tokens"]) == (2, 3)
     assert G.engine_kwargs("eagle3tree_v1", tmp_path, depth=2)["speculative_num_steps"] == 4  # its own

@@ -343,3 +343,17 @@ def test_the_eagle3_sitting_fits_540_seconds_with_every_check_and_a_perf_sweep()
         perf = Counter((p.policy, p.concurrency) for p in run.phases if p.kind == "perf")
         assert perf == {(pol, c): 2 for pol in ("static", "static-0", "cost_model") for c in (1, 16, 128)}
     assert {p.concurrency for p in runs[3].phases if p.kind == "perf"} == {1, 16, 128}
+
+
+def test_a_tensor_parallel_plan_adds_one_rank_faults_and_keeps_its_size() -> None:
+    runs = P.build_plan(("v2", "base_v2"), concurrency=(1, 4), perf_tokens=40, repeats=1, ramp_s=0, tp=2)
+    spec, base = runs
+    assert (spec.id, base.id, spec.tp) == ("tp2/v2/triton", "tp2/base_v2/triton", 2)
+    checks = {p.policy for p in spec.phases if p.kind == "check"}
+    assert {"raise-rank1", "slow-rank1"} <= checks & set(spec.policies)
+    assert spec.policies["raise-rank1"]["only_rank"] == 1 == spec.policies["slow-rank1"]["only_rank"]
+    assert P.EngineRun.from_json(spec.to_json()) == spec
+    one = P.build_plan(("v2",), concurrency=(1,), perf_tokens=40, repeats=1, ramp_s=0)[0]
+    assert one.id == "v2/triton" and "raise-rank1" not in one.policies
+    with pytest.raises(ValueError, match="tp"):
+        P.build_plan(("v2",), tp=0)
