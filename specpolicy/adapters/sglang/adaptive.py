@@ -38,7 +38,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ..runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
@@ -105,6 +105,11 @@ class SpecPolicyParams:
         #: the request ids of the decode batch about to run (None: unknown)
         self.request_ids: list[Hashable] | None = None
         self._wants_ids = runtime.wants_request_ids
+        #: ``AdaptiveSpecPolicy.get_steps_for_batch(batch_size) -> depth``: the depth of the round about to be
+        #: drafted; the noted request ids are handed on only where the policy reads them
+        self.get_steps_for_batch: Callable[[int], int] = (
+            self._steps_with_ids if self._wants_ids else self._steps
+        )
         self._seq_bs = -1
         self._seq_age = 0
 
@@ -120,13 +125,21 @@ class SpecPolicyParams:
         # Any depth may be chosen at any batch size, so every candidate gets every captured batch size.
         return None if self._cuda_graph_bs is None else list(self._cuda_graph_bs)
 
-    def get_steps_for_batch(self, batch_size: int) -> int:
+    def _steps(self, batch_size: int) -> int:
+        gap = self._gap
+        self._gap = False
+        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len))
+        self._inflight.append((self._controller.step, batch_size, gap, None))
+        return k
+
+    def _steps_with_ids(self, batch_size: int) -> int:
         gap = self._gap
         self._gap = False
         ids = self.request_ids
-        if ids is not None and len(ids) != batch_size:
-            ids = None  # not the batch noted: no ids rather than another batch's
-        self.request_ids = None
+        if ids is not None:
+            self.request_ids = None
+            if len(ids) != batch_size:
+                ids = None  # not the batch noted: no ids rather than another batch's
         k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids))
         self._inflight.append((self._controller.step, batch_size, gap, ids))
         return k
@@ -141,8 +154,12 @@ class SpecPolicyParams:
             if bs == n:
                 self._fed_t = now
                 round_s = None if (prev is None or gap) else now - prev
-                acc = num_correct_drafts_per_req if n else None
-                self._outcome(step, acc, round_s, None, None, None, ids if n else None)
+                if not n:
+                    self._outcome(step, None, round_s)
+                elif ids is None:
+                    self._outcome(step, num_correct_drafts_per_req, round_s)
+                else:
+                    self._outcome(step, num_correct_drafts_per_req, round_s, None, None, None, ids)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
