@@ -128,7 +128,10 @@ def vllm_ledger(settings: AdapterSettings, batch: int) -> Callable[[int], None]:
 
     art = _runtime(settings, ALLOWED)
     ctl = art.controller
-    if "controller" in inspect.signature(StepLedger).parameters:
+    params = inspect.signature(StepLedger).parameters
+    if "request_ids" in params:  # as CoreBridge builds it: ids kept only for a policy that reads them
+        ledger = StepLedger(art.decide, ctl, request_ids=art.wants_request_ids)
+    elif "controller" in params:
         ledger = StepLedger(art.decide, ctl)
     else:
         ledger = StepLedger(art.decide, lambda: ctl.step, lambda d, t: ctl.step_time(t, d))  # type: ignore[arg-type,attr-defined]
