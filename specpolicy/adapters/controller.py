@@ -134,8 +134,10 @@ class StepController:
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
-        self.steps_by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
+        #: decisions per depth before the current run (see ``steps_by_depth``): counted at each switch
+        self._by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
+        self._run_from = 1  # the first decision of the current run at depth ``_last_k``
         #: (step, stats, depth, decide_s, fallback, decided_at, decided depth) of the decisions awaiting
         #: their outcome, in slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its
         #: slot is taken). The decided depth is the one the outcome reports: where the policy is a clamp
@@ -176,6 +178,24 @@ class StepController:
         return self._tail[:-1]
 
     @property
+    def steps_by_depth(self) -> dict[int, int]:
+        """Decisions per depth so far (a copy). The step path only notes where each run of one depth
+        starts; the runs are added up here."""
+        out = dict(self._by_depth)
+        if self._last_k >= 0:
+            out[self._last_k] = out.get(self._last_k, 0) + self.step + 1 - self._run_from
+        return out
+
+    def _switch(self, k: int, step: int) -> None:
+        """Decision ``step`` runs depth ``k``, unlike the one before it: count the run that ends."""
+        last = self._last_k
+        if last >= 0:
+            self._by_depth[last] = self._by_depth.get(last, 0) + step - self._run_from
+        self._switches += 1
+        self._last_k = k
+        self._run_from = step
+
+    @property
     def switches(self) -> int:
         """Decisions whose depth differs from the previous decision's."""
         return max(self._switches, 0)
@@ -212,12 +232,10 @@ class StepController:
             self._over_budget(dt)
         elif self._slow_run:
             self._back_in_budget()
-        # ``_commit``, inlined: this is every step's path (k is an allowed depth, so already counted from 0)
-        if k != self._last_k:
-            self._switches += 1
-            self._last_k = k
+        # ``_commit``, inlined: this is every step's path
         step = self.step = self.step + 1
-        self.steps_by_depth[k] += 1
+        if k != self._last_k:
+            self._switch(k, step)
         ring = self._ring
         i = step & _SLOT
         if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
@@ -227,11 +245,9 @@ class StepController:
         return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
-        if k != self._last_k:
-            self._switches += 1
-            self._last_k = k
         step = self.step = self.step + 1
-        self.steps_by_depth[k] = self.steps_by_depth.get(k, 0) + 1
+        if k != self._last_k:
+            self._switch(k, step)
         ring = self._ring
         i = step & _SLOT
         if ring[i] is not None:

@@ -154,10 +154,10 @@ class SpecPolicyParams:
             if bs == n:
                 self._fed_t = now
                 round_s = None if (prev is None or gap) else now - prev
-                if not n:
+                if ids is None:
+                    self._outcome(step, num_correct_drafts_per_req if n else None, round_s)
+                elif not n:
                     self._outcome(step, None, round_s)
-                elif ids is None:
-                    self._outcome(step, num_correct_drafts_per_req, round_s)
                 else:
                     self._outcome(step, num_correct_drafts_per_req, round_s, None, None, None, ids)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting

@@ -153,9 +153,14 @@ class StepLedger:
             if self._with_ids:
                 self._ids = []
         t_prev, self._t_last_update = self._t_last_update, now
-        rec = self._pop(key)
-        if rec is None:
-            return
+        pending = self._pending
+        if pending and pending[0].key is key:  # the common case, without a call
+            rec = pending.popleft()
+        else:
+            found = self._pop(key)
+            if found is None:
+                return
+            rec = found
         k = rec.verifies_steps
         decision = rec.verifies_decision
         if k < 0 or decision is None:  # verifies nothing (no decode, or the engine's first step)
@@ -170,9 +175,8 @@ class StepLedger:
             self._controller.outcome(decision, None, step_time)
 
     def _pop(self, key: object) -> _Record | None:
+        """The record of step ``key`` and every older one dropped (their outputs never came), or None."""
         pending = self._pending
-        if pending and pending[0].key is key:
-            return pending.popleft()
         for i, rec in enumerate(pending):
             if rec.key is key:
                 for _ in range(i + 1):

@@ -175,7 +175,7 @@ class StepRuntime:
     @property
     def skipped_steps(self) -> int:
         """Decode steps that ran without speculation: the controller's count of depth-0 decisions."""
-        return self.controller.steps_by_depth[0]
+        return self.controller.steps_by_depth.get(0, 0)
 
     @property
     def current_step(self) -> int:
