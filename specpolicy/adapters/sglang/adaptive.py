@@ -38,7 +38,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ..runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
@@ -105,11 +105,6 @@ class SpecPolicyParams:
         #: the request ids of the decode batch about to run (None: unknown)
         self.request_ids: list[Hashable] | None = None
         self._wants_ids = runtime.wants_request_ids
-        #: ``AdaptiveSpecPolicy.get_steps_for_batch(batch_size) -> depth``: the depth of the round about to be
-        #: drafted; the noted request ids are handed on only where the policy reads them
-        self.get_steps_for_batch: Callable[[int], int] = (
-            self._steps_with_ids if self._wants_ids else self._steps
-        )
         self._seq_bs = -1
         self._seq_age = 0
 
@@ -125,14 +120,7 @@ class SpecPolicyParams:
         # Any depth may be chosen at any batch size, so every candidate gets every captured batch size.
         return None if self._cuda_graph_bs is None else list(self._cuda_graph_bs)
 
-    def _steps(self, batch_size: int) -> int:
-        gap = self._gap
-        self._gap = False
-        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len))
-        self._inflight.append((self._controller.step, batch_size, gap, None))
-        return k
-
-    def _steps_with_ids(self, batch_size: int) -> int:
+    def get_steps_for_batch(self, batch_size: int) -> int:
         gap = self._gap
         self._gap = False
         ids = self.request_ids
