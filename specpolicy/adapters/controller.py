@@ -118,7 +118,7 @@ class StepController:
             raise ValueError(f"decide_budget_s must be > 0, got {decide_budget_s!r}")
         if budget_steps < 0:
             raise ValueError(f"budget_steps must be >= 0, got {budget_steps!r}")
-        self.policy = policy  # binds its decide() and sees whether it is a clamp (the property's setter)
+        self.policy = policy  # (the property's setter: it sees whether the policy is a clamp)
         self.policy_name = policy_name or type(policy).__name__
         self.allowed_steps = allowed
         self.default_steps = default_steps
@@ -162,13 +162,12 @@ class StepController:
 
     @property
     def policy(self) -> Policy:
-        """The guarded policy; assigning one rebinds its decide() for the step path."""
+        """The guarded policy; assigning another one takes effect from the next decision."""
         return self._policy
 
     @policy.setter
     def policy(self, policy: Policy) -> None:
         self._policy = policy
-        self._policy_decide = policy.decide
         self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
 
     @property
@@ -210,7 +209,7 @@ class StepController:
         t0 = self.busy_since = _perf()
         fallback = False
         try:
-            mode = self._policy_decide(stats)
+            mode = self._policy.decide(stats)  # looked up per call: a patched decide() takes effect
             if type(mode) is not SpecMode or (k := mode.num_steps) not in self.allowed_steps:
                 raise ValueError(
                     f"policy {self.policy_name} returned {short_repr(mode)}; this engine runs only depths "

@@ -123,17 +123,16 @@ class Clamp:
     limit it stands for.
     """
 
-    __slots__ = ("inner", "_inner_decide", "_to", "requested_steps", "_nested")
+    __slots__ = ("inner", "_to", "requested_steps", "_nested")
 
     def __init__(self, inner: Policy, depths: Iterable[int]) -> None:
         self.inner = inner
-        self._inner_decide = inner.decide  # bound once: a legacy SGLang worker's every step runs through it
         self._to = clamp_table(depths)
         self.requested_steps = 0
         self._nested: RequestsSteps | None = inner if isinstance(inner, RequestsSteps) else None
 
     def decide(self, stats: StepStats) -> SpecMode:
-        mode = self._inner_decide(stats)
+        mode = self.inner.decide(stats)
         if type(mode) is not SpecMode:
             return mode  # the controller reports it as an invalid decision
         k = self.requested_steps = mode.num_steps
