@@ -37,7 +37,8 @@ class _Recorder:
         pass
 
 
-def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
+def _bridge(script: list[int], wants_ids: bool = True) -> tuple[SpecPolicyParams, _Recorder]:
+    """The bridge on the production runtime; ``wants_ids=False``: as for a policy that reads no ids."""
     rec = _Recorder(script)
     rt = AdapterRuntime(
         AdapterSettings.build({"name": "alternate", "depths": list(DEPTHS)}, metrics=False),
@@ -48,17 +49,19 @@ def _bridge(script: list[int]) -> tuple[SpecPolicyParams, _Recorder]:
         default_steps=3,
         policy=rec,
     )
+    rt.wants_request_ids = wants_ids
     return SpecPolicyParams(rt, 3), rec
 
 
 @given(
     st.lists(st.sampled_from(DEPTHS), min_size=1, max_size=8),
     st.lists(st.booleans(), min_size=1, max_size=60),
+    st.booleans(),
 )
-def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list[bool]) -> None:
+def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list[bool], ids: bool) -> None:
     """Depth, acceptance and step time all describe the round whose feedback arrived last; its time is the
     interval between its feedback and the previous round's (simulated clock, a distinct tick per event)."""
-    params, rec = _bridge(script)
+    params, rec = _bridge(script, ids)
     applied: list[int] = []  # depth of each decided round, in order
     fed_at: list[float] = []  # when each round's feedback arrived
     expected_last: int | None = None  # depth of the newest round with feedback

@@ -102,10 +102,15 @@ class Alternate:
         pass
 
 
-def _runtime(rec: Recorder, path: Path, policy: Any, **kw: Any) -> StepRuntime:
-    """The production legacy assembly, with ``rec`` watching the controller."""
+def _runtime(rec: Recorder, path: Path, policy: Any, ids: bool = True, **kw: Any) -> StepRuntime:
+    """The production legacy assembly, with ``rec`` watching the controller; ``ids=False``: as for a policy
+    that reads no request ids (outcomes go to the controller without them)."""
     settings = AdapterSettings.build("static", metrics=False)
-    return make_runtime(settings, launch_depth=3, path=path, policy=policy, observers=[rec], **kw)
+    rt = make_runtime(settings, launch_depth=3, path=path, policy=policy, observers=[rec], **kw)
+    if ids:
+        return rt
+    rt.runtime.wants_request_ids = False
+    return StepRuntime(rt.runtime, launch_depth=3, path=path, gpu_timer=kw.get("gpu_timer"))
 
 
 def test_overlap_runtime_bills_each_step_its_own_time() -> None:
@@ -142,10 +147,11 @@ class HostClock:
         return self.t
 
 
+@pytest.mark.parametrize("ids", [True, False])
 @pytest.mark.parametrize("timing", ["cuda events", "host clock"])
 @given(durations=st.lists(st.sampled_from([2.0, 6.0, 9.0]), min_size=3, max_size=30))
 def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
-    timing: str, durations: list[float]
+    timing: str, ids: bool, durations: list[float]
 ) -> None:
     """SGLang's overlap loop (``event_loop_overlap``): ``run_batch(N)`` decides step N, then
     ``process_batch_result(N-1)`` delivers step N-1's acceptance. So the StepStats of step N+1 describe
@@ -156,7 +162,7 @@ def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
     gpu = FakeGpu()
     clock = HostClock()
     timer = GpuStepTimer(gpu.event) if timing == "cuda events" else None
-    rt = _runtime(rec, "v2", Alternate(), gpu_timer=timer)
+    rt = _runtime(rec, "v2", Alternate(), ids, gpu_timer=timer)
     rt._clock = clock
     depths: list[int] = []
     batch = [4 + j % 5 for j in range(len(durations))]
@@ -197,10 +203,11 @@ BATCHES = st.lists(
 )
 
 
+@pytest.mark.parametrize("ids", [True, False])
 @pytest.mark.parametrize("path,timing", [("v2", "cuda events"), ("v2", "host clock"), ("v1", "host clock")])
 @given(batches=BATCHES)
 def test_every_stats_describes_one_step_whatever_the_order(
-    path: Path, timing: str, batches: list[tuple[str, bool, float]]
+    path: Path, timing: str, ids: bool, batches: list[tuple[str, bool, float]]
 ) -> None:
     """SGLang's loops with prefills in between and, on the overlap loop, batches whose previous result is
     processed first: whatever arrives when, the outcome fields of every StepStats come from one step (its
@@ -210,7 +217,7 @@ def test_every_stats_describes_one_step_whatever_the_order(
     gpu = FakeGpu()
     clock = HostClock()
     timer = GpuStepTimer(gpu.event) if timing == "cuda events" else None
-    rt = _runtime(rec, path, Alternate(), gpu_timer=timer)
+    rt = _runtime(rec, path, Alternate(), ids, gpu_timer=timer)
     rt._clock = clock
     pending: list[int | None] = []  # results not yet processed, oldest first: decision number or None
     steps: list[tuple[int, int, float]] = []  # per decision: (depth, batch size, duration)

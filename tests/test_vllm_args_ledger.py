@@ -51,18 +51,20 @@ class Recorder:
         if record.step_time_s is not None:
             self.times.append((record.step, record.step_time_s))
 
-    def ledger(self) -> StepLedger:
+    def ledger(self, request_ids: bool = True) -> StepLedger:
         """A ledger on the production controller, this recorder as its policy and observer."""
         ctl = StepController(self, allowed_steps=range(5), default_steps=0, observers=[self])
-        return StepLedger(ctl.decide, ctl)
+        return StepLedger(ctl.decide, ctl, request_ids=request_ids)
 
 
-def run(plan: list[tuple[bool, int, list[int]]], mode: str) -> tuple[Recorder, list[Any], list[Any]]:
+def run(
+    plan: list[tuple[bool, int, list[int]]], mode: str, request_ids: bool = True
+) -> tuple[Recorder, list[Any], list[Any]]:
     """Drive a ledger through the plan; return the recorder, each update's verify, and the cycle times."""
     answers = [k for samples, k, _ in plan if samples]
     rec = Recorder(answers)
     times = rec.times
-    ledger = rec.ledger()
+    ledger = rec.ledger(request_ids)
     clock = [0.0]
     prev_k = 0  # the depth drafted after the last sampling step
     reported: list[Any] = []  # per update: (verified depth, accepted list) or None, in update order
@@ -93,9 +95,11 @@ def run(plan: list[tuple[bool, int, list[int]]], mode: str) -> tuple[Recorder, l
     return rec, reported, times
 
 
-@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
-def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan: Any, mode: str) -> None:
-    rec, reported, _ = run(plan, mode)
+@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]), request_ids=st.booleans())
+def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(
+    plan: Any, mode: str, request_ids: bool
+) -> None:
+    rec, reported, _ = run(plan, mode, request_ids)
     # Rebuild, from the model alone, what was known at each decision: the last update before it.
     known: list[Any] = []
     latest = None
@@ -127,9 +131,11 @@ def test_each_decision_sees_the_latest_completed_verify_with_its_own_depth(plan:
             assert all(0 <= a <= d for a, d in zip(got_acc, got_drafted, strict=True))
 
 
-@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]))
-def test_step_times_are_positive_and_attributed_to_the_verified_decision(plan: Any, mode: str) -> None:
-    rec, reported, times = run(plan, mode)
+@given(plan=step_plan, mode=st.sampled_from(["sync", "async"]), request_ids=st.booleans())
+def test_step_times_are_positive_and_attributed_to_the_verified_decision(
+    plan: Any, mode: str, request_ids: bool
+) -> None:
+    rec, reported, times = run(plan, mode, request_ids)
     assert all(t > 0 for _, t in times)
     numbers = [d for d, _ in times]
     assert numbers == sorted(set(numbers))  # each decision timed at most once, in order

@@ -73,9 +73,12 @@ _SLOT = MAX_OPEN - 1
 #: StepStats' outcome fields (those between the engine's load and ``request_ids``: ``last_num_steps`` ..
 #: ``last_request_ids``) when nothing is known: their defaults.
 NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:-1])
+#: ``NOTHING_KNOWN`` and an unknown ``request_ids``: every StepStats field after the engine's load.
+_NOTHING_TAIL: tuple[Any, ...] = NOTHING_KNOWN + (None,)
 _new = tuple.__new__
 _perf = time.perf_counter
-_Open = tuple[int, StepStats, int, float, bool, float]
+#: A decision awaiting its outcome: StepRecord's fields up to ``decided_at``, then the decided depth.
+_Open = tuple[int, StepStats, int, float, bool, float, int]
 
 
 class StepController:
@@ -115,7 +118,7 @@ class StepController:
             raise ValueError(f"decide_budget_s must be > 0, got {decide_budget_s!r}")
         if budget_steps < 0:
             raise ValueError(f"budget_steps must be >= 0, got {budget_steps!r}")
-        self.policy = policy
+        self.policy = policy  # (the property's setter: it sees whether the policy is a clamp)
         self.policy_name = policy_name or type(policy).__name__
         self.allowed_steps = allowed
         self.default_steps = default_steps
@@ -131,18 +134,20 @@ class StepController:
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
-        self.steps_by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
+        #: decisions per depth before the current run (see ``steps_by_depth``): counted at each switch
+        self._by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
-        #: (step, stats, depth, decide_s, fallback, decided_at) of the decisions awaiting their outcome, in
-        #: slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its slot is taken)
+        self._run_from = 1  # the first decision of the current run at depth ``_last_k``
+        #: (step, stats, depth, decide_s, fallback, decided_at, decided depth) of the decisions awaiting
+        #: their outcome, in slot ``step & _SLOT`` (a ring: a decision MAX_OPEN older is handed over when its
+        #: slot is taken). The decided depth is the one the outcome reports: where the policy is a clamp
+        #: (``RequestsSteps``), the depth its part asked for, otherwise the depth the controller returned.
         self._ring: list[_Open | None] = [None] * MAX_OPEN
-        #: where the policy is a clamp (``RequestsSteps``), the depth its part asked for, per slot: the
-        #: decided depth the outcome reports (otherwise that is the depth the controller returned)
-        self._asked = [0] * MAX_OPEN
-        self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
         self._done = 0  # every decision up to this one has been handed over (with its outcome or without)
-        #: StepStats' outcome fields for the next decision: those of the latest decision with a known outcome
-        self.known: tuple[Any, ...] = NOTHING_KNOWN
+        #: StepStats' fields after the engine's load for the next decision: the outcome fields of the latest
+        #: decision with a known outcome (``known``) and an unknown ``request_ids``, so that ``next_stats``
+        #: adds the load with one concatenation
+        self._tail: tuple[Any, ...] = _NOTHING_TAIL
         self._logged: set[tuple[str, str, str]] = set()
         self._slow_run = 0  # consecutive over-budget calls
         #: perf_counter() when the running decide() started (0.0: none running), and the deciding thread;
@@ -156,13 +161,47 @@ class StepController:
             self.watchdog = DecideWatchdog(self, watchdog_s)
 
     @property
+    def policy(self) -> Policy:
+        """The guarded policy; assigning another one takes effect from the next decision."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self._policy = policy
+        self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
+
+    @property
+    def known(self) -> tuple[Any, ...]:
+        """StepStats' outcome fields (``last_num_steps`` .. ``last_request_ids``) the next decision will
+        see: those of the latest decision with a known outcome, ``NOTHING_KNOWN`` before one."""
+        return self._tail[:-1]
+
+    @property
+    def steps_by_depth(self) -> dict[int, int]:
+        """Decisions per depth so far (a copy). The step path only notes where each run of one depth
+        starts; the runs are added up here."""
+        out = dict(self._by_depth)
+        if self._last_k >= 0:
+            out[self._last_k] = out.get(self._last_k, 0) + self.step + 1 - self._run_from
+        return out
+
+    def _switch(self, k: int, step: int) -> None:
+        """Decision ``step`` runs depth ``k``, unlike the one before it: count the run that ends."""
+        last = self._last_k
+        if last >= 0:
+            self._by_depth[last] = self._by_depth.get(last, 0) + step - self._run_from
+        self._switches += 1
+        self._last_k = k
+        self._run_from = step
+
+    @property
     def switches(self) -> int:
         """Decisions whose depth differs from the previous decision's."""
         return max(self._switches, 0)
 
     def decide(self, stats: StepStats) -> int:
         """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
-        if self._slow_run >= self.budget_steps > 0 and self.step % RETRY_INTERVAL:
+        if self._slow_run and self._slow_run >= self.budget_steps > 0 and self.step % RETRY_INTERVAL:
             self.budget_fallbacks += 1
             return self._commit(stats, self.default_steps, 0.0, True, time.perf_counter())
         if not self.thread_id:
@@ -170,9 +209,8 @@ class StepController:
         t0 = self.busy_since = _perf()
         fallback = False
         try:
-            mode = self.policy.decide(stats)
-            k = mode.num_steps if type(mode) is SpecMode else None
-            if k is None or k not in self.allowed_steps:
+            mode = self._policy.decide(stats)  # looked up per call: a patched decide() takes effect
+            if type(mode) is not SpecMode or (k := mode.num_steps) not in self.allowed_steps:
                 raise ValueError(
                     f"policy {self.policy_name} returned {short_repr(mode)}; this engine runs only depths "
                     f"{sorted(self.allowed_steps)}"
@@ -193,34 +231,27 @@ class StepController:
             self._over_budget(dt)
         elif self._slow_run:
             self._back_in_budget()
-        # ``_commit``, inlined: this is every step's path (k is an allowed depth, so already counted from 0)
-        if k != self._last_k:
-            self._switches += 1
-            self._last_k = k
+        # ``_commit``, inlined: this is every step's path
         step = self.step = self.step + 1
-        self.steps_by_depth[k] += 1
+        if k != self._last_k:
+            self._switch(k, step)
         ring = self._ring
         i = step & _SLOT
         if ring[i] is not None:  # an outcome that never came (an aborted step): hand it over without one
             self._evict(ring[i])  # type: ignore[arg-type]
-        ring[i] = (step, stats, k, dt, fallback, t0)
-        if self._asks is not None:  # a clamp: the depth its part asked for
-            self._asked[i] = k if fallback else self._asks.requested_steps
+        asks = self._asks  # a clamp: the decided depth is the one its part asked for
+        ring[i] = (step, stats, k, dt, fallback, t0, k if asks is None or fallback else asks.requested_steps)
         return k
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
-        if k != self._last_k:
-            self._switches += 1
-            self._last_k = k
         step = self.step = self.step + 1
-        self.steps_by_depth[k] = self.steps_by_depth.get(k, 0) + 1
+        if k != self._last_k:
+            self._switch(k, step)
         ring = self._ring
         i = step & _SLOT
         if ring[i] is not None:
             self._evict(ring[i])  # type: ignore[arg-type]
-        ring[i] = (step, stats, k, dt, fallback, t0)
-        if self._asks is not None:
-            self._asked[i] = k
+        ring[i] = (step, stats, k, dt, fallback, t0, k)
         return k
 
     def force(self, stats: StepStats, num_steps: int) -> int:
@@ -236,9 +267,11 @@ class StepController:
     ) -> StepStats:
         """The StepStats of the coming decision: the engine's load now (and, when the adapter knows them,
         the ids of the requests in the batch), and the outcome ``known``."""
-        stats: StepStats = _new(
-            StepStats, (batch_size, num_waiting, mean_seq_len) + self.known + (request_ids,)
-        )
+        if request_ids is None:
+            stats: StepStats = _new(StepStats, (batch_size, num_waiting, mean_seq_len) + self._tail)
+        else:
+            load = (batch_size, num_waiting, mean_seq_len)
+            stats = _new(StepStats, load + self._tail[:-1] + (request_ids,))
         return stats
 
     def outcome(
@@ -261,8 +294,7 @@ class StepController:
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
         # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
-        done = self._done
-        if step <= done:
+        if step <= self._done:
             return  # handed over already
         ring = self._ring
         i = step & _SLOT
@@ -270,24 +302,26 @@ class StepController:
         if item is None or item[0] != step:
             return  # evicted, or never decided
         ring[i] = None
-        self._done = step
-        decided = item[2] if self._asks is None else self._asked[i]
         k = item[2] if num_steps is None else num_steps
         load = item[1]  # the decision's own stats: its batch size and context length
         if k > 0:
-            self.known = (
-                k, accepted, drafted, step_time_s, mean_accepted, load[0], decided, load[2], request_ids
+            self._tail = (
+                k, accepted, drafted, step_time_s, mean_accepted, load[0], item[6], load[2], request_ids, None
             )
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
-            self.known = (0, None, None, step_time_s, None, load[0], decided, load[2], None)
+            self._tail = (0, None, None, step_time_s, None, load[0], item[6], load[2], None, None)
         if self.observers:
+            done = self._done
+            self._done = step
             if step != done + 1:
                 self._release_before(step, done)
             self._release(item, step_time_s)
+        else:
+            self._done = step
 
     def forget(self) -> None:
         """Feedback arrived that matches no decision: the next StepStats say nothing rather than guess."""
-        self.known = NOTHING_KNOWN
+        self._tail = _NOTHING_TAIL
 
     @property
     def waiting(self) -> int:
@@ -315,7 +349,7 @@ class StepController:
     def _release(self, item: _Open, step_time_s: float | None) -> None:
         if not self.observers:
             return
-        record: StepRecord = _new(StepRecord, item + (step_time_s,))
+        record: StepRecord = _new(StepRecord, item[:6] + (step_time_s,))
         for obs in self.observers:
             try:
                 obs.on_record(record)

@@ -57,7 +57,9 @@ class AdapterRuntime:
         default_steps: the engine's configured depth, run whenever the policy fails.
         rank, world_size, sync_factory: this rank, the ranks that must agree, and their CPU group.
         wrap: applied to the policy before the controller guards it (e.g. ``OnOffAtDepth`` for an engine
-            with graphs for one depth only); it maps every candidate depth onto ``allowed_steps``.
+            with graphs for one depth only); it maps every candidate depth onto ``allowed_steps``. Where the
+            settings' policy can only choose depths the engine runs, that mapping is the identity and the
+            policy runs unwrapped (a wrapper's call less per step).
         policy: an already built policy to run instead of the one the settings name (tests, embedding).
         observers: more observers of the step records, beside the trace and the metrics.
         header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
@@ -85,6 +87,8 @@ class AdapterRuntime:
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
+        if wrap is not None and policy is None and set(candidates) <= set(allowed_steps):
+            wrap = None  # it would map every depth the policy can choose onto itself
         if wrap is None:
             check_candidate_steps(candidates, allowed_steps, where=f"{engine} {engine_version}, {path}")
         self.settings = settings

@@ -124,9 +124,10 @@ class SpecPolicyParams:
         gap = self._gap
         self._gap = False
         ids = self.request_ids
-        if ids is not None and len(ids) != batch_size:
-            ids = None  # not the batch noted: no ids rather than another batch's
-        self.request_ids = None
+        if ids is not None:
+            self.request_ids = None
+            if len(ids) != batch_size:
+                ids = None  # not the batch noted: no ids rather than another batch's
         k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids))
         self._inflight.append((self._controller.step, batch_size, gap, ids))
         return k
@@ -141,8 +142,12 @@ class SpecPolicyParams:
             if bs == n:
                 self._fed_t = now
                 round_s = None if (prev is None or gap) else now - prev
-                acc = num_correct_drafts_per_req if n else None
-                self._outcome(step, acc, round_s, None, None, None, ids if n else None)
+                if ids is None:
+                    self._outcome(step, num_correct_drafts_per_req if n else None, round_s)
+                elif not n:
+                    self._outcome(step, None, round_s)
+                else:
+                    self._outcome(step, num_correct_drafts_per_req, round_s, None, None, None, ids)
                 return None  # the depth is chosen in get_steps_for_batch, before drafting
             prev = None  # a round whose result never came back lies inside the interval
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from ...stats import StepStats
 from ..controller import StepController
@@ -33,21 +33,26 @@ from ..controller import StepController
 __all__ = ["StepLedger"]
 
 
-class _Record:
+class _Record(NamedTuple):
     """One scheduled step: when, and which earlier decision (depth, number) its verification belongs to.
 
-    ``verifies_steps`` is -1 for a step in which no request samples: it verifies and times nothing.
+    ``verifies_steps`` is -1 for a step in which no request samples: it verifies and times nothing. Built
+    with ``tuple.__new__`` on the step path (no Python-level constructor call per step).
     """
 
-    __slots__ = ("key", "t_sched", "verifies_steps", "verifies_decision")
+    key: object
+    t_sched: float
+    verifies_steps: int
+    verifies_decision: int | None
 
-    def __init__(
-        self, key: object, t_sched: float, verifies_steps: int, verifies_decision: int | None
-    ) -> None:
-        self.key = key
-        self.t_sched = t_sched
-        self.verifies_steps = verifies_steps
-        self.verifies_decision = verifies_decision
+
+_new = tuple.__new__
+
+
+class OnDraft(Protocol):
+    """``StepLedger.on_draft``'s signature."""
+
+    def __call__(self, drafted: int, accepted: int, request_id: Hashable | None = None) -> None: ...
 
 
 class StepLedger:
@@ -66,6 +71,8 @@ class StepLedger:
         "_acc",
         "_drafted",
         "_ids",
+        "_with_ids",
+        "on_draft",
         "_last_k",
         "_last_decision",
         "_t_last_update",
@@ -78,14 +85,20 @@ class StepLedger:
         controller: StepController,
         *,
         max_pending: int = 64,
+        request_ids: bool = True,
     ) -> None:
         self._decide = decide
         self._controller = controller
         self._pending: deque[_Record] = deque()
         self._acc: list[int] = []
         self._drafted: list[int] = []
-        #: the request id of each verify result in ``_acc`` (None: some result came without one)
-        self._ids: list[Hashable] | None = []
+        #: the request id of each verify result in ``_acc`` (None: some result came without one, or the
+        #: policy reads no ids)
+        self._with_ids = request_ids
+        self._ids: list[Hashable] | None = [] if request_ids else None
+        #: one request's verify result in the step being processed (``make_spec_decoding_stats``):
+        #: ``on_draft(drafted, accepted, request_id=None)``, its id kept only where the policy reads ids
+        self.on_draft: OnDraft = self._draft_with_id if request_ids else self._draft
         self._last_k = 0
         self._last_decision: int | None = None
         self._t_last_update = float("-inf")
@@ -107,18 +120,21 @@ class StepLedger:
         if samples:
             controller = self._controller
             k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len, request_ids))
-            pending.append(_Record(key, now, self._last_k, self._last_decision))
+            pending.append(_new(_Record, (key, now, self._last_k, self._last_decision)))
             self._last_k = k
             self._last_decision = controller.step
         else:  # nothing is drafted for a later verify: keep the depth, verify and time nothing
             k = self._last_k
-            pending.append(_Record(key, now, -1, None))
+            pending.append(_new(_Record, (key, now, -1, None)))
         if len(pending) > self.max_pending:  # outputs that never came back (an aborted engine step)
             pending.popleft()
         return k
 
-    def on_draft(self, drafted: int, accepted: int, request_id: Hashable | None = None) -> None:
-        """One request's verify result in the step being processed (``make_spec_decoding_stats``)."""
+    def _draft(self, drafted: int, accepted: int, request_id: Hashable | None = None) -> None:
+        self._acc.append(accepted)
+        self._drafted.append(drafted)
+
+    def _draft_with_id(self, drafted: int, accepted: int, request_id: Hashable | None = None) -> None:
         self._acc.append(accepted)
         self._drafted.append(drafted)
         ids = self._ids
@@ -130,13 +146,21 @@ class StepLedger:
 
     def on_update(self, key: object, now: float) -> None:
         """``update_from_output`` of the step ``key`` finished: its verify results describe one cycle."""
-        acc, drafted, ids = self._acc, self._drafted, self._ids
-        if acc or ids is None:
-            self._acc, self._drafted, self._ids = [], [], []
+        acc = self._acc
+        if acc:
+            drafted, ids = self._drafted, self._ids
+            self._acc, self._drafted = [], []
+            if self._with_ids:
+                self._ids = []
         t_prev, self._t_last_update = self._t_last_update, now
-        rec = self._pop(key)
-        if rec is None:
-            return
+        pending = self._pending
+        if pending and pending[0].key is key:  # the common case, without a call
+            rec = pending.popleft()
+        else:
+            found = self._pop(key)
+            if found is None:
+                return
+            rec = found
         k = rec.verifies_steps
         decision = rec.verifies_decision
         if k < 0 or decision is None:  # verifies nothing (no decode, or the engine's first step)
@@ -151,9 +175,8 @@ class StepLedger:
             self._controller.outcome(decision, None, step_time)
 
     def _pop(self, key: object) -> _Record | None:
+        """The record of step ``key`` and every older one dropped (their outputs never came), or None."""
         pending = self._pending
-        if pending and pending[0].key is key:
-            return pending.popleft()
         for i, rec in enumerate(pending):
             if rec.key is key:
                 for _ in range(i + 1):

@@ -43,14 +43,17 @@ _perf_counter = time.perf_counter
 class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
-    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged")
+    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids")
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
-        self.ledger = StepLedger(runtime.decide, runtime.controller)
+        self.ledger = StepLedger(
+            runtime.decide, runtime.controller, request_ids=runtime.wants_request_ids
+        )
         self.default_steps = default_steps
         self.errors = 0
         self._logged = False
+        self._with_ids = runtime.wants_request_ids
 
     def schedule(self, sched: Any, so: Any) -> int:
         """Depth for a non-empty step: O(scheduled requests) attribute reads, then one guarded decide()."""
@@ -58,7 +61,7 @@ class CoreBridge:
         n_decode = 0
         ctx = 0
         samples = False
-        ids = []
+        ids: list[str] | None = [] if self._with_ids else None
         for req_id, n in so.num_scheduled_tokens.items():
             r = requests[req_id]
             c = r.num_computed_tokens
@@ -71,7 +74,8 @@ class CoreBridge:
                 if c + 1 >= end and (placeholders or r.num_output_tokens):
                     n_decode += 1
                     ctx += end
-                    ids.append(req_id)
+                    if ids is not None:
+                        ids.append(req_id)
         waiting = sched.get_request_counts()[1]
         mean_seq_len = ctx / n_decode if n_decode else None
         return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, _perf_counter(), ids)

@@ -64,9 +64,13 @@ class ScriptedConfig(PolicyConfig):
     depths: tuple[int, ...] = (K_MAX,)
     fail_at: tuple[int, ...] = ()
     candidates: tuple[int, ...] = Field(default=tuple(range(K_MAX + 1)))
+    read_ids: bool = False  # declare that the policy reads request ids
 
     def candidate_steps(self) -> tuple[int, ...]:
         return tuple(sorted(set(self.candidates)))
+
+    def needs_request_ids(self) -> bool:
+        return self.read_ids
 
 
 class ScriptedPolicy:

@@ -100,6 +100,29 @@ def test_acceptance_reaches_the_policy_for_the_depth_it_describes(make_config: A
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("read_ids", [False, True])
+def test_request_ids_reach_only_a_policy_that_reads_them(make_config: Any, mode: str, read_ids: bool) -> None:
+    depths = [3] * 6
+    sched = scripted(make_config, mode, depths=depths, read_ids=read_ids)
+    add_request(sched, "a")
+    add_request(sched, "b")
+    drive(sched, FakeRunner(sched, lambda s, r, d: d), steps=len(depths) + 1, mode=mode)
+    seen = policy_of(sched).seen[: len(depths)]
+    assert len(seen) == len(depths)
+    lag = LAG[mode]
+    for j, st in enumerate(seen):
+        if not read_ids:
+            assert st.request_ids is None and st.last_request_ids is None, j
+            continue
+        assert sorted(st.request_ids or []) == ([] if j == 0 else ["a", "b"]), j
+        if j < lag:
+            assert st.last_request_ids is None, j
+        else:  # one id per verified request, in the order of its counts
+            assert sorted(st.last_request_ids or []) == ["a", "b"], j
+            assert len(st.last_request_ids or []) == len(st.accepted_draft_tokens or []), j
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_batch_size_counts_decodes_not_prefill_chunks_joining(make_config: Any, mode: str) -> None:
     cfg = make_config(
         async_scheduling=mode == "async",

@@ -70,12 +70,11 @@ class StepRuntime:
         "_acc",
         "_timed",
         "_untimed_upto",
-        "skipped_steps",
-        "decode_steps",
         "forced_steps",
         "gpu_timer",
         "wants_ids",
         "_outcome",
+        "_report",
         "_next_stats",
         "_ids",
     )
@@ -105,13 +104,16 @@ class StepRuntime:
         self._acc: Sequence[int] | None = None
         self._timed: tuple[int, float] | None = None
         self._untimed_upto = 0  # steps up to this one will get no time (a non-decode forward broke the chain)
-        self.skipped_steps = 0
-        self.decode_steps = 0
         self.forced_steps = 0
         self.gpu_timer = gpu_timer
         #: whether the policy reads request ids (the hooks collect them only then)
         self.wants_ids = runtime.wants_request_ids
         self._outcome = self.controller.outcome
+        #: reports decision ``step``'s outcome: the controller's own ``outcome`` (no call in between) unless
+        #: the policy reads request ids
+        self._report: Callable[[int, Sequence[int] | None, float | None], None] = (
+            self._report_with_ids if self.wants_ids else self._outcome
+        )
         self._next_stats = self.controller.next_stats
         #: (step, request ids of its batch) of recent decisions, in slot ``step & _ID_SLOT``: each outcome
         #: is reported with the ids of the step it describes (v2 results come one step late).
@@ -159,13 +161,21 @@ class StepRuntime:
         if self.wants_ids:
             self._ids[ctl.step & _ID_SLOT] = (ctl.step, request_ids)
         self.skip = skip
-        self.decode_steps += 1
-        self.skipped_steps += skip
         return skip
 
     def end_decode(self) -> None:
         """The step's forward returned (the flag only lives for the duration of one forward)."""
         self.skip = False
+
+    @property
+    def decode_steps(self) -> int:
+        """Decode steps begun: each is one controller decision (decided, forced, or imposed by rank 0)."""
+        return self.controller.step
+
+    @property
+    def skipped_steps(self) -> int:
+        """Decode steps that ran without speculation: the controller's count of depth-0 decisions."""
+        return self.controller.steps_by_depth.get(0, 0)
 
     @property
     def current_step(self) -> int:
@@ -192,12 +202,9 @@ class StepRuntime:
         step, self._acc_step = self._acc_step, 0
         self._report(step, self._acc, None)
 
-    def _report(self, step: int, accepted: Sequence[int] | None, step_time_s: float | None) -> None:
-        """Decision ``step``'s outcome to the controller, with its request ids when the policy reads them."""
-        if self.wants_ids:
-            self._outcome(step, accepted, step_time_s, None, None, None, self._ids_of(step))
-        else:
-            self._outcome(step, accepted, step_time_s)
+    def _report_with_ids(self, step: int, accepted: Sequence[int] | None, step_time_s: float | None) -> None:
+        """Decision ``step``'s outcome to the controller with the request ids of its batch."""
+        self._outcome(step, accepted, step_time_s, None, None, None, self._ids_of(step))
 
     def _ids_of(self, step: int) -> Sequence[Hashable] | None:
         """The request ids recorded for decision ``step`` (None when unknown or overwritten)."""
