@@ -29,7 +29,6 @@ if SGLANG_VERSION not in SUPPORTED_VERSIONS:
 import test_legacy_off_decode as tod  # noqa: E402
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
-from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 
@@ -52,9 +51,7 @@ def _names() -> FieldNames:
 def _wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ls.patch_kernels(monkeypatch)
     ods.patch_forward_batch(monkeypatch)
-    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
-    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
-    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    ls.wrap_v1_hooks(names)
     yield
     hooks.unwrap_all()
 

@@ -26,7 +26,6 @@ if SGLANG_VERSION not in SUPPORTED_VERSIONS:
 
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode  # noqa: E402
-from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
@@ -50,9 +49,7 @@ def names() -> FieldNames:
 def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ls.patch_kernels(monkeypatch)
     ods.patch_forward_batch(monkeypatch)
-    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
-    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
-    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    ls.wrap_v1_hooks(names)
     yield
     hooks.unwrap_all()
 

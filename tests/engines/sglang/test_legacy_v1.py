@@ -24,7 +24,6 @@ if SGLANG_VERSION not in SUPPORTED_VERSIONS:
 pytest.importorskip("sglang.srt.speculative.eagle_worker")
 
 from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
-from sglang.srt.speculative.eagle_worker import EAGLEWorker  # noqa: E402
 
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
@@ -44,9 +43,7 @@ def names() -> FieldNames:
 @pytest.fixture
 def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ls.patch_kernels(monkeypatch)
-    hooks.wrap(EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names))
-    hooks.wrap(EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names))
-    hooks.wrap(EAGLEWorker, "verify", hooks.v1_verify)
+    ls.wrap_v1_hooks(names)
     yield
     hooks.unwrap_all()
 

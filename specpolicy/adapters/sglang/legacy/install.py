@@ -108,7 +108,18 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
     return _STATE.info
 
 
+HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
+
+
 def _patch(version: str, names: FieldNames) -> list[str]:
+    plan = hook_plan(version, names)
+    for cls, name, make in plan:
+        hooks.wrap(cls, name, make)
+    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
+
+
+def hook_plan(version: str, names: FieldNames) -> HookPlan:
+    """(class, method, wrapper factory) of every SGLang method the adapter wraps on this release."""
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
@@ -116,7 +127,7 @@ def _patch(version: str, names: FieldNames) -> list[str]:
     row = layout_for(version)
     assert row is not None and row.overlap_resolve is not None
     resolve_name = row.overlap_resolve
-    plan: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
+    return [
         (EAGLEWorker, "forward_batch_generation", lambda o: hooks.v1_forward(o, names)),
         (EAGLEWorker, "draft", lambda o: hooks.v1_draft(o, names)),
         (EAGLEWorker, "verify", hooks.v1_verify),
@@ -128,9 +139,6 @@ def _patch(version: str, names: FieldNames) -> list[str]:
         # On Scheduler itself: the method is inherited from the output-processor mixin.
         (Scheduler, resolve_name, lambda o: hooks.v2_resolve(o, names)),
     ]
-    for cls, name, make in plan:
-        hooks.wrap(cls, name, make)
-    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
 
 
 # ------------------------------------------------------------------------------------------------- attach
