@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from operator import add
 from typing import Any
 
 from ...mode import MAX_NUM_STEPS, SpecMode
@@ -472,16 +471,20 @@ class CostModelPolicy:
             rest = n - m
             prior = self._reqs.prior_expected
             new = (m - seen) / prior[ref]
-            num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
             den = rest * den + new
             if o_num is not None:
-                num = list(map(add, num, o_num))
+                num = [rest * x + new * e + o for x, e, o in zip(num, prior, o_num, strict=True)]
                 den += o_den
+            else:
+                num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
         inv = 1.0 / den
         e = [x * inv for x in num]
-        for i, k in enumerate(arms):  # ratios of positive sums: in range but for rounding; keep it so
-            if not 1.0 <= e[i] <= 1.0 + k:
-                e[i] = min(max(e[i], 1.0), 1.0 + k) if e[i] == e[i] else 1.0
+        i = 0
+        for k in arms:  # ratios of positive sums: in range but for rounding; keep it so
+            x = e[i]
+            if not 1.0 <= x <= 1.0 + k:
+                e[i] = min(max(x, 1.0), 1.0 + k) if x == x else 1.0
+            i += 1
         return e
 
     def _deepest(self) -> int:
