@@ -183,9 +183,10 @@ class RequestAcceptance:
                     elif n > depth:
                         continue
                     s = e[0] + n
-                    f = e[1] + (n < depth)
-                    if s + f > window:
-                        scale = window / (s + f)
+                    f = e[1] + 1.0 if n < depth else e[1]
+                    total = s + f
+                    if total > window:
+                        scale = window / total
                         s *= scale
                         f *= scale
                     e[0] = s

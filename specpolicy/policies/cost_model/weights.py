@@ -85,7 +85,10 @@ class TwoPoint:
         """chain_tokens(p, k) per node p and arm k, computed once per picture (it is priced every step
         the batch is, for a few reference depths)."""
         if arms is not self._arms:
-            self._tokens = [[chain_tokens(p, k) for k in arms] for p in self.nodes]
+            top = 1.0 - _EDGE  # chain_tokens, inline: 1 + p + ... + p^k
+            self._tokens = [
+                [1.0 + k if p >= top else (1.0 - p ** (k + 1)) / (1.0 - p) for k in arms] for p in self.nodes
+            ]
             self._plain = [
                 sum([w * row[i] for w, row in zip(self.weights, self._tokens, strict=True)])
                 for i in range(len(arms))
