@@ -29,13 +29,13 @@ class Choice:
 
     def update(self, b: int, expected: list[float], times: list[float], off: list[bool]) -> list[float]:
         """Bucket b's values from expected tokens and times per depth index (``off``: not offered)."""
-        n = len(times)
-        v = [expected[i] / times[i] if times[i] > 0.0 and not off[i] else 0.0 for i in range(n)]
+        v = [e / t if t > 0.0 and not o else 0.0 for e, t, o in zip(expected, times, off, strict=True)]
         tie = max(v) / self._tie
         best = 0
-        for i in range(n):
+        for i in range(len(v) - 1, 0, -1):  # the deepest within the tie
             if v[i] >= tie:
                 best = i
+                break
         self.best[b] = best
         self.v[b] = v
         self.t[b] = times

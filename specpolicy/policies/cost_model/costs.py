@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from itertools import compress
 
 from ...profiles import StepCostModel
 from ...stats import clean_float
@@ -33,6 +34,10 @@ log = logging.getLogger("specpolicy.policy")
 #: Without a profile, a depth never measured anywhere is priced at (1 + PRIOR_STEP_COST * k) times off: an
 #: optimistic memory-bound guess, so promising depths get explored.
 PRIOR_STEP_COST = 0.1
+#: ``_ZERO.__lt__(w)`` is ``w > 0.0``, as a C-level predicate for map().
+_ZERO = 0.0
+
+
 def context_length(value: object) -> float | None:
     """A context length as a finite float > 0, else None (missing): the check where it enters the state."""
     if value.__class__ is float:
@@ -127,11 +132,11 @@ class StepCosts:
             r = [self.prior_ratio(i, 0) for i in range(n)]
         else:
             wrow, rrow = cells.w[src], cells.r[src]
-            if all(x > 0.0 for x in wrow):
+            if min(wrow) > 0.0:  # weights are never negative: every depth measured here
                 r = rrow
             else:
                 r = self._fill(src, wrow, rrow, cur)
-                if src == b and self.model is None and sum(x > 0.0 for x in wrow) == 1:
+                if src == b and self.model is None and sum([x > 0.0 for x in wrow]) == 1:
                     blind = cells.nearest_with(b, wrow.index(max(wrow))) < 0
         if self.model is not None:
             if src >= 0:
@@ -222,17 +227,17 @@ class StepCosts:
         the ratio; else the prior (with a profile: its shape, scaled by the one measured correction)."""
         n = len(rrow)
         arms = self.arms
-        known = [i for i in range(n) if wrow[i] > 0.0]
+        known = list(compress(range(n), map(_ZERO.__lt__, wrow)))  # measured depths (C-level loops)
         if len(known) >= 2:
-            ks = [arms[i] for i in known]
+            ks = list(map(arms.__getitem__, known))
             mk = sum(ks) / len(ks)
-            mr = sum(rrow[i] for i in known) / len(known)
-            sxx = sum((k - mk) ** 2 for k in ks)
-            slope = sum((arms[i] - mk) * (rrow[i] - mr) for i in known) / sxx if sxx > 0 else 0.0
+            mr = sum(map(rrow.__getitem__, known)) / len(known)
+            sxx = sum([(k - mk) ** 2 for k in ks])
+            slope = sum([(arms[i] - mk) * (rrow[i] - mr) for i in known]) / sxx if sxx > 0 else 0.0
             if self.model is None:  # verifying k+1 tokens costs at most k+1 times one token
-                floor = min(rrow[i] / (arms[i] + 1) for i in known)
+                floor = min([rrow[i] / (arms[i] + 1) for i in known])
             else:  # corrections to the profile
-                floor = 0.25 * min(rrow[i] for i in known)
+                floor = 0.25 * min([rrow[i] for i in known])
             return [rrow[i] if wrow[i] > 0.0 else max(mr + slope * (arms[i] - mk), floor) for i in range(n)]
         ref = cur if cur >= 0 and wrow[cur] > 0.0 else known[0]
         nb = self.cells.nearest_with(src, ref)

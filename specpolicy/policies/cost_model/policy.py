@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from operator import add
 from typing import Any
 
 from ...mode import MAX_NUM_STEPS, SpecMode
@@ -253,21 +252,19 @@ class CostModelPolicy:
             step = self._step = self._step + 1
             # Each field is read once here, at the boundary: anything but a well-formed value is converted
             # (numpy numbers, 0-d tensors) or becomes missing, so nothing malformed reaches the state.
-            batch, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
+            batch = stats[0]
             if batch.__class__ is not int or batch < 0 or batch > MAX_BATCH:
                 batch = self._odd_batch(batch)
                 b = self._index[batch] if batch <= MAX_BATCH else self._top
             else:
                 b = self._index[batch]
-            self._take_outcome(
-                step, batch, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids
-            )
+            self._take_outcome(step, batch, stats)
             self._last_batch = batch
             visits = self._visits
             vis = visits[b] = visits[b] + 1
             if step >= self._refresh_at[b]:
                 try:
-                    self._refresh(b, context_length(seq_len))
+                    self._refresh(b, context_length(stats[2]))
                 except Exception:  # never retry the same failure every step: drop the queued data
                     self._pending.clear()
                     self._refresh_at[b] = step + self.config.update_interval
@@ -307,10 +304,7 @@ class CostModelPolicy:
         except Exception:  # odd inputs are missing data: keep the running depth
             return self._modes[self._cur]
 
-    def _take_outcome(
-        self, step: int, batch: int, seq_len: Any, k_obs: Any, acc: Any, drafted: Any, t: Any, mean: Any,
-        last_b: Any, last_k: Any, last_len: Any, last_ids: Any,
-    ) -> None:
+    def _take_outcome(self, step: int, batch: int, stats: StepStats) -> None:
         """What the stats say about the last step whose result is known: its acceptance and its time.
 
         The adapter names that step's batch size, decided depth and context length (``last_batch_size``,
@@ -319,6 +313,7 @@ class CostModelPolicy:
         acceptance list, else the coming step's while it and the depth that ran equal the last decision's (a
         time is never billed to another decision), the context length the coming step's; a depth the
         engine ran shallower than decided then goes unnoticed."""
+        _, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
             if c is None or c > MAX_NUM_STEPS:
@@ -368,7 +363,7 @@ class CostModelPolicy:
                     self._last_t = t
                     if last_k.__class__ is not int and last_k is not None:
                         last_k = clean_count(last_k)
-                    if last_k is not None and 0 <= k_obs < last_k <= MAX_NUM_STEPS:
+                    if last_k is not None and k_obs < last_k and k_obs >= 0 and last_k <= MAX_NUM_STEPS:
                         self._ran_other(last_k, k_obs)  # shallower than decided (deeper: no sign of a limit)
                     if last_b.__class__ is int and 0 < last_b <= MAX_BATCH:
                         nb = last_b  # the measured step's exact batch size, from the adapter
@@ -472,16 +467,20 @@ class CostModelPolicy:
             rest = n - m
             prior = self._reqs.prior_expected
             new = (m - seen) / prior[ref]
-            num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
             den = rest * den + new
             if o_num is not None:
-                num = list(map(add, num, o_num))
+                num = [rest * x + new * e + o for x, e, o in zip(num, prior, o_num, strict=True)]
                 den += o_den
+            else:
+                num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
         inv = 1.0 / den
         e = [x * inv for x in num]
-        for i, k in enumerate(arms):  # ratios of positive sums: in range but for rounding; keep it so
-            if not 1.0 <= e[i] <= 1.0 + k:
-                e[i] = min(max(e[i], 1.0), 1.0 + k) if e[i] == e[i] else 1.0
+        i = 0
+        for k in arms:  # ratios of positive sums: in range but for rounding; keep it so
+            x = e[i]
+            if not 1.0 <= x <= 1.0 + k:
+                e[i] = min(max(x, 1.0), 1.0 + k) if x == x else 1.0
+            i += 1
         return e
 
     def _deepest(self) -> int:
@@ -584,7 +583,8 @@ class CostModelPolicy:
         if self._chg_on and self._chg.scan(self._bufs):
             self._changed()
         acc.fold(step - self._acc_folded)
-        self._chg.rewind()
+        if self._chg_on:
+            self._chg.rewind()
         self._acc_folded = step
         if acc.version != self._acc_version:
             self._refresh_expected()
@@ -612,7 +612,8 @@ class CostModelPolicy:
         self._pop_weighted.clear()
         self._reqs.set_population(rates[1], a2)
         self._acc_version = acc.version
-        self._chg.expect(acc.rates)
+        if self._chg_on:  # the detector's expectations (off by default: nothing reads them then)
+            self._chg.expect(acc.rates)
         if acc.rates[1] > self._a_hi:
             self._a_hi = acc.rates[1]
 

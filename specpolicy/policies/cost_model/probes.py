@@ -93,13 +93,18 @@ class ProbeSchedule:
             loss = 1.0 - v[i] / vcur
             if loss < 0.0:
                 loss = 0.0
+            # (the bounds inline, as min(max(x, lo), hi) orders them: it runs per depth every refresh)
             if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
                 if loss > CONFIRM_LOSS and samples[i] == 1:
                     due = seen[i] + CONFIRM_INTERVAL  # a loser on one sample: it may have been an outlier
                 else:
-                    due = seen[i] + int(min(max(loss / share, MIN_PROBE_INTERVAL), max_int))
+                    x = loss / share
+                    if MIN_PROBE_INTERVAL > x:
+                        x = MIN_PROBE_INTERVAL
+                    due = seen[i] + int(max_int if max_int < x else x)
             else:
-                due = int(min(loss * loss / (share * EXPLORE_SCALE), max_int))
+                x = loss * loss / (share * EXPLORE_SCALE)
+                due = int(max_int if max_int < x else x)
             if due < due_best or (due == due_best and loss < due_loss):
                 due_best, due_i, due_loss = due, i, loss
         if hope is not None:

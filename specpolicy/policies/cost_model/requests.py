@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from itertools import islice
-from operator import add
 from typing import Any
 
 __all__ = ["RequestAcceptance"]
@@ -117,8 +116,11 @@ class RequestAcceptance:
         else:
             m1, c = fitted
         c = min(max(c, _MIN_CONCENTRATION), _MAX_CONCENTRATION)
-        self._alpha, self._beta = m1 * c, (1.0 - m1) * c
-        self._prior_e = self._expected(self._alpha, self._beta)
+        alpha, beta = m1 * c, (1.0 - m1) * c
+        if alpha == self._alpha and beta == self._beta and self._prior_e:
+            return  # the same prior (between refits of the requests' fit): every posterior still holds
+        self._alpha, self._beta = alpha, beta
+        self._prior_e = self._expected(alpha, beta)
         self._version += 1
 
     def _from_requests(self) -> tuple[float, float] | None:
@@ -126,20 +128,23 @@ class RequestAcceptance:
         counted once: the population a new request comes from. (The pooled rates count steps, so with few
         requests running they describe the last one or two, not the population.) The spread is that of the
         requests' rates less what their own sampling noise adds. None with fewer than ``_MIN_REQUESTS``."""
-        rates: list[tuple[float, float]] = []
+        rates: list[float] = []
+        trials: list[float] = []
         for e in islice(reversed(self._req.values()), _FIT_SCAN):  # the newest requests, a bounded look
             n = e[0] + e[1]
             if n >= 2.0:
-                rates.append((e[0] / n, n))
-                if len(rates) >= _FIT_REQUESTS:
+                rates.append(e[0] / n)
+                trials.append(n)
+                if len(trials) >= _FIT_REQUESTS:
                     break
         if len(rates) < _MIN_REQUESTS:
             return None
         k = len(rates)
-        m = sum(r for r, _ in rates) / k
+        m = sum(rates) / k
         m = min(max(m, _EDGE), 1.0 - _EDGE)
-        spread = sum((r - m) ** 2 for r, _ in rates) / (k - 1)
-        noise = sum(m * (1.0 - m) / (n + 1.0) for _, n in rates) / k
+        spread = sum([(r - m) ** 2 for r in rates]) / (k - 1)
+        mm = m * (1.0 - m)
+        noise = sum([mm / (n + 1.0) for n in trials]) / k
         var = spread - noise
         c = m * (1.0 - m) / var - 1.0 if var > 1e-9 else _MAX_CONCENTRATION
         return m, c
@@ -178,9 +183,10 @@ class RequestAcceptance:
                     elif n > depth:
                         continue
                     s = e[0] + n
-                    f = e[1] + (n < depth)
-                    if s + f > window:
-                        scale = window / (s + f)
+                    f = e[1] + 1.0 if n < depth else e[1]
+                    total = s + f
+                    if total > window:
+                        scale = window / total
                         s *= scale
                         f *= scale
                     e[0] = s
@@ -234,8 +240,10 @@ class RequestAcceptance:
                 post = e[3] = self._expected(self._alpha + e[0], self._beta + e[1])
                 e[4] = version
             w = 1.0 / post[ref]
-            own = [w * x for x in post]
-            num = own if num is None else list(map(add, num, own))
+            if num is None:
+                num = [w * x for x in post]
+            else:
+                num = [a + w * x for a, x in zip(num, post, strict=True)]
             den += w
             count += 1
         return None if num is None else (num, den, count)

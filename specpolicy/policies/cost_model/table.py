@@ -149,10 +149,10 @@ class CostCells:
 
     def nearest_with(self, b: int, i: int, search: int = 4) -> int:
         """The closest other bucket (within ``search``) that measured depth index ``i`` and more, or -1."""
-        w, n = self.w, len(self.w)
+        w, r, n = self.w, self.r, len(self.w)
         for d in range(1, search + 1):
             for nb in (b - d, b + d):
-                if 0 <= nb < n and w[nb][i] > 0.0 and self.r[nb][i] > 0.0 and sum(x > 0.0 for x in w[nb]) > 1:
+                if 0 <= nb < n and w[nb][i] > 0.0 and r[nb][i] > 0.0 and _two_positive(w[nb]):
                     return nb
         return -1
 
@@ -168,6 +168,17 @@ class CostCells:
             if b + d < n and has[b + d]:
                 return b + d
         return -1
+
+
+def _two_positive(row: list[float]) -> bool:
+    """More than one weight in ``row`` is positive (a bucket that measured two depths or more)."""
+    seen = False
+    for x in row:
+        if x > 0.0:
+            if seen:
+                return True
+            seen = True
+    return False
 
 
 def _median3(a: float, b: float, c: float) -> float:

@@ -43,13 +43,17 @@ class TwoPoint:
     Beta with these two (what a_3 adds is noisier still, and a Beta's fits one population or two).
     """
 
-    __slots__ = ("nodes", "weights")
+    __slots__ = ("nodes", "weights", "_arms", "_tokens", "_plain")
 
     #: standard errors of a_2 that its excess over a_1 must clear to count as spread
     Z = 3.0
 
     def __init__(self, a1: float, a2: float, tries_2: float) -> None:
         m1 = min(max(a1, _EDGE), 1.0 - _EDGE)
+        #: chain_tokens per node and arm, and plain(), for the arms last asked about (``_table``)
+        self._arms: Sequence[int] | None = None
+        self._tokens: list[list[float]] = []
+        self._plain: list[float] = []
         self.nodes: tuple[float, ...] = (m1,)
         self.weights: tuple[float, ...] = (1.0,)
         a2 = min(max(a2, 0.0), 1.0 - _EDGE)
@@ -77,19 +81,35 @@ class TwoPoint:
         self.nodes = (lo, hi)
         self.weights = (w_lo, 1.0 - w_lo)
 
+    def _table(self, arms: Sequence[int]) -> list[list[float]]:
+        """chain_tokens(p, k) per node p and arm k, computed once per picture (it is priced every step
+        the batch is, for a few reference depths)."""
+        if arms is not self._arms:
+            top = 1.0 - _EDGE  # chain_tokens, inline: 1 + p + ... + p^k
+            self._tokens = [
+                [1.0 + k if p >= top else (1.0 - p ** (k + 1)) / (1.0 - p) for k in arms] for p in self.nodes
+            ]
+            self._plain = [
+                sum([w * row[i] for w, row in zip(self.weights, self._tokens, strict=True)])
+                for i in range(len(arms))
+            ]
+            self._arms = arms
+        return self._tokens
+
     def weighted(self, arms: Sequence[int], ref: int) -> tuple[list[float], float]:
         """(per arm: E[E(k) / E(ref)], and E[1 / E(ref)]) over the population: the weighted tokens and the
         weight of an average request, at reference depth ``ref``."""
-        num = [0.0] * len(arms)
+        n = len(arms)
+        num = [0.0] * n
         den = 0.0
-        for p, w in zip(self.nodes, self.weights, strict=True):
+        for p, w, row in zip(self.nodes, self.weights, self._table(arms), strict=True):
             wr = w / chain_tokens(p, ref)
             den += wr
-            for i, k in enumerate(arms):
-                num[i] += wr * chain_tokens(p, k)
+            for i in range(n):
+                num[i] += wr * row[i]
         return num, den
 
     def plain(self, arms: Sequence[int]) -> list[float]:
         """E(k) per arm under the two-point distribution (exact at k <= 3)."""
-        pairs = tuple(zip(self.nodes, self.weights, strict=True))
-        return [sum(w * chain_tokens(p, k) for p, w in pairs) for k in arms]
+        self._table(arms)
+        return self._plain
