@@ -155,6 +155,22 @@ def _worker_path(worker: Any) -> str | None:
     return None
 
 
+def parallelism_problems(server_args: Any) -> list[str]:
+    """What the adapter refuses beside the algorithm, checked in the launching process
+    (``launch.server_args_problems``) and again in the scheduler (``attach``): one list for both."""
+    out: list[str] = []
+    if getattr(server_args, "enable_dp_attention", False):
+        out.append("attention data parallelism (--enable-dp-attention) is not supported by this adapter")
+    if getattr(server_args, "pp_size", 1) > 1:
+        out.append("pipeline parallelism (--pp-size > 1) is not supported by this adapter")
+    if getattr(server_args, "speculative_adaptive", False):
+        out.append(
+            "--speculative-adaptive conflicts with specpolicy: SGLang's own adaptive controller and "
+            "specpolicy would both switch the draft depth"
+        )
+    return out
+
+
 def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | None:
     sa = scheduler.server_args
     algo = str(getattr(sa, "speculative_algorithm", None))
@@ -171,14 +187,9 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
             return f"{type(worker).__name__}.{name} overrides the hooked method; this worker is not supported"
     if path == "v2" and not hasattr(type(worker.draft_worker).draft, "__specpolicy_wrapped__"):
         return f"{type(worker.draft_worker).__name__}.draft overrides the hooked method; not supported"
-    if getattr(sa, "enable_dp_attention", False):
-        return "attention data parallelism (--enable-dp-attention) is not supported by the legacy adapter"
-    if getattr(sa, "pp_size", 1) > 1:
-        return "pipeline parallelism (--pp-size > 1) is not supported by the legacy adapter"
-    if getattr(sa, "speculative_adaptive", False):
-        return (
-            "--speculative-adaptive is on: SGLang's own adaptive controller and specpolicy would both switch"
-        )
+    problems = parallelism_problems(sa)
+    if problems:
+        return problems[0]
     if getattr(sa, "speculative_num_steps", 0) < 1:
         return "speculative_num_steps must be >= 1"
     return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...settings import AdapterSettings
 from ..releases import layout_for, legacy_releases
-from .install import SUPPORTED_ALGORITHMS, InstallError, sglang_version
+from .install import SUPPORTED_ALGORITHMS, InstallError, parallelism_problems, sglang_version
 from .scheduler_entry import run_scheduler_process
 
 __all__ = ["LegacyLaunch", "LaunchPlan", "prepare_launch", "server_args_problems"]
@@ -54,13 +54,7 @@ def server_args_problems(server_args: Any) -> list[str]:
         out.append(
             f"--speculative-algorithm {algo} is not supported; use one of {', '.join(SUPPORTED_ALGORITHMS)}"
         )
-    if getattr(server_args, "enable_dp_attention", False):
-        out.append("--enable-dp-attention is not supported by the legacy adapter")
-    if getattr(server_args, "pp_size", 1) > 1:
-        out.append("--pp-size > 1 is not supported by the legacy adapter")
-    if getattr(server_args, "speculative_adaptive", False):
-        out.append("--speculative-adaptive conflicts with specpolicy (both would switch the draft depth)")
-    return out
+    return out + parallelism_problems(server_args)
 
 
 def prepare_launch(settings: AdapterSettings, server_args: Any = None) -> LegacyLaunch:
