@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import ConfigError, short_repr, short_str
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "load_file", "loads_json", "read_text"]
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "load_file", "loads_json", "loads_json_object", "read_text"]
 
 #: Largest configuration file read (a policy config is a few hundred bytes; a profile a few hundred KiB).
 MAX_FILE_BYTES = 4 * 2**20
@@ -96,6 +96,14 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         raise ConfigError(f"{where}: not valid JSON: {exc}") from None
     _check_depth(data, where)
+    return data
+
+
+def loads_json_object(text: str | bytes, where: str) -> dict[str, Any]:
+    """``loads_json`` for text that must hold one JSON object (a config section, a command-line value)."""
+    data = loads_json(text, where)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: must be a JSON object, got {type(data).__name__}")
     return data
 
 

@@ -9,11 +9,11 @@ with the option, the key and the range it must lie in.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config_files import loads_json_object
 from ..errors import ConfigError
 from .acceptance import AcceptanceModel, BetaAcceptance, BetaMixture
 from .workloads import RequestShape
@@ -34,13 +34,7 @@ _FORMS = "mean=M[,concentration=C][,weight=W] or alpha=A,beta=B[,weight=W]"
 def _fields(text: str) -> Mapping[str, Any]:
     text = text.strip()
     if text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--acceptance: not a JSON object: {exc}") from None
-        if not isinstance(obj, dict):
-            raise ConfigError("--acceptance: expected a JSON object")
-        return obj
+        return loads_json_object(text, "--acceptance")
     out: dict[str, Any] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")

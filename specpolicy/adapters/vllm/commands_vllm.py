@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ...errors import ConfigError
+from ...config_files import loads_json_object
 
 __all__ = ["register", "cmd_vllm_args"]
 
@@ -55,12 +55,7 @@ def cmd_vllm_args(args: argparse.Namespace) -> int:
 
     base = None
     if args.speculative_config:
-        try:
-            base = json.loads(args.speculative_config)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"speculative_config: not valid JSON: {exc}") from None
-        if not isinstance(base, dict):
-            raise ConfigError("speculative_config: must be a JSON object")
+        base = loads_json_object(args.speculative_config, "speculative_config")
     settings: dict[str, Any] = {}
     if args.trace:
         settings["trace_path"] = args.trace

@@ -9,10 +9,10 @@ shorthand ``{"specpolicy": "hysteresis"}``. Without that key it falls back to ``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from ...config_files import loads_json_object
 from ...errors import ConfigError
 from ..settings import ENV_CONFIG, ENV_POLICY, AdapterSettings
 
@@ -39,10 +39,7 @@ def settings_from(additional_config: Any, environ: Mapping[str, str] | None = No
     if isinstance(section, str):
         text = section.strip()
         if text.startswith("{"):
-            try:
-                section = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{prefix.rstrip('.')}: not valid JSON: {exc}") from None
+            section = loads_json_object(text, prefix.rstrip("."))
         else:
             section = {"policy": text}
     if not isinstance(section, Mapping):
