@@ -77,10 +77,22 @@ class Engine:
             described = {"last_batch_size": batch, "last_decided_steps": decided, "last_mean_seq_len": 800.0}
         if self.mean_only:
             mean = None if acc is None else sum(acc) / len(acc)
-            return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, last_step_time_s=t,
-                             mean_accepted=mean, **described)
-        return StepStats(self.batch, mean_seq_len=800.0, last_num_steps=k, accepted_draft_tokens=acc,
-                         last_step_time_s=t, **described)
+            return StepStats(
+                self.batch,
+                mean_seq_len=800.0,
+                last_num_steps=k,
+                last_step_time_s=t,
+                mean_accepted=mean,
+                **described,
+            )
+        return StepStats(
+            self.batch,
+            mean_seq_len=800.0,
+            last_num_steps=k,
+            accepted_draft_tokens=acc,
+            last_step_time_s=t,
+            **described,
+        )
 
     def run_step(self, decided: int) -> None:
         self.depths.append(decided)
@@ -455,8 +467,15 @@ def _trace(seed: int, steps: int = 600) -> list[StepStats]:
         batch = rng.choice([1, 3, 17, 64, 200])
         k = rng.choice([0, 1, 3, 5])
         acc = [rng.randint(0, k) for _ in range(batch)] if k else None
-        out.append(StepStats(batch, mean_seq_len=500.0 + i, last_num_steps=k, accepted_draft_tokens=acc,
-                             last_step_time_s=0.01 * (1 + 0.2 * k) * (1 + batch / 64)))
+        out.append(
+            StepStats(
+                batch,
+                mean_seq_len=500.0 + i,
+                last_num_steps=k,
+                accepted_draft_tokens=acc,
+                last_step_time_s=0.01 * (1 + 0.2 * k) * (1 + batch / 64),
+            )
+        )
     return out
 
 
@@ -498,8 +517,11 @@ def test_trimmed_drafts_are_not_counted_as_rejections() -> None:
                 n += 1
             acc.append(n)
             drafted.append(d)
-        policy.decide(StepStats(16, last_num_steps=4, accepted_draft_tokens=acc, drafted_tokens=drafted,
-                                last_step_time_s=0.01))
+        policy.decide(
+            StepStats(
+                16, last_num_steps=4, accepted_draft_tokens=acc, drafted_tokens=drafted, last_step_time_s=0.01
+            )
+        )
     est = policy.estimates()  # type: ignore[attr-defined]
     for j in (1, 2, 3, 4):
         assert abs(est[f"accept_rate_{j}"] - 0.8) < 0.06, (j, est)
@@ -573,26 +595,39 @@ def test_profile_by_json_path(tmp_path: object) -> None:
 
 # -- configuration -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("overrides", "field_name"),
+    ("overrides", "field_name", "allowed"),
     [
-        ({"steps": []}, "steps"),
-        ({"steps": [3, 2]}, "steps"),
-        ({"steps": [0, 1]}, "steps.0"),
-        ({"steps": [1, 65]}, "steps.1"),
-        ({"prior_acceptance": 1.0}, "prior_acceptance"),
-        ({"probe_budget": 0}, "probe_budget"),
-        ({"switch_margin": -0.1}, "switch_margin"),
-        ({"min_dwell_steps": -1}, "min_dwell_steps"),
-        ({"buckets_per_octave": 0}, "buckets_per_octave"),
-        ({"profile": ""}, "profile"),
-        ({"profile": "no-such-profile-xyz"}, "profile"),
-        ({"bogus": 1}, "bogus"),
+        ({"steps": []}, "steps", ""),
+        ({"steps": [3, 2]}, "steps", ""),
+        ({"steps": [0, 1]}, "steps.0", ""),
+        ({"steps": [1, 65]}, "steps.1", ""),
+        ({"prior_acceptance": 1.0}, "prior_acceptance", ""),
+        ({"probe_budget": 0}, "probe_budget", ""),
+        ({"switch_margin": -0.1}, "switch_margin", ""),
+        ({"min_dwell_steps": -1}, "min_dwell_steps", ""),
+        ({"buckets_per_octave": 0}, "buckets_per_octave", ""),
+        ({"profile": ""}, "profile", ""),
+        ({"profile": "no-such-profile-xyz"}, "profile", ""),
+        ({"bogus": 1}, "bogus", ""),
+        # probing and change detection
+        ({"max_probe_share": 0}, "max_probe_share", "greater than 0"),
+        ({"max_probe_share": 0.6}, "max_probe_share", "less than or equal to 0.5"),
+        ({"change_threshold": 0}, "change_threshold", "greater than 0"),
+        ({"change_threshold": 1e7}, "change_threshold", "less than or equal to 1000000"),
+        # the prior
+        ({"prior_weight": -1}, "prior_weight", "greater than or equal to 0"),
+        ({"prior_weight": 1e7}, "prior_weight", "less than or equal to 1000000"),
+        ({"prior_mismatch_ratio": 1.0}, "prior_mismatch_ratio", "greater than 1"),
+        ({"prior_mismatch_ratio": 101}, "prior_mismatch_ratio", "less than or equal to 100"),
     ],
 )
-def test_bad_configs_name_the_field(overrides: dict[str, object], field_name: str) -> None:
+def test_bad_configs_name_the_field_and_range(
+    overrides: dict[str, object], field_name: str, allowed: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         make_policy({"name": "cost_model", **overrides})
     assert f"cost_model.{field_name}" in str(info.value)
+    assert allowed in str(info.value)
 
 
 def test_config_round_trip_and_alias() -> None:
