@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from _scripted import Scripted
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,20 +24,6 @@ OUTCOMES = st.one_of(
     st.sampled_from([None, 3, "3", (3,)]),
     st.sampled_from([RuntimeError("boom"), ZeroDivisionError(), KeyError("k")]),
 )
-
-
-class Scripted:
-    def __init__(self, script: list[Any]) -> None:
-        self.script = list(script)
-
-    def decide(self, stats: StepStats) -> SpecMode:
-        out = self.script.pop(0)
-        if isinstance(out, BaseException):
-            raise out
-        return out  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        pass
 
 
 @given(st.lists(OUTCOMES, min_size=1, max_size=40), st.sampled_from(ALLOWED))

@@ -8,6 +8,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+from _scripted import Scripted
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,24 +20,6 @@ from specpolicy.adapters.sglang.legacy.runtime import make_runtime
 from specpolicy.policies.compose import Clamp, OnOffAtDepth
 
 ALLOWED = (0, 1, 3)
-
-
-class Scripted:
-    """Answers the given modes in order (an exception is raised); the stats it saw are kept."""
-
-    def __init__(self, script: list[Any]) -> None:
-        self.script = list(script)
-        self.seen: list[StepStats] = []
-
-    def decide(self, stats: StepStats) -> SpecMode:
-        self.seen.append(stats)
-        out = self.script.pop(0)
-        if isinstance(out, BaseException):
-            raise out
-        return out  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        pass
 
 
 # One step: ("decide", what the policy answers) or ("force", the depth imposed, any depth the engine runs).

@@ -306,7 +306,9 @@ def test_v1_without_the_catch_up_the_draft_state_is_stale(
     names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control for the test above: skip the catch-up and the checked KV entries are missing."""
-    monkeypatch.setattr(hooks, "catch_up_if_behind", lambda **kw: False)
+    from specpolicy.adapters.sglang.legacy import off_step
+
+    monkeypatch.setattr(off_step, "catch_up_if_behind", lambda **kw: False)
     v = V1(names, lazy=True)
     for _ in range(3):
         v.step(0)

@@ -33,7 +33,8 @@ from typing import Any
 from ..request_ids import request_ids
 from .off_step import (
     OffPath,
-    catch_up_if_behind,
+    catch_up_v1,
+    catch_up_v2,
     v1_off_step,
     v2_off_step,
 )
@@ -128,17 +129,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             if skip and off.decode is not None:
                 result = v1_off_step(self, batch, off)
             elif off.lag is not None and off.lag.behind():  # speculating: the drafter catches up first
-                runner = self.draft_model_runner
-                catch_up_if_behind(
-                    off=off,
-                    reqs=batch.reqs,
-                    seq_lens_cpu=seq_cpu,
-                    base_mwb=batch.get_model_worker_batch(),
-                    spec_info=batch.spec_info,
-                    draft_runner=runner,
-                    req_to_token=self.req_to_token_pool.req_to_token,
-                    tp_context=self.draft_tp_context(runner.tp_group),
-                )
+                catch_up_v1(self, batch, off)
             if result is None:
                 result = orig(self, batch, *args, **kwargs)
         finally:
@@ -233,17 +224,7 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
                 result = v2_off_step(self, mwb, off)
             else:
                 if off.lag is not None and off.lag.behind() and mwb.reqs:
-                    dw = self.draft_worker
-                    catch_up_if_behind(
-                        off=off,
-                        reqs=mwb.reqs,
-                        seq_lens_cpu=mwb.seq_lens_cpu,
-                        base_mwb=mwb,
-                        spec_info=mwb.spec_info,
-                        draft_runner=dw.draft_runner,
-                        req_to_token=self.req_to_token_pool.req_to_token,
-                        tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
-                    )
+                    catch_up_v2(self, mwb, off)
                 result = orig(self, mwb, *args, **kwargs)
         finally:
             rt.end_decode()

@@ -144,18 +144,7 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     reqs = batch.reqs
     bs = len(reqs)
     if off.lag is not None and off.lag.full():
-        runner = worker.draft_model_runner
-        catch_up_if_behind(
-            off=off,
-            reqs=reqs,
-            seq_lens_cpu=batch.seq_lens_cpu,
-            base_mwb=batch.get_model_worker_batch(),
-            spec_info=batch.spec_info,
-            draft_runner=runner,
-            req_to_token=worker.req_to_token_pool.req_to_token,
-            tp_context=worker.draft_tp_context(runner.tp_group),
-            now=off.lag.off_steps - 1,
-        )
+        catch_up_v1(worker, batch, off, now=off.lag.off_steps - 1)
     root = getattr(batch.spec_info, names.root).to(torch.int64)
     # The bookkeeping of the draft's preprocessing (SWA eviction runs inside alloc_for_decode).
     for req in reqs:
@@ -309,18 +298,7 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
     spec = mwb.spec_info
     req_to_token = worker.req_to_token_pool.req_to_token
     if off.lag is not None and off.lag.full() and mwb.reqs:
-        dw = worker.draft_worker
-        catch_up_if_behind(
-            off=off,
-            reqs=mwb.reqs,
-            seq_lens_cpu=mwb.seq_lens_cpu,
-            base_mwb=mwb,
-            spec_info=spec,
-            draft_runner=dw.draft_runner,
-            req_to_token=req_to_token,
-            tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
-            now=off.lag.off_steps - 1,
-        )
+        catch_up_v2(worker, mwb, off, now=off.lag.off_steps - 1)
     root = getattr(spec, names.root)
     out_loc = req_to_token[mwb.req_pool_indices, mwb.seq_lens].to(torch.int64)
     decode_mwb = dt.decode_batch(mwb, input_ids=root.to(torch.int64), out_cache_loc=out_loc)
@@ -373,6 +351,39 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ resume
+
+
+def catch_up_v1(worker: Any, batch: Any, off: OffPath, now: int | None = None) -> bool:
+    """``catch_up_if_behind`` for a v1 worker's ScheduleBatch (before a speculative step, or inside an off
+    step whose hidden-state window is full: ``now``)."""
+    runner = worker.draft_model_runner
+    return catch_up_if_behind(
+        off=off,
+        reqs=batch.reqs,
+        seq_lens_cpu=batch.seq_lens_cpu,
+        base_mwb=batch.get_model_worker_batch(),
+        spec_info=batch.spec_info,
+        draft_runner=runner,
+        req_to_token=worker.req_to_token_pool.req_to_token,
+        tp_context=worker.draft_tp_context(runner.tp_group),
+        now=now,
+    )
+
+
+def catch_up_v2(worker: Any, mwb: Any, off: OffPath, now: int | None = None) -> bool:
+    """``catch_up_if_behind`` for a v2 worker's ModelWorkerBatch (as ``catch_up_v1``)."""
+    dw = worker.draft_worker
+    return catch_up_if_behind(
+        off=off,
+        reqs=mwb.reqs,
+        seq_lens_cpu=mwb.seq_lens_cpu,
+        base_mwb=mwb,
+        spec_info=mwb.spec_info,
+        draft_runner=dw.draft_runner,
+        req_to_token=worker.req_to_token_pool.req_to_token,
+        tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
+        now=now,
+    )
 
 
 def catch_up_if_behind(
