@@ -13,8 +13,14 @@ median over repeats of (loop time / steps), loop overhead included (it is the sa
 loops and many repeats keep the median clear of scheduler preemption on a busy machine. Inputs model a step
 that speculated 3 deep: ``accepted_draft_tokens`` filled with a value in 0..3 per request, a step time, a
 context length and (unless ``--no-ids``) the request ids of the batch and of the step reported on, 1% of the
-requests replaced per step. SGLang's ``AdaptiveSpeculativeParams`` is measured in the same loop, with the
-same per-request lists, as ``get_steps_for_batch(bs)`` + ``on_verify_complete(accepted, bs)``, once with
+requests replaced per step. By default the loop is closed, as in an engine: each step reports the depth the
+policy decided for it (counts capped at that depth, none when off; a step time that grows with the depth,
+more so at large batches, so speculation pays at a batch of one and not at 256; an engine that runs at most
+``CLOSED_MAX_DEPTH``), all prebuilt, so the loop only picks the StepStats of the decided depth.
+``--open-loop`` feeds the same depth-3 step whatever the policy decides (the figures before the loop was
+closed: a policy whose probes are never answered keeps re-planning them). SGLang's
+``AdaptiveSpeculativeParams`` is measured in the same loop, with the same per-request lists, as
+``get_steps_for_batch(bs)`` + ``on_verify_complete(accepted, bs)``, once with
 its shipped default config (which routes batch >= 64 to steps 0, where it skips its EMA update) and once
 with a config that keeps speculating at every batch size (so it does its O(batch) work, as specpolicy's
 acceptance policy does). When SGLang is not importable the comparison falls back to the ~1 us/step figure
@@ -37,13 +43,16 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specpolicy import StepStats, available_policies, make_policy
+from specpolicy import MAX_NUM_STEPS, StepStats, available_policies, make_policy
 
 BATCH_SIZES = (1, 64, 256)
 DEPTH = 3
 #: SGLang's policy cost when it cannot be measured here (its measured cost on a 2-core CPU).
 SGLANG_FALLBACK_S = 1e-6
 
+
+#: The deepest depth the closed loop's engine runs: a deeper decision gets this depth's step.
+CLOSED_MAX_DEPTH = 8
 
 #: A request of the benchmark's batches finishes (and a new one takes its place) with this chance per step.
 FINISH_PER_STEP = 0.01
@@ -70,14 +79,52 @@ def _inputs(batch: int, n: int, distinct: int, seed: int, ids: bool = True) -> l
     return out
 
 
-def _time_loop(body: Callable[[], None], repeats: int, steps: int) -> float:
-    body()  # warm-up: first-touch allocations and caches are not what a running engine sees
-    samples = []
+def _step_time(t: float, batch: int, depth: int) -> float:
+    """The closed loop's engine: each draft position adds 4% at a batch of one and more as the batch
+    grows (a step turns compute-bound), so that the policies' choices differ between batch sizes."""
+    return t * (1.0 + depth * (0.04 + batch / 400.0))
+
+
+def _closed_rows(raw: Sequence[tuple[Any, ...]]) -> list[list[StepStats]]:
+    """Per step, the StepStats an engine reports after running each depth 0 .. MAX_NUM_STEPS (deeper than
+    ``CLOSED_MAX_DEPTH``: that depth's), so a closed loop indexes the row by the decided depth."""
+    rows = []
+    for a in raw:
+        batch, waiting, ctx, _, acc, _, t, _, last_b, _, last_ctx, prev, running = a
+        row = [
+            StepStats.fast(batch, waiting, ctx, k, [min(x, k) for x in acc] if k else None, None,
+                           _step_time(t, batch, k), None, last_b, k, last_ctx, prev, running)
+            for k in range(CLOSED_MAX_DEPTH + 1)
+        ]
+        rows.append(row + [row[-1]] * (MAX_NUM_STEPS - CLOSED_MAX_DEPTH))
+    return rows
+
+
+def _capped(accs: Sequence[list[int]]) -> list[list[list[int]]]:
+    """Per step, the accepted counts after a step at each depth 0 .. MAX_NUM_STEPS (capped there; deeper
+    than ``CLOSED_MAX_DEPTH``: that depth's), for a closed loop of SGLang's built-in."""
+    out = []
+    for acc in accs:
+        row = [[min(x, k) for x in acc] for k in range(CLOSED_MAX_DEPTH + 1)]
+        out.append(row + [row[-1]] * (MAX_NUM_STEPS - CLOSED_MAX_DEPTH))
+    return out
+
+
+def _time_interleaved(
+    bodies: dict[str, Callable[[], None]], repeats: int, steps: int
+) -> dict[str, list[float]]:
+    """Seconds per step of every body, ``repeats`` samples each, taken in turn (body 1, 2, ..., 1, 2, ...)
+    so that a slow spell of the machine falls on all of them alike."""
+    for body in bodies.values():
+        body()  # warm-up: first-touch allocations and caches are not what a running engine sees
+    samples: dict[str, list[float]] = {label: [] for label in bodies}
+    pc = time.perf_counter_ns
     for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        body()
-        samples.append((time.perf_counter_ns() - t0) / steps)
-    return statistics.median(samples) * 1e-9
+        for label, body in bodies.items():
+            t0 = pc()
+            body()
+            samples[label].append((pc() - t0) / steps * 1e-9)
+    return samples
 
 
 def _summing(accs: Sequence[list[int]]) -> Callable[[], None]:
@@ -88,7 +135,7 @@ def _summing(accs: Sequence[list[int]]) -> Callable[[], None]:
     return run
 
 
-def bench_construction(args_list: Sequence[tuple[Any, ...]], repeats: int) -> dict[str, float]:
+def construction_bodies(args_list: Sequence[tuple[Any, ...]]) -> dict[str, Callable[[], None]]:
     fast, full = StepStats.fast, StepStats
 
     def run_fast() -> None:
@@ -99,13 +146,11 @@ def bench_construction(args_list: Sequence[tuple[Any, ...]], repeats: int) -> di
         for a in args_list:
             full(*a)
 
-    return {
-        "StepStats.fast": _time_loop(run_fast, repeats, len(args_list)),
-        "StepStats (validating)": _time_loop(run_full, repeats, len(args_list)),
-    }
+    return {"StepStats.fast": run_fast, "StepStats (validating)": run_full}
 
 
-def bench_policy(name: str, stats: Sequence[StepStats], repeats: int) -> float:
+def policy_body(name: str, stats: Sequence[StepStats]) -> Callable[[], None]:
+    """decide() over the same prebuilt stats whatever it decides (the open loop)."""
     policy = make_policy(name)
     decide = policy.decide
     for s in stats[: min(len(stats), 500)]:  # warm state (EWMAs, learned costs) before timing
@@ -115,7 +160,24 @@ def bench_policy(name: str, stats: Sequence[StepStats], repeats: int) -> float:
         for s in stats:
             decide(s)
 
-    return _time_loop(run, repeats, len(stats))
+    return run
+
+
+def policy_body_closed(name: str, rows: Sequence[Sequence[StepStats]]) -> Callable[[], None]:
+    """decide() in a closed loop: each step's stats are those of the depth decided for it."""
+    policy = make_policy(name)
+    decide = policy.decide
+    state = [DEPTH]
+
+    def run() -> None:
+        k = state[0]
+        for row in rows:
+            k = decide(row[k]).num_steps
+        state[0] = k
+
+    for _ in range(max(1, 500 // len(rows))):  # warm state before timing, as open loop
+        run()
+    return run
 
 
 def load_sglang_params() -> tuple[type[Any] | None, str]:
@@ -136,23 +198,30 @@ def load_sglang_params() -> tuple[type[Any] | None, str]:
     return AdaptiveSpeculativeParams, f"sglang {metadata.version('sglang')}"
 
 
-def bench_sglang(cls: type[Any], cfg_path: str | None, batch: int, accs: Sequence[list[int]],
-                 repeats: int) -> float:
+def sglang_body(cls: type[Any], cfg_path: str | None, batch: int, accs: Sequence[list[int]],
+                closed: bool) -> Callable[[], None]:
+    """SGLang's built-in: ``get_steps_for_batch`` + ``on_verify_complete`` per step; closed, it is fed the
+    counts of the depth it chose (capped there), open, the depth-3 counts."""
     import logging
 
     logging.getLogger("sglang").setLevel(logging.WARNING)
     params = cls(DEPTH, cfg_path)
     get, feed = params.get_steps_for_batch, params.on_verify_complete
-    for acc in accs[:500]:
-        get(batch)
-        feed(acc, batch)
+    capped = _capped(accs)
 
-    def run() -> None:
+    def run_open() -> None:
         for acc in accs:
             get(batch)
             feed(acc, batch)
 
-    return _time_loop(run, repeats, len(accs))
+    def run_closed() -> None:
+        for row in capped:
+            feed(row[get(batch)], batch)
+
+    run = run_closed if closed else run_open
+    for _ in range(max(1, 500 // len(accs))):
+        run()
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="*", default=None, help="default: every registered policy")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-ids", action="store_true", help="leave the request-id fields None")
+    ap.add_argument("--open-loop", action="store_true",
+                    help="feed a depth-3 step whatever was decided (the figures before the loop was closed)")
     args = ap.parse_args(argv)
 
     names = args.policies or available_policies()
@@ -179,53 +250,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         "steps": args.steps,
         "repeats": args.repeats,
         "distinct": args.distinct,
+        "loop": "open" if args.open_loop else "closed",
         "sglang": sglang_note,
         "per_step_s": {},
+        "vs_sglang_default": {},
     }
+    ref_row = "sglang built-in (default config)" if sglang_cls is not None else None
     table: dict[str, dict[int, float]] = {}
+    ratios: dict[str, dict[int, float]] = {}
     for b in BATCH_SIZES:
         raw = _inputs(b, args.steps, args.distinct, seed=b, ids=not args.no_ids)
         stats = [StepStats.fast(*a) for a in raw]
-        for label, v in bench_construction(raw, args.repeats).items():
-            table.setdefault(label, {})[b] = v
+        bodies = construction_bodies(raw)
+        rows = None if args.open_loop else _closed_rows(raw)
         for name in names:
-            table.setdefault(f"decide: {name}", {})[b] = bench_policy(name, stats, args.repeats)
+            bodies[f"decide: {name}"] = (
+                policy_body(name, stats) if rows is None else policy_body_closed(name, rows)
+            )
         if "acceptance" in names:  # the adapter-side alternative: the mean computed where it is free
             pre = [
                 StepStats.fast(b, w, L, k, None, None, t, sum(acc) / len(acc), *rest)
                 for b, w, L, k, acc, _, t, _, *rest in raw
             ]
-            table.setdefault("decide: acceptance (mean_accepted given)", {})[b] = bench_policy(
-                "acceptance", pre, args.repeats
-            )
+            bodies["decide: acceptance (mean_accepted given)"] = policy_body("acceptance", pre)
         accs = [a[4] for a in raw]
         if sglang_cls is not None:
-            table.setdefault("sglang built-in (default config)", {})[b] = bench_sglang(
-                sglang_cls, None, b, accs, args.repeats
+            closed = not args.open_loop
+            bodies["sglang built-in (default config)"] = sglang_body(sglang_cls, None, b, accs, closed)
+            bodies["sglang built-in (speculating at every bs)"] = sglang_body(
+                sglang_cls, always_on_cfg, b, accs, closed
             )
-            table.setdefault("sglang built-in (speculating at every bs)", {})[b] = bench_sglang(
-                sglang_cls, always_on_cfg, b, accs, args.repeats
-            )
-        table.setdefault("reference: sum(accepted) alone", {})[b] = _time_loop(
-            _summing(accs), args.repeats, len(accs)
-        )
+        bodies["reference: sum(accepted) alone"] = _summing(accs)
+        samples = _time_interleaved(bodies, args.repeats, args.steps)
+        for label, xs in samples.items():
+            table.setdefault(label, {})[b] = statistics.median(xs)
+            ref = samples[ref_row] if ref_row else [SGLANG_FALLBACK_S] * len(xs)
+            # the ratio of each turn's pair: both loops ran within a millisecond of each other
+            ratios.setdefault(label, {})[b] = statistics.median(x / r for x, r in zip(xs, ref, strict=True))
     if always_on_cfg:
         os.unlink(always_on_cfg)
 
-    ref_row = "sglang built-in (default config)" if sglang_cls is not None else None
-    print(f"# decide() and StepStats cost, median of {args.repeats} loops x {args.steps} steps; "
+    print(f"# decide() and StepStats cost, {results['loop']} loop, median of {args.repeats} loops x "
+          f"{args.steps} steps, every row's loops taken in turn; "
           f"Python {results['python']} {results['machine']}; {sglang_note}")
     if ref_row is None:
         print(f"# SGLang not importable: ratios are against {SGLANG_FALLBACK_S * 1e6:.1f} us/step instead")
-    vs = "vs SGLang default" if ref_row else f"vs {SGLANG_FALLBACK_S * 1e6:.0f} us"
+    vs = "vs SGLang default, median of paired loops" if ref_row else f"vs {SGLANG_FALLBACK_S * 1e6:.0f} us"
     head = "| | " + " | ".join(f"bs={b} (us)" for b in BATCH_SIZES) + f" | {vs} (bs 1/64/256) |"
     print(head)
     print("|---|" + "---:|" * (len(BATCH_SIZES) + 1))
     for label, row in table.items():
-        ref = [table[ref_row][b] if ref_row else SGLANG_FALLBACK_S for b in BATCH_SIZES]
-        ratio = " / ".join(f"{row[b] / r:.2f}x" for b, r in zip(BATCH_SIZES, ref, strict=True))
+        ratio = " / ".join(f"{ratios[label][b]:.2f}x" for b in BATCH_SIZES)
         print(f"| {label} | " + " | ".join(f"{row[b] * 1e6:.3f}" for b in BATCH_SIZES) + f" | {ratio} |")
         results["per_step_s"][label] = {str(b): row[b] for b in BATCH_SIZES}
+        results["vs_sglang_default"][label] = {str(b): ratios[label][b] for b in BATCH_SIZES}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

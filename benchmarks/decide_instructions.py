@@ -14,6 +14,10 @@ interpreter's own binary, not a shim script; ``PYTHONHASHSEED`` fixes the dict l
         benchmarks/decide_instructions.py cost_model 64 $n 2>&1 | grep 'I *refs'; done
     # (second - first) / (6 * 256) instructions per step; "sglang" instead of a policy name measures
     # SGLang's AdaptiveSpeculativeParams (run it with an interpreter where sglang is importable)
+
+The loop is closed as in ``bench_decide.py`` (a fourth argument ``open`` feeds the open loop's depth-3
+steps). SGLang's count moves by up to 2x between pairs of loop counts (its start-up varies by more than
+many loops of its steps), so for it take the slope over several loop counts (2, 42, 82, 122, 162).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from specpolicy import StepStats, make_policy  # noqa: E402
 
 def main(argv: list[str]) -> int:
     name, batch, loops = argv[0], int(argv[1]), int(argv[2])
+    closed = argv[3:4] != ["open"]
     raw = bd._inputs(batch, 256, 32, seed=batch, ids=True)
     if name == "sglang":
         cls, note = bd.load_sglang_params()
@@ -39,13 +44,25 @@ def main(argv: list[str]) -> int:
         params = cls(bd.DEPTH, None)
         get, feed = params.get_steps_for_batch, params.on_verify_complete
         accs = [a[4] for a in raw]
+        capped = bd._capped(accs)
         for _ in range(3 + loops):  # 3 warm-up loops, as for a policy
-            for acc in accs:
-                get(batch)
-                feed(acc, batch)
+            if closed:
+                for row in capped:
+                    feed(row[get(batch)], batch)
+            else:
+                for acc in accs:
+                    get(batch)
+                    feed(acc, batch)
+        return 0
+    decide = make_policy(name).decide
+    if closed:
+        rows = bd._closed_rows(raw)
+        k = bd.DEPTH
+        for _ in range(3 + loops):
+            for row in rows:
+                k = decide(row[k]).num_steps
         return 0
     stats = [StepStats.fast(*a) for a in raw]
-    decide = make_policy(name).decide
     for _ in range(3 + loops):
         for s in stats:
             decide(s)
