@@ -354,6 +354,25 @@ class CostModelPolicy:
                 pass
         elif k_obs > 0 and mean is not None:
             self._take_mean(mean, k_obs)
+        if (  # the common step: a new, sane time of the run being measured, the depth decided run
+            t.__class__ is float
+            and last_b == self._agg_batch
+            and k_obs == self._agg_k
+            and last_k == k_obs
+            and last_b.__class__ is int
+            and t != self._last_t
+            and 0.0 < t < 1e4
+        ):
+            self._last_t = t
+            n_agg = self._agg_n
+            if t * n_agg > _AGG_OUTLIER * self._agg_t or (
+                n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t)
+            ):
+                self._agg_stray(t, n_agg)
+            else:
+                self._agg_t += t
+                self._agg_n = n_agg + 1
+            return
         if t.__class__ is not float and t is not None:
             t = clean_float(t)
         if t is not None:
@@ -381,17 +400,10 @@ class CostModelPolicy:
                             self._refresh_at = [0] * len(self._refresh_at)
                         if nb == self._agg_batch and k_obs == self._agg_k:
                             n_agg = self._agg_n
-                            if t * n_agg > _AGG_OUTLIER * self._agg_t:
-                                pass  # a stray slow step (a prefill joined it, a pause): not its cost
-                            elif n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t):
-                                # the run's first step was a transition (the step after a switch pays
-                                # for it: the scheduler's other work, a catch-up) or a stray: drop it
-                                if self._agg_switch and t * _AGG_OUTLIER >= self._agg_t:
-                                    # a transition, not a stray step (those are 3x and more)
-                                    r = self._agg_t / t - 1.0  # in (-1, 2]
-                                    self._transition += _TRANSITION_WEIGHT * (r - self._transition)
-                                self._agg_t = t
-                                self._agg_switch = False
+                            if t * n_agg > _AGG_OUTLIER * self._agg_t or (
+                                n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t)
+                            ):
+                                self._agg_stray(t, n_agg)
                             else:
                                 self._agg_t += t
                                 self._agg_n = n_agg + 1
@@ -406,6 +418,20 @@ class CostModelPolicy:
                             self._agg_step = step
             except Exception:  # NaN, inf, negative, zero or not a number: missing
                 pass
+
+    def _agg_stray(self, t: float, n_agg: int) -> None:
+        """A step time of the run being measured that is not the depth's cost: a stray slow step, or the
+        run's second step showing that its first was a transition or a stray."""
+        if t * n_agg > _AGG_OUTLIER * self._agg_t:
+            return  # a stray slow step (a prefill joined it, a pause): not its cost
+        # the run's first step was a transition (the step after a switch pays for it: the scheduler's
+        # other work, a catch-up) or a stray: drop it
+        if self._agg_switch and t * _AGG_OUTLIER >= self._agg_t:
+            # a transition, not a stray step (those are 3x and more)
+            r = self._agg_t / t - 1.0  # in (-1, 2]
+            self._transition += _TRANSITION_WEIGHT * (r - self._transition)
+        self._agg_t = t
+        self._agg_switch = False
 
     def _price_batch(self, b: int, ids: Any, step: int) -> None:
         """The coming batch's expected tokens from its requests' own acceptance, and bucket b's choice
