@@ -1,11 +1,14 @@
 """Print a policy's ratios to the references on every shipped profile x workload x acceptance population.
 
     python scripts/goals_matrix.py [--policy cost_model] [--profile NAME ...] [--workload NAME ...]
-        [--population NAME ...] [--seed N] [--jobs N] [--scale F]
+        [--population NAME ...] [--seed N] [--jobs N] [--scale F] [--durations short|default]
 
 Workloads: sweep (levels 1, 8, 64), ramp, bursty, transition and a daily-cycle requests file; populations:
-reference (Beta(7, 3)), low-0.35, mixed-0.9/0.2 (specpolicy/sim/matrix.py). ``--scale`` multiplies every
-duration (1 = the short defaults, a few minutes on two cores). SGLang's rule appears when its class is
+reference (Beta(7, 3)), low-0.35, mixed-0.9/0.2 (specpolicy/sim/matrix.py). ``--durations default`` runs
+every workload for ``specpolicy simulate``'s own default duration (60 s per sweep level, at every default
+level 1, 2, 4, ..., 256; 600 s for the others and the daily cycle: about 20 minutes on two cores with
+``--jobs 2``); ``short`` (the default) is 10 s per level at 1, 8 and 64 and 60-120 s for the others, a few
+minutes. ``--scale`` multiplies every duration. SGLang's rule appears when its class is
 importable or SPECPOLICY_SGLANG_DIR names its package directory (docs/simulator.md).
 """
 
@@ -17,8 +20,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specpolicy.sim.matrix import POPULATIONS, WORKLOADS, format_matrix, run_matrix
+from specpolicy.registry import parse_config
+from specpolicy.sim.comparators import policy_label
+from specpolicy.sim.matrix import POPULATIONS, SWEEP_LEVELS, WORKLOADS, format_matrix, run_matrix
 from specpolicy.sim.profile import available_profiles
+from specpolicy.sim.workloads import BUILTIN, DEFAULT_SWEEP_LEVELS
+
+#: ``--durations default``: the simulator's own default duration of each workload (the daily cycle as long
+#: as the other time-varying ones).
+DEFAULT_DURATIONS = {**{w: b.duration_s for w, b in BUILTIN.items()}, "daily": 600.0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,11 +40,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int)
     p.add_argument("--scale", type=float, default=1.0, help="multiply every duration (default 1)")
+    p.add_argument(
+        "--durations",
+        choices=("short", "default"),
+        default="short",
+        help="short: the matrix's quick durations and sweep levels 1, 8, 64; default: the simulator's own",
+    )
     args = p.parse_args(argv)
     if not args.scale > 0:
         p.error(f"--scale must be > 0, got {args.scale!r}")
     policy = json.loads(args.policy) if args.policy.lstrip().startswith("{") else args.policy
-    workloads = {w: d * args.scale for w, d in WORKLOADS.items() if not args.workload or w in args.workload}
+    base = DEFAULT_DURATIONS if args.durations == "default" else WORKLOADS
+    levels = DEFAULT_SWEEP_LEVELS if args.durations == "default" else SWEEP_LEVELS
+    workloads = {w: base[w] * args.scale for w in WORKLOADS if not args.workload or w in args.workload}
     pops = {n: m for n, m in POPULATIONS.items() if not args.population or n in args.population}
     with tempfile.TemporaryDirectory() as tmp:
         cells = run_matrix(
@@ -45,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             workdir=Path(tmp),
             jobs=args.jobs,
+            sweep_levels=levels,
             on_cell=lambda c: print(f"  {c.profile} {c.workload} {c.population}", file=sys.stderr),
         )
-    name = policy if isinstance(policy, str) else str(policy.get("name"))
-    print(format_matrix(cells, name))
+    print(format_matrix(cells, policy_label(parse_config(policy).model_dump(mode="json"))))
     return 0
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ..registry import parse_config
 from .acceptance import AcceptanceModel, BetaAcceptance, BetaMixture
+from .comparators import policy_label
 from .report import Reference, Row, references, rows
 from .run import SimulationSpec, resolve_profile, run_simulation
 from .workloads import RequestShape, RequestStream
@@ -135,7 +137,7 @@ def run_matrix(
 ) -> list[Cell]:
     """Every (profile, workload, population) cell, in that order. ``daily`` is the daily-cycle file."""
     cells: list[Cell] = []
-    label = policy if isinstance(policy, str) else str(policy.get("name"))
+    label = policy_label(parse_config(policy).model_dump(mode="json"))  # as the simulator labels its row
     for profile in profiles:
         for workload, duration in workloads.items():
             target = workload

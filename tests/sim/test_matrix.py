@@ -81,3 +81,48 @@ def test_the_script_prints_the_matrix(capsys: Any, monkeypatch: pytest.MonkeyPat
     assert mod.main([*argv, "--scale", "0.2", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert "seed-k25-tp8-pcie  daily     mixed-0.9/0.2" in out and "worst cell per column:" in out
+
+
+def test_a_configured_policy_is_found_among_the_simulations_rows(tmp_path: Path) -> None:
+    """A policy given as a config is labelled by the simulator with what differs from its defaults; the
+    matrix must read that row (it once looked for the bare name and reported no ratios at all)."""
+    cells = run_matrix(
+        ["h200-llama8b"],
+        workloads={"sweep": 2.0},
+        populations={"reference": BetaAcceptance()},
+        policy={"name": "cost_model", "switch_margin": 0.05},
+        workdir=tmp_path,
+        jobs=1,
+        sweep_levels=(4,),
+    )
+    (cell,) = cells
+    assert cell.vs_oracle is not None and cell.vs_best_fixed is not None and 0.5 < cell.vs_oracle < 1.2
+
+
+def test_default_durations_are_the_simulators_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("goals_matrix", ROOT / "scripts" / "goals_matrix.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "goals_matrix", mod)
+    spec.loader.exec_module(mod)
+    seen: dict[str, Any] = {}
+
+    def fake_run_matrix(profiles: Any, **kw: Any) -> list[Any]:
+        seen.update(kw)
+        return []
+
+    monkeypatch.setattr(mod, "run_matrix", fake_run_matrix)
+    monkeypatch.setattr(mod, "format_matrix", lambda cells, name: "")
+    assert mod.main(["--profile", "h200-llama8b", "--durations", "default", "--scale", "0.5"]) == 0
+    from specpolicy.sim.workloads import BUILTIN, DEFAULT_SWEEP_LEVELS
+
+    assert seen["workloads"] == {
+        "sweep": BUILTIN["sweep"].duration_s * 0.5,
+        "ramp": BUILTIN["ramp"].duration_s * 0.5,
+        "bursty": BUILTIN["bursty"].duration_s * 0.5,
+        "transition": BUILTIN["transition"].duration_s * 0.5,
+        "daily": 300.0,
+    }
+    assert tuple(seen["sweep_levels"]) == DEFAULT_SWEEP_LEVELS
+    assert mod.main(["--profile", "h200-llama8b", "--workload", "ramp"]) == 0
+    assert seen["workloads"] == {"ramp": 60.0} and tuple(seen["sweep_levels"]) == (1, 8, 64)
