@@ -271,7 +271,12 @@ class CostModelPolicy:
             ids = stats[-1]  # request_ids: the last field
             if ids is not None and (
                 step >= self._batch_at
-                or (ids.__class__ is list and len(ids) <= _BATCH_SAMPLE and ids != self._batch_ids)
+                or (  # a small batch is priced when its requests change (the batch size gates it)
+                    batch <= _BATCH_SAMPLE
+                    and ids.__class__ is list
+                    and len(ids) <= _BATCH_SAMPLE
+                    and ids != self._batch_ids
+                )
             ):
                 self._price_batch(b, ids, step)
             cur = self._cur
