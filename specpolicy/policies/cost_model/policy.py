@@ -359,7 +359,7 @@ class CostModelPolicy:
                 pass
         elif k_obs > 0 and mean is not None:
             self._take_mean(mean, k_obs)
-        if (  # the common step: a new, sane time of the run being measured, the depth decided run
+        if not (  # the common step: a new, sane time of the run being measured, the depth decided run
             t.__class__ is float
             and last_b == self._agg_batch
             and k_obs == self._agg_k
@@ -368,61 +368,75 @@ class CostModelPolicy:
             and t != self._last_t
             and 0.0 < t < 1e4
         ):
+            t = self._take_time(step, batch, seq_len, k_obs, acc, t, last_b, last_k, last_len)
+            if t is None:
+                return
+        else:
             self._last_t = t
-            n_agg = self._agg_n
-            if t * n_agg > _AGG_OUTLIER * self._agg_t or (
-                n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t)
-            ):
-                self._agg_stray(t, n_agg)
-            else:
-                self._agg_t += t
-                self._agg_n = n_agg + 1
-            return
+        n_agg = self._agg_n
+        if t * n_agg > _AGG_OUTLIER * self._agg_t or (
+            n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t)
+        ):
+            self._agg_stray(t, n_agg)
+        else:
+            self._agg_t += t
+            self._agg_n = n_agg + 1
+
+    def _take_time(
+        self,
+        step: int,
+        batch: int,
+        seq_len: Any,
+        k_obs: int,
+        acc: Any,
+        t: Any,
+        last_b: Any,
+        last_k: Any,
+        last_len: Any,
+    ) -> float | None:
+        """The step time of any other step: checked and converted, and a new run begun where it starts one.
+        Returns the time when it continues the run being measured (the caller adds it), else None."""
         if t.__class__ is not float and t is not None:
             t = clean_float(t)
-        if t is not None:
-            try:
-                # the same time again: the same step re-reported
-                if 0.0 < t < 1e4 and t != self._last_t:
-                    self._last_t = t
-                    if last_k.__class__ is not int and last_k is not None:
-                        last_k = clean_count(last_k)
-                    if last_k is not None and k_obs < last_k and k_obs >= 0 and last_k <= MAX_NUM_STEPS:
-                        self._ran_other(last_k, k_obs)  # shallower than decided (deeper: no sign of a limit)
-                    if last_b.__class__ is int and 0 < last_b <= MAX_BATCH:
-                        nb = last_b  # the measured step's exact batch size, from the adapter
-                    elif last_b is not None and (c := clean_count(last_b)) and c <= MAX_BATCH:
-                        nb = c  # a numpy integer
-                    elif acc is not None:
-                        nb = len(acc)
-                    elif batch == self._last_batch and k_obs == self._last_k and 0 < batch <= MAX_BATCH:
-                        nb = batch  # not said, but load and depth hold still: the last decision's step
-                    else:
-                        nb = 0  # not said while they move: it could be another decision's, left out
-                    if nb > 0:
-                        if not self._timed:  # the first measurement: start exploring now
-                            self._timed = True
-                            self._refresh_at = [0] * len(self._refresh_at)
-                        if nb == self._agg_batch and k_obs == self._agg_k:
-                            n_agg = self._agg_n
-                            if t * n_agg > _AGG_OUTLIER * self._agg_t or (
-                                n_agg == 1 and (self._agg_switch or t * _AGG_OUTLIER < self._agg_t)
-                            ):
-                                self._agg_stray(t, n_agg)
-                            else:
-                                self._agg_t += t
-                                self._agg_n = n_agg + 1
-                        else:
-                            self._flush_time()
-                            self._agg_switch = 0 <= self._agg_k != k_obs
-                            self._agg_batch = nb
-                            self._agg_k = k_obs
-                            self._agg_len = context_length(seq_len if last_len is None else last_len)
-                            self._agg_t = t
-                            self._agg_n = 1
-                            self._agg_step = step
-            except Exception:  # NaN, inf, negative, zero or not a number: missing
-                pass
+        if t is None:
+            return None
+        try:
+            # the same time again: the same step re-reported
+            if not (0.0 < t < 1e4 and t != self._last_t):
+                return None
+            self._last_t = t
+            if last_k.__class__ is not int and last_k is not None:
+                last_k = clean_count(last_k)
+            if last_k is not None and k_obs < last_k and k_obs >= 0 and last_k <= MAX_NUM_STEPS:
+                self._ran_other(last_k, k_obs)  # shallower than decided (deeper: no sign of a limit)
+            if last_b.__class__ is int and 0 < last_b <= MAX_BATCH:
+                nb = last_b  # the measured step's exact batch size, from the adapter
+            elif last_b is not None and (c := clean_count(last_b)) and c <= MAX_BATCH:
+                nb = c  # a numpy integer
+            elif acc is not None:
+                nb = len(acc)
+            elif batch == self._last_batch and k_obs == self._last_k and 0 < batch <= MAX_BATCH:
+                nb = batch  # not said, but load and depth hold still: the last decision's step
+            else:
+                nb = 0  # not said while they move: it could be another decision's, left out
+            if nb <= 0:
+                return None
+            if not self._timed:  # the first measurement: start exploring now
+                self._timed = True
+                self._refresh_at = [0] * len(self._refresh_at)
+            if nb == self._agg_batch and k_obs == self._agg_k:
+                return t  # type: ignore[no-any-return]
+            self._flush_time()
+            self._agg_switch = 0 <= self._agg_k != k_obs
+            self._agg_batch = nb
+            self._agg_k = k_obs
+            self._agg_len = context_length(seq_len if last_len is None else last_len)
+            self._agg_t = t
+            self._agg_n = 1
+            self._agg_step = step
+        except Exception:  # NaN, inf, negative, zero or not a number: missing
+            pass
+        return None
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the
