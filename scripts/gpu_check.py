@@ -313,6 +313,22 @@ class _Pace:
         return time.time() + phase.est_s * ratio + planmod.SHUTDOWN_S <= deadline
 
 
+# What one engine start writes into its folder (run.json and engine.log are written anew by ``device``).
+RESULT_GLOBS = ("phases.jsonl", "trace*.jsonl", "dispatch.jsonl", "server_info.json", "control.txt")
+
+
+def clear_results(out: Path) -> list[str]:
+    """Remove an earlier start's results from ``out`` (a later command on the same host reuses the work
+    folder; phases and traces are appended to), so that a results folder holds one engine start only;
+    returns the names removed."""
+    gone = []
+    for pattern in RESULT_GLOBS:
+        for f in sorted(out.glob(pattern)):
+            f.unlink()
+            gone.append(f.name)
+    return gone
+
+
 def _configure_adapter(run: planmod.EngineRun, out: Path) -> Path:
     """Environment that installs specpolicy's dispatcher in the engine's scheduler; returns the control
     file that selects its policy."""
@@ -361,6 +377,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     run = planmod.EngineRun.from_json(Path(args.run).read_text())
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_results(out)
     meta = json.loads((work / "models" / "meta.json").read_text())
     control = _configure_adapter(run, out) if run.adapter else None
     os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")

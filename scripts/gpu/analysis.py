@@ -470,8 +470,17 @@ RESUME_LABEL_RE = re.compile(r"resume-(\d+)$")
 
 
 # ----------------------------------------------------------------------------------------------- engines
+def engine_phases(folder: Path) -> list[dict[str, Any]]:
+    """The records of the last engine start in ``phases.jsonl``: a results folder reused by a later
+    command on the same host holds the earlier start's records before it, and a median over both would
+    mix two engines' measurements."""
+    recs = load_jsonl(folder / "phases.jsonl")
+    starts = [i for i, r in enumerate(recs) if r.get("kind") == "engine"]
+    return recs[starts[-1] :] if starts else recs
+
+
 def _engine_record(folder: Path) -> dict[str, Any] | None:
-    return next((r for r in load_jsonl(folder / "phases.jsonl") if r.get("kind") == "engine"), None)
+    return next((r for r in engine_phases(folder) if r.get("kind") == "engine"), None)
 
 
 TP_DIR_RE = re.compile(r"tp\d+$")
@@ -644,7 +653,7 @@ def _pairs(phases: list[dict[str, Any]], recs: Sequence[dict[str, Any]], meta: d
 def analyze_engine(folder: Path, meta: dict[str, Any], depth: int, path: str | None = None) -> dict[str, Any]:
     """Every phase of one engine checked against the oracle, with its trace summary where there is one."""
     path = path or folder.name
-    recs = load_jsonl(folder / "phases.jsonl")
+    recs = engine_phases(folder)
     engine = next((r for r in recs if r.get("kind") == "engine"), None)
     log = (folder / "engine.log").read_text(errors="replace") if (folder / "engine.log").exists() else ""
     trace = load_trace(folder) if not path.startswith("base") else []

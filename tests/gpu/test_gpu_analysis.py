@@ -443,3 +443,29 @@ def test_engine_ids_split_with_and_without_tensor_parallelism() -> None:
     table: dict[str, dict[str, Any]] = {"tp2/v1/triton": {"never": {1: 5.0}}, "tp2/eagle3/v1/triton": {}}
     A._join_never(table, {"tp2/v1/triton"})
     assert table["tp2/eagle3/v1/triton"] == {"never": {1: 5.0}}
+
+
+def test_a_reused_results_folder_is_read_from_its_last_engine_start(
+    tmp_path: Path, meta: dict[str, Any]
+) -> None:
+    """A later command on the same host appends to the folder an earlier one left: only the last start's
+    phases count, so an earlier start's (here lossy, 10x faster) batches reach neither checks nor medians."""
+    (tmp_path / "models-meta.json").write_text(json.dumps(meta))
+    runs = small_plan(("v2", "base_v2"), ramp_s=0, resume_k=())
+    for run in runs:
+        write_engine(tmp_path / run.id, meta, run, log=GOOD_LOG if run.speculative else "")
+    fresh = A.analyze_dir(tmp_path)
+    base = tmp_path / "base_v2" / "triton" / "phases.jsonl"
+    recs = [json.loads(x) for x in base.read_text().splitlines()]
+    earlier = [dict(recs[0], init_s=999.0)]
+    for r in recs[1:]:
+        bad = json.loads(json.dumps(r))
+        bad["tok_per_s"] = r["tok_per_s"] * 10
+        bad["requests"][0]["output_ids"] = [x + 1 for x in bad["requests"][0]["output_ids"]]
+        earlier.append(bad)
+    base.write_text("".join(json.dumps(r) + "\n" for r in earlier + recs))
+    rep = A.analyze_dir(tmp_path)
+    assert rep["ok"] and rep["engines"]["base_v2/triton"]["init_s"] == recs[0]["init_s"]
+    assert rep["perf"] == fresh["perf"] and rep["perf_samples"] == fresh["perf_samples"]
+    base.write_text("".join(json.dumps(r) + "\n" for r in recs + earlier))  # the lossy start last
+    assert not A.analyze_dir(tmp_path)["ok"]

@@ -476,3 +476,22 @@ def test_ramp_request_reads_cumulative_and_delta_chunks() -> None:
         rec = asyncio.run(G._ramp_request(eng, [9], {}, 0.0, 0.5))
         assert rec["output_ids"] == [1, 2, 3, 4] and rec["completion_tokens"] == 4
         assert rec["scheduled_s"] == 0.5 and rec["finish_s"] >= rec["first_token_s"] >= rec["arrival_s"]
+
+
+def test_an_engine_start_clears_what_an_earlier_start_left_in_its_folder(tmp_path: Path) -> None:
+    """Phases and traces are appended to: a second command on the same host must not inherit the first's."""
+    out = tmp_path / "v2" / "triton"
+    out.mkdir(parents=True)
+    left = [
+        "phases.jsonl",
+        "trace.jsonl",
+        "trace.rank1.jsonl",
+        "dispatch.jsonl",
+        "server_info.json",
+        "control.txt",
+    ]
+    for name in [*left, "run.json", "engine.log", "notes.txt"]:
+        (out / name).write_text("earlier\n")
+    assert sorted(G.clear_results(out)) == sorted(left)
+    assert sorted(p.name for p in out.iterdir()) == ["engine.log", "notes.txt", "run.json"]
+    assert G.clear_results(out) == []
