@@ -64,8 +64,8 @@ class AdapterSettings(BaseModel):
     built). ``draft_catch_up`` (legacy SGLang): ``lazy`` skips the drafter while off and brings its state up
     to date in one batched extend when speculation resumes (for EAGLE drafters from the target's hidden
     states kept on the GPU for ``draft_catch_up_window`` positions, caught up inside an off step when the
-    window fills); ``per_step`` runs SGLang's one-token draft extend in every off step; ``auto`` picks
-    ``lazy`` for STANDALONE and ``per_step`` for EAGLE / EAGLE-3.
+    window fills); ``per_step`` runs SGLang's one-token draft extend in every off step; ``auto`` is ``lazy``
+    where the catch-up covers the engine's settings (not with mixed chunked prefill or paged KV).
     ``step_clock`` (legacy SGLang): how step times are measured. ``auto`` times the overlap worker's steps
     with CUDA events (its wall-clock intervals belong to neighbouring steps) and the others with the host
     clock; ``host`` uses the host clock everywhere (no event is recorded on the GPU stream).

@@ -11,6 +11,7 @@ last token and hidden state, so a missing or wrong hidden state changes both.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import legacy_support as ls
@@ -409,8 +410,10 @@ def test_lazy_eagle_allocates_the_window_once_at_start_up(
     names: FieldNames, monkeypatch: pytest.MonkeyPatch, path: str, algo: str, width: int
 ) -> None:
     """draft_catch_up=lazy: a window of pool rows x W x the target's hidden width (EAGLE-3: three
-    auxiliary layers), its bytes in the start-up label; auto keeps SGLang's per-step extend."""
+    auxiliary layers), its bytes in the start-up label; auto is lazy with the default window, per_step keeps
+    SGLang's per-step extend."""
     from specpolicy.adapters.settings import AdapterSettings
+
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
 
     monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
@@ -424,11 +427,15 @@ def test_lazy_eagle_allocates_the_window_once_at_start_up(
     assert off.draft_hidden == (16, torch.bfloat16)
     assert f"kept for 8 positions (10 x 8 x {width} bfloat16, {h.nbytes / 2**20:.1f} MiB)" in off.label
     auto = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
-    assert auto.lag is None and auto.label.endswith("one-token draft extend per step")
+    assert auto.lag is not None and auto.lag.hidden is not None and auto.lag.hidden.window == 32
+    per_step = AdapterSettings.build("static", draft_catch_up="per_step")
+    kept = install_mod.build_off_path(w, sa, per_step, names)
+    assert kept.lag is None and kept.label.endswith("one-token draft extend per step")
 
 
 def test_lazy_standalone_keeps_no_hidden_states(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> None:
     from specpolicy.adapters.settings import AdapterSettings
+
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
 
     monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
@@ -503,3 +510,32 @@ def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
         h.write(1, torch.tensor([1]), torch.ones(1, 6))
     assert h.resized and tuple(h.buf.shape) == (2, 3, 6) and "reallocated" in caplog.text
     assert h.gather(1, torch.tensor([1]), [1]).tolist() == [[1.0] * 6]
+
+
+@pytest.mark.parametrize(("mode", "refused"), [("auto", False), ("lazy", True)])
+def test_a_window_that_cannot_be_built_falls_back_to_the_per_step_extend_under_auto_only(
+    names: FieldNames,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    refused: bool,
+) -> None:
+    """auto (the default) keeps the engine serving with SGLang's per-step extend and says why; an explicit
+    lazy fails the start-up, where the install's refuse-or-warn setting takes over."""
+    from specpolicy.adapters.settings import AdapterSettings
+
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    w, sa = _eagle_worker(names, "v1", "EAGLE3")
+    del w.req_to_token_pool
+    settings = AdapterSettings.build("static", draft_catch_up=mode)
+    if refused:
+        with pytest.raises(AttributeError, match="req_to_token_pool"):
+            install_mod.build_off_path(w, sa, settings, names)
+        return
+    with caplog.at_level(logging.INFO, logger=install_mod.log.name):
+        off = install_mod.build_off_path(w, sa, settings, names)
+    assert off.lag is None and off.draft_hidden is None
+    assert off.label.endswith("one-token draft extend per step")
+    assert any("no hidden-state window (AttributeError" in r.getMessage() for r in caplog.records)

@@ -198,14 +198,10 @@ def _unsupported_reason(scheduler: Any, worker: Any, path: str | None) -> str | 
 def _lazy_draft(settings: AdapterSettings, sa: Any) -> tuple[bool, str]:
     """Whether off steps may skip the drafter (see ``draft_lag``), and why not when they may not.
 
-    ``auto`` is lazy for draft models only: the EAGLE catch-up from kept hidden states is exact on the CPU
-    proofs but opt-in (``lazy``) until proven live."""
-    algo = str(getattr(sa, "speculative_algorithm", "")).upper()
-    mode = settings.draft_catch_up
-    if mode == "per_step":
+    ``auto`` is lazy for every drafter: measured live, the EAGLE off step without its per-step draft extend
+    is as fast or faster (docs/gpu-results.md), and the catch-up keeps acceptance exact."""
+    if settings.draft_catch_up == "per_step":
         return False, "configured"
-    if algo != "STANDALONE" and mode == "auto":
-        return False, f"{algo} drafters catch up lazily only with draft_catch_up=lazy"
     if getattr(sa, "enable_mixed_chunk", False):
         return False, "mixed chunked prefill runs decode requests inside extend batches"
     if getattr(sa, "page_size", 1) not in (None, 1):
@@ -235,12 +231,18 @@ def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: Field
             )
     sizes = sizes_only_target(mr, sa) if decode is not None else build_one_token_target(mr, sa, graphs=graphs)
     lazy, why = _lazy_draft(settings, sa) if decode is not None else (False, "one-token verify off step")
-    if not lazy and why:
-        log.info("specpolicy: off steps run a one-token draft extend: %s", why)
     window, draft_hidden = None, None
     if lazy and algo != "STANDALONE":
-        window = _hidden_window(worker, settings.draft_catch_up_window)
-        draft_hidden = _draft_hidden(worker)
+        try:
+            window = _hidden_window(worker, settings.draft_catch_up_window)
+            draft_hidden = _draft_hidden(worker)
+        except Exception as exc:
+            if settings.draft_catch_up == "lazy":  # asked for explicitly: refuse (or warn) at start-up
+                raise
+            # auto: the per-step extend needs none of this and is exact too, only slower while off
+            lazy, window, why = False, None, f"no hidden-state window ({type(exc).__name__}: {exc})"
+    if not lazy and why:
+        log.info("specpolicy: off steps run a one-token draft extend: %s", why)
     return OffPath(
         names=names,
         sizes=sizes,
