@@ -305,7 +305,13 @@ def perf_policies(depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
         "cost_model": {"name": "cost_model", "steps": [depth]},
         "hysteresis": {**HYSTERESIS_TUNED, "num_steps": depth},
         "threshold": {"name": "threshold", "num_steps": depth},
+        "cost_model-kept": {"name": "cost_model", "steps": [depth]},
     }
+
+
+#: Labels whose policy the dispatcher does not reset between phases (``cost_model-kept``: one cost_model
+#: for the engine's life, as in serving, beside ``cost_model``, which starts fresh in every phase).
+KEPT_POLICIES = frozenset({"cost_model-kept"})
 
 
 def resume_policies(ks: Sequence[int], depth: int = LAUNCH_DEPTH) -> dict[str, Any]:
@@ -366,6 +372,7 @@ def dispatch_config(
         "log_file": log_file,
         "policies": policies,
         "initial": initial,
+        "keep": sorted(KEPT_POLICIES & set(policies)),
     }
 
 
@@ -376,7 +383,7 @@ def ref_rate(side: str, policy: str, c: float) -> float:
     A label without measurements (threshold, resume-k) gets the slowest row: estimates err on the long side.
     """
     table = REF_TOK_S.get(side, REF_TOK_S["v2"])
-    row = table.get(policy)
+    row = table.get(policy.removesuffix("-kept"))  # a kept policy runs as fast as the fresh one
     if row is None:
         row = tuple(min(r[i] for r in table.values()) for i in range(len(CONCURRENCY)))
     x = math.log2(min(max(c, CONCURRENCY[0]), CONCURRENCY[-1]))

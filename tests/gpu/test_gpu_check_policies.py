@@ -163,6 +163,7 @@ def test_dispatch_candidate_steps_are_the_union(tmp_path: Path) -> None:
         ({"policies": {"a": {"name": "static", "num_steps": -1}}, "initial": "a"}, "num_steps"),
         ({"policies": {"a": {"name": "gpucheck_dispatch"}}, "initial": "a"}, "nest"),
         ({"policies": {}}, "policies"),
+        ({"keep": ["a", "b"]}, "keep"),
     ],
 )
 def test_dispatch_config_errors_name_the_problem(change: dict[str, object], field: str) -> None:
@@ -269,3 +270,28 @@ def test_dispatch_disarms_the_skip_when_it_switches_away(tmp_path: Path) -> None
     write_control(control, 3, "skip")
     assert pol.decide(S).num_steps == 0 and CATCH_UP_SKIP.armed  # fresh: off first again
     assert cfg.candidate_steps() == (0, 3)
+
+
+def test_dispatch_keeps_what_a_kept_child_learned_across_phases(tmp_path: Path) -> None:
+    """A child in ``keep`` resumes where it stopped when its label comes back; the others start fresh."""
+    control = tmp_path / "control.txt"
+    write_control(control, 1, "kept")
+    cyc = {"name": "gpucheck_cycle", "depths": [3, 0], "period": 2}
+    cfg = DispatchConfig(
+        control_file=str(control),
+        initial="kept",
+        policies={"kept": cyc, "fresh": cyc, "off": {"name": "static", "num_steps": 0}},
+        keep=["kept"],
+    )
+    pol = DispatchPolicy(cfg)
+    assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 0]
+    write_control(control, 2, "off")
+    assert pol.decide(S).num_steps == 0
+    write_control(control, 3, "kept")  # resumes mid-cycle: one more 0, then 3s
+    assert [pol.decide(S).num_steps for _ in range(3)] == [0, 3, 3]
+    write_control(control, 4, "fresh")
+    assert [pol.decide(S).num_steps for _ in range(3)] == [3, 3, 0]
+    write_control(control, 5, "off")
+    pol.decide(S)
+    write_control(control, 6, "fresh")  # not kept: from its first depth again
+    assert [pol.decide(S).num_steps for _ in range(2)] == [3, 3]

@@ -357,3 +357,18 @@ def test_a_tensor_parallel_plan_adds_one_rank_faults_and_keeps_its_size() -> Non
     assert one.id == "v2/triton" and "raise-rank1" not in one.policies
     with pytest.raises(ValueError, match="tp"):
         P.build_plan(("v2",), tp=0)
+
+
+def test_the_kept_cost_model_is_one_policy_for_the_engines_life(tmp_path: Path) -> None:
+    """``--perf cost_model-kept``: its phases interleave with the others, and the dispatcher is told not to
+    reset it; a plan without it keeps nothing."""
+    from specpolicy_gpucheck import DispatchConfig
+
+    run = P.build_plan(("v2",), concurrency=(1, 16), perf=("cost_model", "cost_model-kept"))[0]
+    perf = [ph.policy for ph in run.phases if ph.kind == "perf"]
+    assert perf.count("cost_model-kept") == perf.count("cost_model") == 2 * 3
+    cfg = P.dispatch_config(run.policies, str(tmp_path / "c"), str(tmp_path / "l"), "always-on")
+    assert cfg["keep"] == ["cost_model-kept"] and DispatchConfig(**cfg).keep == ["cost_model-kept"]
+    assert run.policies["cost_model-kept"] == run.policies["cost_model"]
+    plain = P.build_plan(("v2",), concurrency=(1,))[0]
+    assert P.dispatch_config(plain.policies, "c", "l", "always-on")["keep"] == []

@@ -274,6 +274,10 @@ class DispatchConfig(PolicyConfig):
     policies: dict[str, Any] = Field(min_length=1, description="label -> policy spec (name, mapping or JSON)")
     initial: str = Field(description="label active until the control file names another")
     log_file: str | None = Field(None, description="JSONL file where each switch is recorded")
+    keep: list[str] = Field(
+        default_factory=list,
+        description="labels whose policy is not reset when activated: it keeps what it learned across phases",
+    )
 
     @field_validator("policies")
     @classmethod
@@ -288,6 +292,9 @@ class DispatchConfig(PolicyConfig):
     def _initial_known(self) -> DispatchConfig:
         if self.initial not in self.policies:
             raise ValueError(f"initial: {self.initial!r} is not one of the labels {sorted(self.policies)}")
+        unknown = sorted(set(self.keep) - set(self.policies))
+        if unknown:
+            raise ValueError(f"keep: {unknown} are not among the labels {sorted(self.policies)}")
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:
@@ -305,7 +312,9 @@ class DispatchConfig(PolicyConfig):
 
 class DispatchPolicy:
     """Runs the active child; a new generation in the mapped control file activates the named child and
-    resets it, so each request batch (phase) of the check starts its policy fresh, as a simulated run does."""
+    resets it, so each request batch (phase) of the check starts its policy fresh, as a simulated run does.
+    A child in ``keep`` is not reset: like a policy serving one engine for its life, it carries what it
+    learned in its earlier phases (at other loads) into the next."""
 
     def __init__(self, config: DispatchConfig) -> None:
         self.config = config
@@ -316,6 +325,7 @@ class DispatchPolicy:
         self._n = 0
         self.label = config.initial
         self._active = self._children[self.label]
+        self._keep = frozenset(config.keep)
 
     def decide(self, stats: StepStats) -> SpecMode:
         self._n += 1
@@ -341,7 +351,8 @@ class DispatchPolicy:
         if child is None:
             return
         CATCH_UP_SKIP.armed = False  # a skipping child re-arms it on its first decision
-        child.reset()
+        if label not in self._keep:
+            child.reset()
         self.label, self._active = label, child
         if self.config.log_file:
             rec = {"ts": time.time(), "label": label, "decide_index": self._n, "pid": os.getpid()}
