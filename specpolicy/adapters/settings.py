@@ -89,7 +89,8 @@ class AdapterSettings(BaseModel):
         32,
         ge=1,
         le=4096,
-        description="EAGLE lazy catch-up: off-step hidden states kept per request before a catch-up runs",
+        description="EAGLE lazy catch-up: off-step hidden states kept per request before a catch-up runs"
+        " (auto: shortened to 10% of the free GPU memory)",
     )
     step_clock: StepClock = "auto"
     decide_budget_s: float = Field(

@@ -539,3 +539,63 @@ def test_a_window_that_cannot_be_built_falls_back_to_the_per_step_extend_under_a
     assert off.lag is None and off.draft_hidden is None
     assert off.label.endswith("one-token draft extend per step")
     assert any("no hidden-state window (AttributeError" in r.getMessage() for r in caplog.records)
+
+
+@given(
+    window=st.integers(1, 4096),
+    rows=st.integers(1, 1024),
+    width=st.integers(1, 30000),
+    itemsize=st.sampled_from([1, 2, 4]),
+    free=st.one_of(st.none(), st.integers(0, 2**40)),
+)
+@settings(max_examples=300, deadline=None)
+def test_an_auto_window_fits_its_share_of_the_free_memory_or_is_refused(
+    window: int, rows: int, width: int, itemsize: int, free: int | None
+) -> None:
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+    per_position = rows * width * itemsize
+    try:
+        w = install_mod.fitted_window(window, rows=rows, width=width, itemsize=itemsize, free=free)
+    except MemoryError as exc:
+        assert free is not None and (install_mod._MIN_AUTO_WINDOW * per_position > free * 0.1)
+        assert "MiB free" in str(exc)
+        return
+    if free is None or window * per_position <= free * install_mod._WINDOW_FREE_SHARE:
+        assert w == window  # unknown memory, or it fits: the configured window
+    else:
+        assert install_mod._MIN_AUTO_WINDOW <= w < window
+        assert w * per_position <= free * install_mod._WINDOW_FREE_SHARE < (w + 1) * per_position
+
+
+@pytest.mark.parametrize(
+    ("mode", "free", "window"),
+    [("auto", None, 32), ("auto", 10**12, 32), ("auto", 10 * 10 * 48 * 2 * 10, 10), ("lazy", 1, 32)],
+)
+def test_auto_shortens_the_window_to_the_free_memory_and_lazy_keeps_what_was_asked(
+    names: FieldNames, monkeypatch: pytest.MonkeyPatch, mode: str, free: int | None, window: int
+) -> None:
+    """10 pool rows x 48 wide (EAGLE-3 over 16) x bf16 = 960 bytes a position: 10% of 96,000 bytes holds
+    10 positions, fewer than the 32 asked; an explicit ``lazy`` is not shortened (nor refused)."""
+    from specpolicy.adapters.settings import AdapterSettings
+
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    monkeypatch.setattr(install_mod, "_free_gpu_bytes", lambda device: free)
+    w, sa = _eagle_worker(names, "v1", "EAGLE3")
+    off = install_mod.build_off_path(w, sa, AdapterSettings.build("static", draft_catch_up=mode), names)
+    assert off.lag is not None and off.lag.hidden is not None and off.lag.hidden.window == window
+
+
+def test_auto_runs_the_per_step_extend_where_not_even_a_short_window_fits(
+    names: FieldNames, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from specpolicy.adapters.settings import AdapterSettings
+
+    install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
+    monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
+    monkeypatch.setattr(install_mod, "_free_gpu_bytes", lambda device: 10 * 960 * 3)  # 3 positions
+    w, sa = _eagle_worker(names, "v2", "EAGLE3")
+    with caplog.at_level(logging.INFO, logger=install_mod.log.name):
+        off = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
+    assert off.lag is None and off.label.endswith("one-token draft extend per step")
+    assert any("no hidden-state window (MemoryError: 4 positions" in r.getMessage() for r in caplog.records)

@@ -234,7 +234,9 @@ def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: Field
     window, draft_hidden = None, None
     if lazy and algo != "STANDALONE":
         try:
-            window = _hidden_window(worker, settings.draft_catch_up_window)
+            window = _hidden_window(
+                worker, settings.draft_catch_up_window, fit=settings.draft_catch_up == "auto"
+            )
             draft_hidden = _draft_hidden(worker)
         except Exception as exc:
             if settings.draft_catch_up == "lazy":  # asked for explicitly: refuse (or warn) at start-up
@@ -274,17 +276,63 @@ def _target_hidden_width(worker: Any) -> int:
     return int(cfg.hidden_size) * (3 if aux else 1)  # 0.5.10.post1's EAGLEWorker rule
 
 
-def _hidden_window(worker: Any, window: int) -> HiddenWindow:
-    """The buffer for the target's hidden states while off: one row per request-pool slot."""
+#: ``auto``: the hidden-state window takes at most this share of the GPU memory free when the worker is
+#: attached (SGLang has sized its KV pool by then); a window that does not fit is shortened, and below
+#: ``_MIN_AUTO_WINDOW`` positions (a catch-up every few off steps) the per-step extend runs instead.
+_WINDOW_FREE_SHARE = 0.1
+_MIN_AUTO_WINDOW = 4
+
+
+def fitted_window(window: int, *, rows: int, width: int, itemsize: int, free: int | None) -> int:
+    """The positions per request an ``auto`` window keeps: ``window``, or fewer where its buffer would take
+    more than ``_WINDOW_FREE_SHARE`` of ``free`` bytes (None: unknown, off CUDA); MemoryError below
+    ``_MIN_AUTO_WINDOW``."""
+    if free is None:
+        return window
+    per_position = rows * width * itemsize
+    fits = int(free * _WINDOW_FREE_SHARE) // per_position
+    if fits >= window:
+        return window
+    if fits < _MIN_AUTO_WINDOW:
+        raise MemoryError(
+            f"{_MIN_AUTO_WINDOW} positions of {rows} x {width} x {itemsize} bytes need"
+            f" {_MIN_AUTO_WINDOW * per_position / 2**20:.1f} MiB, more than {_WINDOW_FREE_SHARE:.0%} of the"
+            f" {free / 2**20:.0f} MiB free"
+        )
+    log.info(
+        "specpolicy: the hidden-state window keeps %d positions per request, not %d: %d would take more than"
+        " %.0f%% of the %.0f MiB of GPU memory free",
+        fits,
+        window,
+        window,
+        100 * _WINDOW_FREE_SHARE,
+        free / 2**20,
+    )
+    return fits
+
+
+def _free_gpu_bytes(device: Any) -> int | None:
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def _hidden_window(worker: Any, window: int, *, fit: bool) -> HiddenWindow:
+    """The buffer for the target's hidden states while off: one row per request-pool slot; ``fit``
+    (``auto``) shortens it to what the free GPU memory allows (``fitted_window``)."""
+    import torch
+
     req_to_token = worker.req_to_token_pool.req_to_token
     cfg = worker.target_worker.model_runner.model_config
-    return HiddenWindow(
-        rows=int(req_to_token.shape[0]),
-        window=window,
-        width=_target_hidden_width(worker),
-        dtype=cfg.dtype,
-        device=req_to_token.device,
-    )
+    rows, width = int(req_to_token.shape[0]), _target_hidden_width(worker)
+    if fit:
+        itemsize = torch.empty((), dtype=cfg.dtype).element_size()
+        free = _free_gpu_bytes(req_to_token.device)
+        window = fitted_window(window, rows=rows, width=width, itemsize=itemsize, free=free)
+    return HiddenWindow(rows=rows, window=window, width=width, dtype=cfg.dtype, device=req_to_token.device)
 
 
 def _draft_hidden(worker: Any) -> tuple[int, Any]:
