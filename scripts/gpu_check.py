@@ -621,7 +621,7 @@ def cmd_device(args: argparse.Namespace) -> int:
         return rc
     ids = tuple(r.id for r in runs)
     tag = "-".join([*(_csv(args.paths) or ("doctor",)), *_csv(args.attn)])
-    starts = planmod.engine_starts(runs)
+    started: list[str] = []
     status = 0
     for i, run in enumerate(runs):
         left = t_end - time.time()
@@ -629,7 +629,13 @@ def cmd_device(args: argparse.Namespace) -> int:
             print(f"GC SKIP {run.id}: {left:.0f}s left < {args.min_engine_s}s")
             status = 1
             continue
-        deadline = planmod.engine_deadline(time.time(), t_end - args.margin_s, runs[i + 1 :], starts[i + 1 :])
+        start, *later = planmod.engine_starts(runs[i:], started)
+        deadline = planmod.engine_deadline(time.time(), t_end - args.margin_s, runs[i + 1 :], later)
+        if planmod.serves_nothing(time.time(), deadline, start, run):
+            print(f"GC SKIP {run.id}: its start (~{start:.0f}s) would leave it no phase before its deadline")
+            status = 1
+            continue
+        started.append(run.backend)
         status |= _run_engine(run, work, deadline, t_end - args.margin_s) != 0
         _pack(work, out, ids, tag)
     if args.doctor_smoke:

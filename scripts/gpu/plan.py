@@ -536,11 +536,12 @@ def core_s(run: EngineRun) -> float:
     return est["warmup"] + est["check"] + est["perf"]
 
 
-def engine_starts(runs: Sequence[EngineRun]) -> list[float]:
-    """Start estimates of engines run in this order on one host."""
-    seen: set[str] = set()
+def engine_starts(runs: Sequence[EngineRun], started: Sequence[str] = ()) -> list[float]:
+    """Start estimates of engines run in this order on one host, after engines of the backends in
+    ``started`` (one entry per engine started before them: the first start on a host is cold)."""
+    seen = set(started)
     out = []
-    for i, run in enumerate(runs):
+    for i, run in enumerate(runs, len(started)):
         out.append(start_estimate_s(i, run.backend, run.backend not in seen))
         seen.add(run.backend)
     return out
@@ -556,6 +557,14 @@ def engine_deadline(
     return max(now, t_end - reserve)
 
 
+def serves_nothing(now: float, deadline: float, start_s: float, run: EngineRun) -> bool:
+    """Whether an engine would serve no phase: its estimated start and first phase end past its deadline
+    (what the engines after it reserve). The device command does not start such an engine: a start costs
+    60-160 s of the budget, which the engines after it can use."""
+    first = run.phases[0].est_s if run.phases else 0.0
+    return now + start_s + first + SHUTDOWN_S > deadline
+
+
 def format_plan(
     runs: Sequence[EngineRun], budget_s: float, build_s: float = 20.0, margin_s: float = 0.0
 ) -> str:
@@ -568,9 +577,14 @@ def format_plan(
     ]
     end = budget_s - margin_s
     t = build_s
-    starts = engine_starts(runs)
-    for i, (run, start) in enumerate(zip(runs, starts, strict=True)):
-        deadline = engine_deadline(t + start, end, runs[i + 1 :], starts[i + 1 :])
+    started: list[str] = []
+    for i, run in enumerate(runs):
+        start, *later = engine_starts(runs[i:], started)
+        deadline = engine_deadline(t, end, runs[i + 1 :], later)
+        if serves_nothing(t, deadline, start, run):
+            lines.append(f"engine {run.id}: NOT STARTED (its start, ~{start:.0f} s, would leave it no phase)")
+            continue
+        started.append(run.backend)
         t += start
         lines.append(f"engine {run.id}: start ~{start:.0f} s (at ~{t:.0f} s)")
         cut: list[str] = []

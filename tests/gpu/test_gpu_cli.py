@@ -495,3 +495,28 @@ def test_an_engine_start_clears_what_an_earlier_start_left_in_its_folder(tmp_pat
     assert sorted(G.clear_results(out)) == sorted(left)
     assert sorted(p.name for p in out.iterdir()) == ["engine.log", "notes.txt", "run.json"]
     assert G.clear_results(out) == []
+
+
+def test_device_does_not_start_an_engine_that_would_serve_nothing(tmp_path: Path) -> None:
+    """With a budget where the later engine's reserve leaves v2 no phase, the device command skips v2
+    (said, exit status 1) and base_v2 gets the budget; the dry run says the same."""
+    import subprocess
+    import sys
+
+    import plan as P
+
+    work, out, env, script = _fake_device(tmp_path, {"agree": 0.7})
+    opts = ["--paths", "v2,base_v2", "--concurrency", "1", "--perf-tokens", "12", "--repeats", "1"]
+    opts += ["--min-batch-s", "0", "--ramp-s", "0", "--resume-k", "", "--min-engine-s", "1"]
+    runs = P.build_plan(
+        ("v2", "base_v2"), concurrency=(1,), perf_tokens=12, repeats=1, min_batch_s=0.0, ramp_s=0, resume_k=()
+    )
+    reserve = P.core_s(runs[1]) + P.START_WARM_S + P.SHUTDOWN_S
+    budget = str(round(reserve + P.START_COLD_S - P.START_WARM_S + 10.0 + 30.0))  # margin 10 s
+    base = [sys.executable, str(script), "device", "--work", str(work), "--out", str(out), *opts]
+    dry = subprocess.run([*base, "--budget-s", budget, "--dry-run"], env=env, capture_output=True, text=True)
+    assert "engine v2/triton: NOT STARTED" in dry.stdout, dry.stdout
+    proc = subprocess.run([*base, "--budget-s", budget], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "GC SKIP v2/triton: its start" in proc.stdout and "GC ENGINE v2/triton" not in proc.stdout
+    assert "GC ENGINE base_v2/triton rc=0" in proc.stdout

@@ -372,3 +372,25 @@ def test_the_kept_cost_model_is_one_policy_for_the_engines_life(tmp_path: Path) 
     assert run.policies["cost_model-kept"] == run.policies["cost_model"]
     plain = P.build_plan(("v2",), concurrency=(1,))[0]
     assert P.dispatch_config(plain.policies, "c", "l", "always-on")["keep"] == []
+
+
+def test_an_engine_that_would_serve_nothing_is_not_started_and_leaves_its_time_to_the_next() -> None:
+    """A start is 60-160 s of device time: where the later engines' reserve leaves an engine no phase,
+    the plan (and the device command, with the same functions) skips it, and the next engine's start is
+    then the host's cold one."""
+    runs = P.build_plan(("v2", "base_v2"), concurrency=SITTING, ramp_s=0, resume_k=())
+    assert P.engine_starts(runs[1:], ["triton"]) == [P.START_WARM_S]
+    assert P.engine_starts(runs[1:]) == [P.START_COLD_S]
+    reserve = P.core_s(runs[1]) + P.START_WARM_S + P.SHUTDOWN_S
+    first = runs[0].phases[0].est_s
+    deadline = P.engine_deadline(0.0, 1000.0, runs[1:], [P.START_WARM_S])
+    assert deadline == pytest.approx(1000.0 - reserve)
+    room = deadline - P.START_COLD_S - P.SHUTDOWN_S
+    assert not P.serves_nothing(0.0, deadline, P.START_COLD_S, runs[0])
+    assert P.serves_nothing(room - first + 0.5, deadline, P.START_COLD_S, runs[0])
+    assert not P.serves_nothing(room - first - 0.5, deadline, P.START_COLD_S, runs[0])
+    budget = reserve + P.START_COLD_S - P.START_WARM_S + 40.0  # base_v2 fits as the cold start, v2 does not
+    text = P.format_plan(runs, budget, build_s=0.0)
+    assert "engine v2/triton: NOT STARTED" in text
+    assert f"engine base_v2/triton: start ~{P.START_COLD_S:.0f} s (at ~{P.START_COLD_S:.0f} s)" in text
+    assert "CUT" not in text.split("base_v2/triton")[1]
