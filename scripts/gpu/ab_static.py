@@ -10,7 +10,9 @@ same batches, and separates the candidate causes by switching one thing at a tim
 - ``on``: specpolicy ``static`` with the default settings, no trace;
 - ``on_verify``: the same with ``off_step=verify`` (no decode attention backend or graphs are built);
 - ``on_host``: the same with ``step_clock=host`` (no CUDA event recorded per step);
-- ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace).
+- ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace);
+- ``base_v1`` / ``off_v1`` / ``off_eagle3_v1`` (and ``_v2``): the speculation-free engine, and every step off
+  in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes.
 
 Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length),
 then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
@@ -19,8 +21,9 @@ time, the profiled window, kernel count and the CUDA runtime calls (synchronisat
     python3 scripts/gpu/ab_static.py --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
         --concurrency 1,16,64 --profile 1,16 --budget-s 480
 
-Needs the test models (``scripts/gpu_check.py build-models``), SGLang, specpolicy and the test policies on
-PYTHONPATH. Each variant runs in its own process; results go to ``OUT/ab-<variant>.json``.
+Needs the test models (``scripts/gpu_check.py build-models``, with ``--eagle3`` for the EAGLE-3 variants),
+SGLang, specpolicy and the test policies on PYTHONPATH. Each variant runs in its own process; results go to
+``OUT/ab-<variant>.json``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 STATIC = {"name": "static", "num_steps": 3}
+OFF = {"name": "static", "num_steps": 0}
 #: variant -> (engine path, environment; None = SGLang's own speculation)
 VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "plain": ("v2", None),
@@ -52,6 +56,15 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "on_check": ("v2", {}),  # filled in run_variant: dispatcher + trace, as scripts/gpu_check.py runs it
     "plain_v1": ("v1", None),
     "on_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
+    # Where an EAGLE-3 off step loses to a speculation-free step (0.81-0.88x live, against 0.94-0.99x for
+    # a draft model's): every step off in the EAGLE-3 engine and the draft-model engine, beside the
+    # speculation-free engine of the same worker.
+    "base_v1": ("base_v1", None),
+    "off_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
+    "off_eagle3_v1": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
+    "base_v2": ("base_v2", None),
+    "off_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
+    "off_eagle3_v2": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
 }
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}

@@ -55,3 +55,16 @@ def test_a_trace_without_kernels_says_so(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text(json.dumps({"traceEvents": []}))
     assert ab_static.summarize(str(f)) == {"error": "no kernels in the trace"}
+
+
+@pytest.mark.parametrize("side", ["v1", "v2"])
+def test_the_off_step_variants_run_every_step_off_beside_the_speculation_free_engine(side: str) -> None:
+    """The EAGLE-3 off step against the draft model's and a speculation-free step, on one worker kind."""
+    import plan as P
+
+    assert ab_static.VARIANTS[f"base_{side}"] == (f"base_{side}", None)
+    for variant, path in ((f"off_{side}", side), (f"off_eagle3_{side}", f"eagle3_{side}")):
+        p, env = ab_static.VARIANTS[variant]
+        assert p == path and p in P.ADAPTER_PATHS and env is not None
+        s = AdapterSettings.from_env(env)
+        assert s is not None and s.policy.candidate_steps() == (0,)
