@@ -375,7 +375,7 @@ def test_the_kept_cost_model_is_one_policy_for_the_engines_life(tmp_path: Path) 
 
 
 def test_an_engine_that_would_serve_nothing_is_not_started_and_leaves_its_time_to_the_next() -> None:
-    """A start is 60-160 s of device time: where the later engines' reserve leaves an engine no phase,
+    """A start is 60-160 s of GPU time: where the later engines' reserve leaves an engine no phase,
     the plan (and the device command, with the same functions) skips it, and the next engine's start is
     then the host's cold one."""
     runs = P.build_plan(("v2", "base_v2"), concurrency=SITTING, ramp_s=0, resume_k=())
