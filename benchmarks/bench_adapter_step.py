@@ -174,8 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cell = _time(step, args.steps, args.repeats, args.best)
                 table.setdefault(f"{label} ({policy})", {})[b] = cell
     stat = "fastest" if args.best else "median"
-    print(f"# adapter step path, {stat} of {args.repeats} loops x {args.steps} steps, metrics "
-          f"{'on' if args.metrics else 'off'}, trace off")
+    print(
+        f"# adapter step path, {stat} of {args.repeats} loops x {args.steps} steps, metrics "
+        f"{'on' if args.metrics else 'off'}, trace off"
+    )
     print("| | " + " | ".join(f"bs={b} (us)" for b in BATCH_SIZES) + " |")
     print("|---|" + "---:|" * len(BATCH_SIZES))
     for label, row in table.items():

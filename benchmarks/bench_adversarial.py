@@ -64,16 +64,65 @@ class Tensorish:
 
 
 BAD_COUNTS: tuple[Any, ...] = (
-    -1, 10**400, 2**64, 7.0, 3.0, 3.5, np.int64(3), np.int32(-1), np.uint8(2), np.float64(3.0), True, False,
-    "3", b"3", math.nan, math.inf, -math.inf, 1e300, Tensorish(), object(), [1, 2], None,
+    -1,
+    10**400,
+    2**64,
+    7.0,
+    3.0,
+    3.5,
+    np.int64(3),
+    np.int32(-1),
+    np.uint8(2),
+    np.float64(3.0),
+    True,
+    False,
+    "3",
+    b"3",
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e300,
+    Tensorish(),
+    object(),
+    [1, 2],
+    None,
 )
 BAD_FLOATS: tuple[Any, ...] = (
-    -1.0, math.nan, math.inf, -math.inf, 10**400, "1000", True, np.float64(0.02), np.float32(1e3), 1000,
-    np.int64(1000), 1e308, -0.0, Tensorish(), object(), 0,
+    -1.0,
+    math.nan,
+    math.inf,
+    -math.inf,
+    10**400,
+    "1000",
+    True,
+    np.float64(0.02),
+    np.float32(1e3),
+    1000,
+    np.int64(1000),
+    1e308,
+    -0.0,
+    Tensorish(),
+    object(),
+    0,
 )
 BAD_LISTS: tuple[Any, ...] = (
-    [], [-1], [10**400], [math.nan], [3.0], ["a"], np.array([1, 2, 3]), (1, 2, 3), Tensorish(), "abc",
-    object(), [1] * 5000, range(5), [True, False], [np.int64(2)] * 3, [2**64], 5,
+    [],
+    [-1],
+    [10**400],
+    [math.nan],
+    [3.0],
+    ["a"],
+    np.array([1, 2, 3]),
+    (1, 2, 3),
+    Tensorish(),
+    "abc",
+    object(),
+    [1] * 5000,
+    range(5),
+    [True, False],
+    [np.int64(2)] * 3,
+    [2**64],
+    5,
 )
 
 
@@ -180,7 +229,9 @@ def run_policy(spec: Any, segments: int, seed: int, prefix_max: int = 16, favour
 
 
 def run_corpus(
-    segments: int, seed: int, configs: Sequence[tuple[str, Any]] | None = None,
+    segments: int,
+    seed: int,
+    configs: Sequence[tuple[str, Any]] | None = None,
     progress: Callable[[str, Tally, float], None] | None = None,
 ) -> dict[str, Tally]:
     out: dict[str, Tally] = {}
@@ -200,17 +251,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     def show(label: str, t: Tally, secs: float) -> None:
-        print(f"| {label} | {t.calls} | {t.exceptions} | {t.invalid} | {t.liveness_violations}/"
-              f"{t.liveness_checks} | {t.worst_steps_to_off} | {secs:.1f} |", flush=True)
+        print(
+            f"| {label} | {t.calls} | {t.exceptions} | {t.invalid} | {t.liveness_violations}/"
+            f"{t.liveness_checks} | {t.worst_steps_to_off} | {secs:.1f} |",
+            flush=True,
+        )
 
-    print("| policy | decide() calls | exceptions | invalid outputs | liveness violations/checks | "
-          "worst steps to off | seconds |")
+    print(
+        "| policy | decide() calls | exceptions | invalid outputs | liveness violations/checks | "
+        "worst steps to off | seconds |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     tallies = run_corpus(args.segments, args.seed, progress=show)
-    total = {f: sum(getattr(t, f) for t in tallies.values())
-             for f in ("calls", "exceptions", "invalid", "liveness_violations", "liveness_checks")}
-    print(f"| total | {total['calls']} | {total['exceptions']} | {total['invalid']} | "
-          f"{total['liveness_violations']}/{total['liveness_checks']} | | |")
+    total = {
+        f: sum(getattr(t, f) for t in tallies.values())
+        for f in ("calls", "exceptions", "invalid", "liveness_violations", "liveness_checks")
+    }
+    print(
+        f"| total | {total['calls']} | {total['exceptions']} | {total['invalid']} | "
+        f"{total['liveness_violations']}/{total['liveness_checks']} | | |"
+    )
     for label, t in tallies.items():
         for err, n in sorted(t.errors.items(), key=lambda kv: -kv[1])[:5]:
             print(f"  {label}: {n} x {err}")

@@ -29,11 +29,15 @@ from specpolicy.adapters.settings import AdapterSettings
 #: Longest acceptable error message (all lines together).
 MAX_MESSAGE = 600
 
-_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
-    for i in range(9)
-) + "name: static\nnum_steps: *j\n"
+_LAUGHS = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(9)
+    )
+    + "name: static\nnum_steps: *j\n"
+)
 
 
 @dataclass(frozen=True)
@@ -55,37 +59,58 @@ CASES: tuple[Case, ...] = (
     Case("name not a string", "must be a policy name", _j({"name": 5})),
     Case("name missing", "missing policy name", _j({"num_steps": 3})),
     Case("unknown field", "unknown field", _j({"name": "static", "depth": 3})),
-    Case("bool as depth", "hysteresis.num_steps: must be an integer",
-         _j({"name": "hysteresis", "num_steps": True})),
-    Case("bool as batch size", "threshold.max_batch_size: must be an integer",
-         _j({"name": "threshold", "max_batch_size": True})),
+    Case(
+        "bool as depth",
+        "hysteresis.num_steps: must be an integer",
+        _j({"name": "hysteresis", "num_steps": True}),
+    ),
+    Case(
+        "bool as batch size",
+        "threshold.max_batch_size: must be an integer",
+        _j({"name": "threshold", "max_batch_size": True}),
+    ),
     Case("string as depth", "static.num_steps: must be an integer", _j({"name": "static", "num_steps": "3"})),
-    Case("string in steps", "cost_model.steps.1: must be an integer",
-         _j({"name": "cost_model", "steps": [1, "2"]})),
+    Case(
+        "string in steps",
+        "cost_model.steps.1: must be an integer",
+        _j({"name": "cost_model", "steps": [1, "2"]}),
+    ),
     Case("bool in table", "schedule.table.0.2", _j({"name": "schedule", "table": [[1, 8, True]]})),
-    Case("string as rate", "cost_model.probe_budget: must be a number",
-         _j({"name": "cost_model", "probe_budget": "0.1"})),
+    Case(
+        "string as rate",
+        "cost_model.probe_budget: must be a number",
+        _j({"name": "cost_model", "probe_budget": "0.1"}),
+    ),
     Case("depth out of range", "static.num_steps", _j({"name": "static", "num_steps": 99})),
     Case("huge int", "static.num_steps", _j({"name": "static", "num_steps": 10**400})),
     Case("huge string value", "static.num_steps", _j({"name": "static", "num_steps": "9" * 10**6})),
-    Case("huge list value", "cost_model.steps",
-         _j({"name": "cost_model", "steps": list(range(10**5, 0, -1))})),
-    Case("edges reversed", "hysteresis.enable_at",
-         _j({"name": "hysteresis", "disable_at": 8, "enable_at": 9})),
+    Case(
+        "huge list value", "cost_model.steps", _j({"name": "cost_model", "steps": list(range(10**5, 0, -1))})
+    ),
+    Case(
+        "edges reversed", "hysteresis.enable_at", _j({"name": "hysteresis", "disable_at": 8, "enable_at": 9})
+    ),
     Case("steps not ascending", "cost_model.steps", _j({"name": "cost_model", "steps": [3, 2]})),
     Case("table gap", "schedule.table", _j({"name": "schedule", "table": [[1, 4, 3], [6, 8, 0]]})),
-    Case("duplicate key JSON", "key 'num_steps' is given twice",
-         '{"name": "static", "num_steps": 1, "num_steps": 2}'),
+    Case(
+        "duplicate key JSON",
+        "key 'num_steps' is given twice",
+        '{"name": "static", "num_steps": 1, "num_steps": 2}',
+    ),
     Case("invalid JSON", "not valid JSON", '{"name": "static",'),
     Case("JSON not an object", "must be an object", "[1, 2]"),
-    Case("deep JSON", "nested more than", "{\"name\": " + "[" * 100_000 + "]" * 100_000 + "}"),
-    Case("deep JSON under the recursion limit", "nested more than", "{\"a\": " + "[" * 100 + "]" * 100 + "}"),
+    Case("deep JSON", "nested more than", '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    Case("deep JSON under the recursion limit", "nested more than", '{"a": ' + "[" * 100 + "]" * 100 + "}"),
     Case("garbage profile file", "cost_model.profile", special="garbage-profile"),
     Case("profile is a directory", "cost_model.profile", special="profile-dir"),
     Case("unknown profile", "cost_model.profile", _j({"name": "cost_model", "profile": "no-such-profile"})),
     Case("YAML aliases", "aliases", _LAUGHS, ".yaml"),
-    Case("YAML duplicate key", "key 'num_steps' is given twice",
-         "name: static\nnum_steps: 1\nnum_steps: 2\n", ".yaml"),
+    Case(
+        "YAML duplicate key",
+        "key 'num_steps' is given twice",
+        "name: static\nnum_steps: 1\nnum_steps: 2\n",
+        ".yaml",
+    ),
     Case("YAML deep", "nested more than", "name: static\nx: " + "[" * 5000 + "]" * 5000 + "\n", ".yaml"),
     Case("YAML not a mapping", "top level must be a mapping", "- 1\n- 2\n", ".yaml"),
     Case("YAML syntax", "cannot parse", "name: [static\n", ".yaml"),
@@ -99,14 +124,24 @@ CASES: tuple[Case, ...] = (
     Case("missing file", "not found", special="missing"),
     Case("file too big", "the limit is", special="big"),
     Case("unsupported extension", "unsupported extension", special="ini"),
-    Case("SPECPOLICY_POLICY deep", "nested more than",
-         env={"SPECPOLICY_POLICY": "{\"name\": " + "[" * 100_000 + "]" * 100_000 + "}"}),
-    Case("SPECPOLICY_CONFIG duplicate", "given twice",
-         env={"SPECPOLICY_CONFIG": '{"policy": "static", "metrics": true, "metrics": false}'}),
-    Case("SPECPOLICY_CONFIG deep", "nested more than",
-         env={"SPECPOLICY_CONFIG": "[" * 100_000 + "]" * 100_000}),
-    Case("SPECPOLICY_POLICY bool", "policy.static.num_steps",
-         env={"SPECPOLICY_POLICY": '{"name": "static", "num_steps": false}'}),
+    Case(
+        "SPECPOLICY_POLICY deep",
+        "nested more than",
+        env={"SPECPOLICY_POLICY": '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"},
+    ),
+    Case(
+        "SPECPOLICY_CONFIG duplicate",
+        "given twice",
+        env={"SPECPOLICY_CONFIG": '{"policy": "static", "metrics": true, "metrics": false}'},
+    ),
+    Case(
+        "SPECPOLICY_CONFIG deep", "nested more than", env={"SPECPOLICY_CONFIG": "[" * 100_000 + "]" * 100_000}
+    ),
+    Case(
+        "SPECPOLICY_POLICY bool",
+        "policy.static.num_steps",
+        env={"SPECPOLICY_POLICY": '{"name": "static", "num_steps": false}'},
+    ),
 )
 
 

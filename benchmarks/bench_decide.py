@@ -67,8 +67,21 @@ def _inputs(batch: int, n: int, distinct: int, seed: int, ids: bool = True) -> l
     for _ in range(distinct):
         acc = [rng.randint(0, DEPTH) for _ in range(batch)]
         ctx = 1000.0 + rng.random() * 500
-        pool.append((batch, rng.randint(0, 8), ctx, DEPTH, acc, None, 0.01 + rng.random() * 1e-3, None, batch,
-                     DEPTH, ctx))
+        pool.append(
+            (
+                batch,
+                rng.randint(0, 8),
+                ctx,
+                DEPTH,
+                acc,
+                None,
+                0.01 + rng.random() * 1e-3,
+                None,
+                batch,
+                DEPTH,
+                ctx,
+            )
+        )
     out = []
     running = [f"{rng.getrandbits(128):032x}" for _ in range(batch)]
     prev: list[str] | None = None
@@ -92,8 +105,21 @@ def _closed_rows(raw: Sequence[tuple[Any, ...]]) -> list[list[StepStats]]:
     for a in raw:
         batch, waiting, ctx, _, acc, _, t, _, last_b, _, last_ctx, prev, running = a
         row = [
-            StepStats.fast(batch, waiting, ctx, k, [min(x, k) for x in acc] if k else None, None,
-                           _step_time(t, batch, k), None, last_b, k, last_ctx, prev, running)
+            StepStats.fast(
+                batch,
+                waiting,
+                ctx,
+                k,
+                [min(x, k) for x in acc] if k else None,
+                None,
+                _step_time(t, batch, k),
+                None,
+                last_b,
+                k,
+                last_ctx,
+                prev,
+                running,
+            )
             for k in range(CLOSED_MAX_DEPTH + 1)
         ]
         rows.append(row + [row[-1]] * (MAX_NUM_STEPS - CLOSED_MAX_DEPTH))
@@ -198,8 +224,9 @@ def load_sglang_params() -> tuple[type[Any] | None, str]:
     return AdaptiveSpeculativeParams, f"sglang {metadata.version('sglang')}"
 
 
-def sglang_body(cls: type[Any], cfg_path: str | None, batch: int, accs: Sequence[list[int]],
-                closed: bool) -> Callable[[], None]:
+def sglang_body(
+    cls: type[Any], cfg_path: str | None, batch: int, accs: Sequence[list[int]], closed: bool
+) -> Callable[[], None]:
     """SGLang's built-in: ``get_steps_for_batch`` + ``on_verify_complete`` per step; closed, it is fed the
     counts of the depth it chose (capped there), open, the depth-3 counts."""
     import logging
@@ -232,8 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="*", default=None, help="default: every registered policy")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--no-ids", action="store_true", help="leave the request-id fields None")
-    ap.add_argument("--open-loop", action="store_true",
-                    help="feed a depth-3 step whatever was decided (the figures before the loop was closed)")
+    ap.add_argument(
+        "--open-loop",
+        action="store_true",
+        help="feed a depth-3 step whatever was decided (the figures before the loop was closed)",
+    )
     args = ap.parse_args(argv)
 
     names = args.policies or available_policies()
@@ -290,9 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if always_on_cfg:
         os.unlink(always_on_cfg)
 
-    print(f"# decide() and StepStats cost, {results['loop']} loop, median of {args.repeats} loops x "
-          f"{args.steps} steps, every row's loops taken in turn; "
-          f"Python {results['python']} {results['machine']}; {sglang_note}")
+    print(
+        f"# decide() and StepStats cost, {results['loop']} loop, median of {args.repeats} loops x "
+        f"{args.steps} steps, every row's loops taken in turn; "
+        f"Python {results['python']} {results['machine']}; {sglang_note}"
+    )
     if ref_row is None:
         print(f"# SGLang not importable: ratios are against {SGLANG_FALLBACK_S * 1e6:.1f} us/step instead")
     vs = "vs SGLang default, median of paired loops" if ref_row else f"vs {SGLANG_FALLBACK_S * 1e6:.0f} us"

@@ -9,9 +9,8 @@ batch of ``tests/engines/sglang`` (3 requests; the target's forward and the draf
 next to nothing), and prints the median per off step of each configuration, their loops interleaved: a
 draft model with the lazy catch-up, an EAGLE drafter with the lazy catch-up (hidden states kept), and an
 EAGLE drafter with SGLang's per-step draft extend (a stand-in here, so its own GPU cost is not in the
-figure). What it separates: the
-host work the adapter and SGLang's bookkeeping add to an off step for each drafter, from what the GPU
-forward costs (measured live instead).
+figure). What it separates: the host work the adapter and SGLang's bookkeeping add to an off step for each
+drafter, from what the GPU forward costs (measured live instead).
 """
 
 from __future__ import annotations

@@ -145,12 +145,23 @@ def _scenario(name: str, records: int, batch: int, tmp: Path) -> dict[str, Any]:
             w._thread.join(10)
     else:
         raise ValueError(name)
-    return {"offered": w.offered, "written": w.written, "dropped": w.dropped,
-            "drops": {c: n for c, n in w.drops.items() if n}, "on_disk": on_disk(path)}
+    return {
+        "offered": w.offered,
+        "written": w.written,
+        "dropped": w.dropped,
+        "drops": {c: n for c, n in w.drops.items() if n},
+        "on_disk": on_disk(path),
+    }
 
 
-SCENARIOS = ("healthy", "full disk", "read-only directory", "bad records (1 in 100)",
-             "writer stalled (queue full)", "write never returns (close times out)")
+SCENARIOS = (
+    "healthy",
+    "full disk",
+    "read-only directory",
+    "bad records (1 in 100)",
+    "writer stalled (queue full)",
+    "write never returns (close times out)",
+)
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
@@ -168,8 +179,10 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             exact = counted and r["on_disk"] == r["written"]
             ok &= exact
             causes = ", ".join(f"{c} {n}" for c, n in r["drops"].items()) or "-"
-            out(f"| {name} | {r['offered']} | {r['written']} | {r['dropped']} ({causes}) | {r['on_disk']} | "
-                f"{'yes' if exact else 'NO'} |")
+            out(
+                f"| {name} | {r['offered']} | {r['written']} | {r['dropped']} ({causes}) | {r['on_disk']} | "
+                f"{'yes' if exact else 'NO'} |"
+            )
     return 0 if ok else 1
 
 

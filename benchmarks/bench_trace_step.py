@@ -51,7 +51,9 @@ def run(steps: int, batch: int, work_us: float, trace_dir: Path | None, spin: bo
     ]
     writer = TraceWriter(trace_dir / "trace.jsonl") if trace_dir is not None else None
     ctl = StepController(
-        make_policy("cost_model"), allowed_steps=range(8), default_steps=3,
+        make_policy("cost_model"),
+        allowed_steps=range(8),
+        default_steps=3,
         observers=[writer] if writer is not None else [],
     )
     lat = [0.0] * steps
@@ -72,8 +74,12 @@ def run(steps: int, batch: int, work_us: float, trace_dir: Path | None, spin: bo
     lat.sort()
     q = statistics.quantiles(lat, n=1000, method="inclusive")
     out.update(
-        p50_us=q[499] * 1e6, p99_us=q[989] * 1e6, p999_us=q[998] * 1e6, max_us=lat[-1] * 1e6,
-        over_1ms=sum(x > 1e-3 for x in lat), steps=steps,
+        p50_us=q[499] * 1e6,
+        p99_us=q[989] * 1e6,
+        p999_us=q[998] * 1e6,
+        max_us=lat[-1] * 1e6,
+        over_1ms=sum(x > 1e-3 for x in lat),
+        steps=steps,
     )
     return out
 
@@ -83,23 +89,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--work-us", type=float, default=50.0, help="engine work per step outside the step path")
-    ap.add_argument("--spin", action="store_true",
-                    help="the engine work holds the GIL (a CPU-bound loop) instead of waiting without it, "
-                    "as an engine waiting on the device does")
+    ap.add_argument(
+        "--spin",
+        action="store_true",
+        help="the engine work holds the GIL (a CPU-bound loop) instead of waiting without it, "
+        "as an engine waiting on the device does",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     results: dict[str, Any] = {}
     results["trace off"] = run(args.steps, args.batch, args.work_us, None, args.spin)
     with tempfile.TemporaryDirectory() as d:
         results["trace on"] = run(args.steps, args.batch, args.work_us, Path(d), args.spin)
-    print(f"# step path (decide + outcome), batch {args.batch}, {args.steps} steps, "
-          f"{args.work_us} us work per step")
+    print(
+        f"# step path (decide + outcome), batch {args.batch}, {args.steps} steps, "
+        f"{args.work_us} us work per step"
+    )
     print("| | p50 (us) | p99 (us) | p99.9 (us) | max (us) | > 1 ms | offered / written / dropped |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for label, r in results.items():
         counts = f"{r['offered']} / {r['written']} / {r['dropped']}" if "offered" in r else "-"
-        print(f"| {label} | {r['p50_us']:.2f} | {r['p99_us']:.2f} | {r['p999_us']:.2f} | {r['max_us']:.0f} | "
-              f"{r['over_1ms']} | {counts} |")
+        print(
+            f"| {label} | {r['p50_us']:.2f} | {r['p99_us']:.2f} | {r['p999_us']:.2f} | {r['max_us']:.0f} | "
+            f"{r['over_1ms']} | {counts} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

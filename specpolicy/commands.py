@@ -15,7 +15,8 @@ from .registry import available_policies, get_entry, parse_config
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "policies", help="list registered policies with their parameters and defaults",
+        "policies",
+        help="list registered policies with their parameters and defaults",
         description="List every registered policy (built-in and plugins) with its parameters, defaults and "
         "allowed ranges, generated from the config models.",
     )
@@ -23,7 +24,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_policies)
 
     c = sub.add_parser(
-        "check-config", help="validate a policy configuration and print it normalised",
+        "check-config",
+        help="validate a policy configuration and print it normalised",
         description="Validate a policy configuration (name, JSON string, or .json/.yaml/.toml file) "
         "and print the normalised configuration as JSON. Exit status 1 with the offending field named on "
         "error.",

@@ -54,7 +54,9 @@ class _Registry:
                 owner = self.aliases.get(entry.name, entry.name)
                 log.warning(
                     "specpolicy: policy %r (%s) is already registered (by %s); keeping the first",
-                    entry.name, _origin(entry), _origin(self.entries[owner]),
+                    entry.name,
+                    _origin(entry),
+                    _origin(self.entries[owner]),
                 )
                 continue
             self.entries[entry.name] = entry
@@ -64,7 +66,13 @@ class _Registry:
                     log.warning(
                         "specpolicy: policy plugin %r (%s) declares the alias %r, which is taken by %r (%s); "
                         "%r keeps meaning %r",
-                        entry.name, _origin(entry), alias, owner, _origin(self.entries[owner]), alias, owner,
+                        entry.name,
+                        _origin(entry),
+                        alias,
+                        owner,
+                        _origin(self.entries[owner]),
+                        alias,
+                        owner,
                     )
                     continue
                 self.aliases[alias] = entry.name
@@ -87,7 +95,8 @@ class _Registry:
         name = data.get("name")
         if not isinstance(name, str) or not name:
             what = (
-                "missing policy name" if name is None
+                "missing policy name"
+                if name is None
                 else f"must be a policy name (a string), got {short_repr(name)}"
             )
             raise ConfigError(f"name: {what}; available: " + ", ".join(sorted(self.entries)))
@@ -124,8 +133,9 @@ def _plugin_entry_points() -> list[metadata.EntryPoint]:
             eps = dist.entry_points.select(group=ENTRY_POINT_GROUP)
         except Exception as exc:  # noqa: BLE001 - someone else's broken metadata
             where = getattr(dist, "_path", None) or "a distribution"
-            log.error("specpolicy: skipping the entry points of %s: cannot parse them (%s)", where,
-                      short_str(exc))
+            log.error(
+                "specpolicy: skipping the entry points of %s: cannot parse them (%s)", where, short_str(exc)
+            )
             continue
         out.extend(eps)
     return out
@@ -143,8 +153,13 @@ def _load_entry_points() -> list[PolicyEntry]:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit()) is skipped
-            log.error("specpolicy: skipping policy plugin %r (%s): %s: %s", ep.name, ep.value,
-                      type(exc).__name__, short_str(exc))
+            log.error(
+                "specpolicy: skipping policy plugin %r (%s): %s: %s",
+                ep.name,
+                ep.value,
+                type(exc).__name__,
+                short_str(exc),
+            )
             continue
         out.append(obj)
     return out

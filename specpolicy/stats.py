@@ -107,13 +107,24 @@ class StepStats(_Fields):
 
 _INF = math.inf
 
+
 def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
     """The StepStats of ``values`` (the fields in order) with its scalar fields checked and numpy numbers
     converted; ValueError naming a bad field."""
     (
-        batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
-        last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
-        last_request_ids, request_ids,
+        batch_size,
+        num_waiting,
+        mean_seq_len,
+        last_num_steps,
+        accepted_draft_tokens,
+        drafted_tokens,
+        last_step_time_s,
+        mean_accepted,
+        last_batch_size,
+        last_decided_steps,
+        last_mean_seq_len,
+        last_request_ids,
+        request_ids,
     ) = values
     changed = False
     # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
@@ -189,9 +200,19 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
             )
     if changed:
         values = (
-            batch_size, num_waiting, mean_seq_len, last_num_steps, accepted_draft_tokens, drafted_tokens,
-            last_step_time_s, mean_accepted, last_batch_size, last_decided_steps, last_mean_seq_len,
-            last_request_ids, request_ids,
+            batch_size,
+            num_waiting,
+            mean_seq_len,
+            last_num_steps,
+            accepted_draft_tokens,
+            drafted_tokens,
+            last_step_time_s,
+            mean_accepted,
+            last_batch_size,
+            last_decided_steps,
+            last_mean_seq_len,
+            last_request_ids,
+            request_ids,
         )
     stats: StepStats = _new(cls, values)
     return stats

@@ -100,7 +100,10 @@ def record_dict(
     """The fields of ``TraceRecord.from_stats(...)`` in its order, without building the record or copying
     the per-request lists: what the trace writer serialises on its thread (fewer allocations, less GIL)."""
     d: dict[str, Any] = {
-        "step": step, "batch_size": stats[0], "num_steps": num_steps, "step_time_s": step_time_s,
+        "step": step,
+        "batch_size": stats[0],
+        "num_steps": num_steps,
+        "step_time_s": step_time_s,
     }
     d.update(zip(_STATS_AFTER_BATCH, stats[1:], strict=False))  # a malformed stats: what it has
     for name in _NOT_WRITTEN:

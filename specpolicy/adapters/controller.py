@@ -306,7 +306,16 @@ class StepController:
         load = item[1]  # the decision's own stats: its batch size and context length
         if k > 0:
             self._tail = (
-                k, accepted, drafted, step_time_s, mean_accepted, load[0], item[6], load[2], request_ids, None
+                k,
+                accepted,
+                drafted,
+                step_time_s,
+                mean_accepted,
+                load[0],
+                item[6],
+                load[2],
+                request_ids,
+                None,
             )
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
             self._tail = (0, None, None, step_time_s, None, load[0], item[6], load[2], None, None)
@@ -357,7 +366,8 @@ class StepController:
                 raise
             except BaseException as exc:
                 self._on_error(
-                    exc, "observer",
+                    exc,
+                    "observer",
                     f"the step keeps its depth {item[2]}; this observer misses its record, so the step time "
                     "is not recorded",
                 )
@@ -379,21 +389,32 @@ class StepController:
             log.warning(
                 "specpolicy rank %d: policy %s took %.3f ms in decide() (step %d), over the budget of %.3f "
                 "ms; after %d consecutive slow calls the default depth %d runs. Logged once.",
-                self.rank, self.policy_name, dt * 1e3, self.step + 1, self.decide_budget_s * 1e3,
-                self.budget_steps, self.default_steps,
+                self.rank,
+                self.policy_name,
+                dt * 1e3,
+                self.step + 1,
+                self.decide_budget_s * 1e3,
+                self.budget_steps,
+                self.default_steps,
             )
         if n == self.budget_steps:
             log.warning(
                 "specpolicy rank %d: policy %s over its decide() budget for %d consecutive steps (last %.3f "
                 "ms); running the default depth %d, consulting the policy once every %d steps",
-                self.rank, self.policy_name, n, dt * 1e3, self.default_steps, RETRY_INTERVAL,
+                self.rank,
+                self.policy_name,
+                n,
+                dt * 1e3,
+                self.default_steps,
+                RETRY_INTERVAL,
             )
 
     def _back_in_budget(self) -> None:
         if self._slow_run >= self.budget_steps > 0:
             log.warning(
                 "specpolicy rank %d: policy %s is back within its decide() budget; it decides again",
-                self.rank, self.policy_name,
+                self.rank,
+                self.policy_name,
             )
         self._slow_run = 0
 
@@ -411,10 +432,22 @@ class StepController:
             log.error(
                 "specpolicy rank %d: %s error (step %d): %s: %s; %s and continuing. Further identical errors "
                 "are counted, not logged.",
-                self.rank, where, self.step + 1, key[1], key[2], outcome, exc_info=exc,
+                self.rank,
+                where,
+                self.step + 1,
+                key[1],
+                key[2],
+                outcome,
+                exc_info=exc,
             )
         except _FATAL:
             raise
         except BaseException:  # noqa: BLE001 - a traceback that cannot be rendered: the line without it
-            log.error("specpolicy rank %d: %s error (step %d): %s; %s", self.rank, where, self.step + 1,
-                      key[1], outcome)
+            log.error(
+                "specpolicy rank %d: %s error (step %d): %s; %s",
+                self.rank,
+                where,
+                self.step + 1,
+                key[1],
+                outcome,
+            )

@@ -39,6 +39,7 @@ class TraceCounts(Protocol):
     @property
     def drops(self) -> dict[str, int]: ...
 
+
 #: Estimates mirrored per push, at most (a policy returning thousands of names must not flood the registry).
 _MAX_ESTIMATES = 64
 

@@ -127,8 +127,12 @@ class AdapterRuntime:
                 from .metrics import MetricsObserver
 
                 self.metrics = MetricsObserver(
-                    engine=engine, rank=rank, policy=self.policy, registry=metrics_registry,
-                    decide_budget_s=settings.decide_budget_s, trace=self.trace,
+                    engine=engine,
+                    rank=rank,
+                    policy=self.policy,
+                    registry=metrics_registry,
+                    decide_budget_s=settings.decide_budget_s,
+                    trace=self.trace,
                     engine_counts=engine_counts,
                 )
                 observers.append(self.metrics)

@@ -65,7 +65,8 @@ class AdapterSettings(BaseModel):
     to date in one batched extend when speculation resumes (for EAGLE drafters from the target's hidden
     states kept on the GPU for ``draft_catch_up_window`` positions, caught up inside an off step when the
     window fills); ``per_step`` runs SGLang's one-token draft extend in every off step; ``auto`` is ``lazy``
-    where the catch-up covers the engine's settings (not with mixed chunked prefill or paged KV).
+    with the EAGLE window shortened to 10% of the free GPU memory, and ``per_step`` where no window fits;
+    both fall back to ``per_step`` with mixed chunked prefill or paged KV, which the catch-up does not cover.
     ``step_clock`` (legacy SGLang): how step times are measured. ``auto`` times the overlap worker's steps
     with CUDA events (its wall-clock intervals belong to neighbouring steps) and the others with the host
     clock; ``host`` uses the host clock everywhere (no event is recorded on the GPU stream).

@@ -161,7 +161,10 @@ class TraceWriter:
         if first:
             log.warning(
                 "specpolicy: the step trace %s is dropping records (%s%s); counted per cause, summed up at "
-                "close", self.path, cause, f": {detail}" if detail else "",
+                "close",
+                self.path,
+                cause,
+                f": {detail}" if detail else "",
             )
 
     # -- StepObserver (engine thread; must stay cheap and never raise) --
@@ -356,7 +359,11 @@ class TraceWriter:
                 causes = ", ".join(f"{c} {n}" for c, n in self.drops.items() if n)
                 log.warning(
                     "specpolicy: step trace %s: %d records offered, %d written, %d dropped (%s)",
-                    self.path, self.offered, self.written, self.dropped, causes,
+                    self.path,
+                    self.offered,
+                    self.written,
+                    self.dropped,
+                    causes,
                 )
         except Exception as exc:  # noqa: BLE001 - shutdown must finish
             log.error("specpolicy: closing the step trace %s failed: %s", self.path, short_str(exc))
@@ -375,14 +382,28 @@ def _os_error(exc: OSError) -> str:
 
 
 def _encode(
-    step: int, stats: StepStats, k: int, t: float | None, rank: int, ts: float, decide_s: float,
+    step: int,
+    stats: StepStats,
+    k: int,
+    t: float | None,
+    rank: int,
+    ts: float,
+    decide_s: float,
     fallback: bool,
 ) -> bytes | None:
     """The record's JSON line; a field that cannot be serialised is written as null and named in
     ``extra.invalid``; None when a required field is among them (the record is then dropped)."""
     try:
-        d = record_dict(step, stats, k, t, rank=rank, ts=round(ts, 6), decide_us=round(decide_s * 1e6, 3),
-                        fallback=fallback)
+        d = record_dict(
+            step,
+            stats,
+            k,
+            t,
+            rank=rank,
+            ts=round(ts, 6),
+            decide_us=round(decide_s * 1e6, 3),
+            fallback=fallback,
+        )
     except Exception:  # noqa: BLE001 - stats is not even a tuple of 8
         return None
     try:

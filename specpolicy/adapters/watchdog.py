@@ -67,7 +67,11 @@ class DecideWatchdog:
         log.error(
             "specpolicy rank %d: policy %s has been inside decide() for %.1f s (step %d); a running call "
             "cannot be interrupted, the engine step waits for it. Its stack:\n%s",
-            c.rank, c.policy_name, t - since, c.step + 1, stack.rstrip(),
+            c.rank,
+            c.policy_name,
+            t - since,
+            c.step + 1,
+            stack.rstrip(),
         )
         return True
 

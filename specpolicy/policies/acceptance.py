@@ -91,8 +91,19 @@ class AcceptancePolicy:
     """EWMA state plus a counter of off steps; the depth is recomputed only when acceptance data arrives."""
 
     __slots__ = (
-        "config", "_alpha", "_min_len", "_offset", "_edges", "_modes", "_probe", "_interval", "_sample",
-        "_start", "_ewma", "_mode", "_off_steps",
+        "config",
+        "_alpha",
+        "_min_len",
+        "_offset",
+        "_edges",
+        "_modes",
+        "_probe",
+        "_interval",
+        "_sample",
+        "_start",
+        "_ewma",
+        "_mode",
+        "_off_steps",
     )
 
     def __init__(self, config: AcceptanceConfig) -> None:

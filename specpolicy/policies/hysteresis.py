@@ -37,9 +37,7 @@ class HysteresisConfig(PolicyConfig):
     @model_validator(mode="after")
     def _edges_ordered(self) -> HysteresisConfig:
         if self.enable_at >= self.disable_at:
-            raise FieldError(
-                "enable_at", f"must be < disable_at ({self.disable_at}), got {self.enable_at}"
-            )
+            raise FieldError("enable_at", f"must be < disable_at ({self.disable_at}), got {self.enable_at}")
         return self
 
     def candidate_steps(self) -> tuple[int, ...]:

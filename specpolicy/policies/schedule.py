@@ -28,7 +28,6 @@ __all__ = ["ScheduleConfig", "SchedulePolicy", "ENTRY", "table_from_draft_len_sc
 _DENSE_LIMIT = 1 << 16
 
 
-
 def table_from_draft_len_schedule(schedule: Mapping[Any, Any]) -> list[list[int]]:
     """Convert TensorRT-LLM's ``{max_batch: num_steps}`` into table entries.
 

@@ -142,8 +142,12 @@ def _over_time(plt: Any, sim: Simulation) -> Any:
         if ref:
             n = min(len(tok), len(ref))
             ax2.plot(
-                t[:n], [a / b if b else float("nan") for a, b in zip(tok[:n], ref[:n], strict=True)],
-                ms=4, markevery=every, label=label, **style,
+                t[:n],
+                [a / b if b else float("nan") for a, b in zip(tok[:n], ref[:n], strict=True)],
+                ms=4,
+                markevery=every,
+                label=label,
+                **style,
             )
         if not _is_fixed(label):
             ax3.plot(t, tl.mean_depth[: len(t)], ms=4, markevery=every, label=label, **style)

@@ -89,13 +89,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--spec-policy-draft-catch-up",
         choices=("auto", "lazy", "per_step"),
         help="legacy releases: skip the drafter while off and catch it up on resume (lazy), or "
-        "run a one-token draft extend every off step (per_step); default auto: lazy for draft models only",
+        "run a one-token draft extend every off step (per_step); default auto: lazy, with the EAGLE "
+        "hidden-state window fitted to the free GPU memory",
     )
     g.add_argument(
         "--spec-policy-draft-catch-up-window",
         type=int,
         metavar="W",
-        help="legacy releases, EAGLE with lazy catch-up: hidden states kept per request (1-4096, default 32)",
+        help="legacy releases, EAGLE drafters caught up lazily: hidden states kept per request (1-4096, "
+        "default 32; auto shortens it to 10%% of the free GPU memory)",
     )
     g.add_argument(
         "--spec-policy-step-clock",

@@ -22,6 +22,7 @@ from ...mode import MAX_NUM_STEPS
 
 __all__ = ["ChangeDetector"]
 
+
 class ChangeDetector:
     """Two-sided standardised CUSUM on accepted drafts per request, against the current estimate."""
 

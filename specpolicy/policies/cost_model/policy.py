@@ -345,10 +345,13 @@ class CostModelPolicy:
                         self._bufs[k_obs] += counts
                         self._acc_steps += 1
                         if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
-                            self._rq.append((
-                                k_obs, last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
-                                counts,
-                            ))
+                            self._rq.append(
+                                (
+                                    k_obs,
+                                    last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
+                                    counts,
+                                )
+                            )
                     else:
                         self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
                     if self._chg_on and (not step & 15 or k_obs != self._k_prev):  # and probe outcomes

@@ -44,7 +44,15 @@ class ProbeSchedule:
     """Per bucket: visits, the next probe (visit and depth index), and per depth the visit last measured."""
 
     __slots__ = (
-        "probe_at", "probe_i", "long", "visits", "seen", "last", "count", "_share", "_max_interval",
+        "probe_at",
+        "probe_i",
+        "long",
+        "visits",
+        "seen",
+        "last",
+        "count",
+        "_share",
+        "_max_interval",
         "_max_share",
     )
 

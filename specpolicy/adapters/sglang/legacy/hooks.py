@@ -116,7 +116,9 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             return orig(self, batch, *args, **kwargs)
         seq_cpu = batch.seq_lens_cpu
         skip = rt.begin_decode(
-            len(batch.reqs), None if seq_cpu is None else int(seq_cpu.sum()), _forced_on(batch),
+            len(batch.reqs),
+            None if seq_cpu is None else int(seq_cpu.sum()),
+            _forced_on(batch),
             request_ids(batch.reqs) if rt.wants_ids else None,
         )
         try:

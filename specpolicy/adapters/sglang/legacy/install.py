@@ -242,7 +242,12 @@ def build_off_path(worker: Any, sa: Any, settings: AdapterSettings, names: Field
             if settings.draft_catch_up == "lazy":  # asked for explicitly: refuse (or warn) at start-up
                 raise
             # auto: the per-step extend needs none of this and is exact too, only slower while off
-            lazy, window, why = False, None, f"no hidden-state window ({type(exc).__name__}: {exc})"
+            lazy, window, why = False, None, ""
+            log.warning(
+                "specpolicy: off steps run a one-token draft extend: no hidden-state window (%s: %s)",
+                type(exc).__name__,
+                exc,
+            )
     if not lazy and why:
         log.info("specpolicy: off steps run a one-token draft extend: %s", why)
     return OffPath(

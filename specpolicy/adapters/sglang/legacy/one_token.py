@@ -146,8 +146,10 @@ class OneTokenTarget:
         """Point the worker, server args and target runner at the one-token state (restored by swap_out)."""
         todo = _one_token_sizes((worker, *self.server_args))
         if self.attn_backend is not None:
-            todo += ((model_runner, "attn_backend", self.attn_backend),
-                     (model_runner, "graph_runner", self.graph_runner))
+            todo += (
+                (model_runner, "attn_backend", self.attn_backend),
+                (model_runner, "graph_runner", self.graph_runner),
+            )
         self._swap.swap_in(todo)
 
     def swap_out(self) -> None:
