@@ -12,11 +12,14 @@ same batches, and separates the candidate causes by switching one thing at a tim
 - ``on_host``: the same with ``step_clock=host`` (no CUDA event recorded per step);
 - ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace);
 - ``base_v1`` / ``off_v1`` / ``off_eagle3_v1`` (and ``_v2``): the speculation-free engine, and every step off
-  in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes.
+  in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes;
+- ``off_eagle3_v1_w512`` / ``off_eagle3_v2_w512``: the EAGLE-3 off step with a hidden-state window of 512
+  positions, so that the catch-up a full window forces runs every 512 off steps instead of every 32.
 
 Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length),
 then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
-time, the profiled window, kernel count and the CUDA runtime calls (synchronisations show up there). Usage:
+time, the profiled window, kernel count, the CUDA runtime calls (synchronisations show up there) and the
+host-side ATen ops by count and time. Usage:
 
     python3 scripts/gpu/ab_static.py --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
         --concurrency 1,16,64 --profile 1,16 --budget-s 480
@@ -47,6 +50,7 @@ sys.path.insert(0, str(HERE))
 
 STATIC = {"name": "static", "num_steps": 3}
 OFF = {"name": "static", "num_steps": 0}
+W512 = {"SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "512"}
 #: variant -> (engine path, environment; None = SGLang's own speculation)
 VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "plain": ("v2", None),
@@ -65,6 +69,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "base_v2": ("base_v2", None),
     "off_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
     "off_eagle3_v2": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
+    # The same with a hidden-state window of 512 positions instead of 32: how much of the EAGLE off step's
+    # extra time is the catch-up that a full window forces every W off steps.
+    "off_eagle3_v1_w512": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
+    "off_eagle3_v2_w512": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
 }
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
@@ -77,6 +85,7 @@ def summarize(trace_path: str) -> dict[str, Any]:
         events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    cpu_ops = [e for e in events if e.get("cat") == "cpu_op"]
     if not kernels:
         return {"error": "no kernels in the trace"}
     t0 = min(e["ts"] for e in kernels)
@@ -88,6 +97,12 @@ def summarize(trace_path: str) -> dict[str, Any]:
     call_us: collections.Counter[str] = collections.Counter()
     for e in runtime:
         call_us[e["name"]] += e["dur"]
+    # Host-side ATen ops (eager work outside the CUDA graphs): where two engines' GPU-busy times agree and
+    # their windows do not, the difference is in these counts.
+    op_count = collections.Counter(e["name"] for e in cpu_ops)
+    op_us: collections.Counter[str] = collections.Counter()
+    for e in cpu_ops:
+        op_us[e["name"]] += e["dur"]
     return {
         "window_ms": round((t1 - t0) / 1e3, 2),
         "gpu_busy_ms": round(sum(e["dur"] for e in kernels) / 1e3, 2),
@@ -95,6 +110,9 @@ def summarize(trace_path: str) -> dict[str, Any]:
         "top_kernels_ms": [(n, round(us / 1e3, 2)) for n, us in by_name.most_common(12)],
         "runtime_calls": calls.most_common(12),
         "runtime_ms": [(n, round(us / 1e3, 2)) for n, us in call_us.most_common(8)],
+        "cpu_ops": len(cpu_ops),
+        "cpu_op_calls": op_count.most_common(25),
+        "cpu_op_ms": [(n, round(us / 1e3, 3)) for n, us in op_us.most_common(12)],
     }
 
 

@@ -39,6 +39,9 @@ def test_summary_counts_busy_time_window_kernels_and_runtime_calls(tmp_path: Pat
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20.0, "dur": 5.0},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 30.0, "dur": 5.0},
         {"ph": "i", "cat": "kernel", "name": "instant, not a span", "ts": 5000.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "ts": 12.0, "dur": 8.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "ts": 40.0, "dur": 4.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::index_put_", "ts": 60.0, "dur": 30.0},
     ]
     f = tmp_path / "t.json.gz"
     with gzip.open(f, "wt") as fh:
@@ -49,6 +52,9 @@ def test_summary_counts_busy_time_window_kernels_and_runtime_calls(tmp_path: Pat
     assert s["kernels"] == 3
     assert dict(s["runtime_calls"]) == {"cudaStreamSynchronize": 1, "cudaLaunchKernel": 2}
     assert s["top_kernels_ms"] == [("copy", 0.15), ("decode", 0.1)]
+    assert s["cpu_ops"] == 3
+    assert dict(s["cpu_op_calls"]) == {"aten::zeros": 2, "aten::index_put_": 1}
+    assert s["cpu_op_ms"] == [("aten::index_put_", 0.03), ("aten::zeros", 0.012)]
 
 
 def test_a_trace_without_kernels_says_so(tmp_path: Path) -> None:
@@ -68,3 +74,16 @@ def test_the_off_step_variants_run_every_step_off_beside_the_speculation_free_en
         assert p == path and p in P.ADAPTER_PATHS and env is not None
         s = AdapterSettings.from_env(env)
         assert s is not None and s.policy.candidate_steps() == (0,)
+
+
+@pytest.mark.parametrize("side", ["v1", "v2"])
+def test_the_wide_window_variants_differ_from_the_off_step_only_in_the_window(side: str) -> None:
+    """The EAGLE-3 off step with a 512-position hidden-state window: the same engine and policy."""
+    path, env = ab_static.VARIANTS[f"off_eagle3_{side}"]
+    wide_path, wide_env = ab_static.VARIANTS[f"off_eagle3_{side}_w512"]
+    assert wide_path == path and env is not None and wide_env is not None
+    s, wide = AdapterSettings.from_env(env), AdapterSettings.from_env(wide_env)
+    assert s is not None and wide is not None
+    differs = {k for k in AdapterSettings.model_fields if getattr(s, k) != getattr(wide, k)}
+    assert differs == {"draft_catch_up_window"}
+    assert (s.draft_catch_up_window, wide.draft_catch_up_window) == (32, 512)
