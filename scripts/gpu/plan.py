@@ -148,7 +148,8 @@ REF_TOK_S: dict[str, dict[str, tuple[float, ...]]] = {
     },
 }
 #: Engine start estimates (docs/gpu-results.md: 130-158 s cold, 64-75 s warm); flashinfer's first start on a
-#: fresh host compiles its kernels for minutes (a guess, not measured here).
+#: host compiles its kernels: 134 s more at start and 90 s in the first warm-up (fifth sitting), a v1 start
+#: of 158 s against 66 s with triton (sixth sitting).
 START_COLD_S, START_WARM_S, FLASHINFER_COMPILE_S = 130.0, 75.0, 240.0
 SHUTDOWN_S = 8.0
 #: ``specpolicy doctor --smoke``: four engine starts on the test models (graphs for batch sizes 1-8 only).
