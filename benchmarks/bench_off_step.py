@@ -10,12 +10,14 @@ next to nothing), and prints the median per off step of each configuration, thei
 draft model with the lazy catch-up, an EAGLE drafter with the lazy catch-up (hidden states kept), and an
 EAGLE drafter with SGLang's per-step draft extend (a stand-in here, so its own GPU cost is not in the
 figure). What it separates: the host work the adapter and SGLang's bookkeeping add to an off step for each
-drafter, from what the GPU forward costs (measured live instead).
+drafter, from what the GPU forward costs (measured live instead). ``--ops`` also counts the tensor ops each
+off step dispatches (each is a kernel launch outside the CUDA graph on a GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -40,10 +42,35 @@ def _medians(rows: dict[str, Callable[[], Any]], steps: int, repeats: int) -> di
     return {label: statistics.median(x) for label, x in per_step.items()}
 
 
+def _op_counts(rows: dict[str, Callable[[], Any]], steps: int) -> dict[str, collections.Counter[str]]:
+    """Tensor ops dispatched per row over ``steps`` off steps (on a GPU each is at least one kernel launch
+    outside the CUDA graph): where two drafters' off steps differ in launches, these counts say which."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: collections.Counter[str] = collections.Counter()
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.ops[str(func.overloadpacket.__name__)] += 1
+            return func(*args, **(kwargs or {}))
+
+    out: dict[str, collections.Counter[str]] = {}
+    for label, make in rows.items():
+        v = make()
+        with Count() as c:
+            for _ in range(steps):
+                v.step(0)
+        out[label] = c.ops
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40, help="off steps per loop (default 40)")
     p.add_argument("--repeats", type=int, default=31, help="loops, each on a fresh batch (default 31)")
+    p.add_argument("--ops", action="store_true", help="also count the tensor ops of each off step")
     args = p.parse_args(argv)
     import _stubs
 
@@ -70,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         ls.wrap_v1_hooks(names)
         try:
             out = _medians(rows, args.steps, args.repeats)
+            ops = _op_counts(rows, args.steps) if args.ops else {}
         finally:
             hooks.unwrap_all()
     for label, s in out.items():
         print(f"{label:36s} {s * 1e6:8.1f} us per off step")
+    for label, c in ops.items():
+        top = ", ".join(f"{name} {n / args.steps:g}" for name, n in c.most_common(8))
+        print(f"{label:36s} {sum(c.values()) / args.steps:8.1f} tensor ops per off step ({top})")
     return 0
 
 
