@@ -2,7 +2,7 @@
 
 Usage, inside an engine venv (the real SGLang 0.5.12.post1 or 0.5.10.post1 worker and batch code)::
 
-    .venvs/sglang-0.5.12.post1/bin/python benchmarks/bench_off_step.py [--steps 40] [--repeats 31]
+    .venvs/sglang-0.5.12.post1/bin/python benchmarks/bench_off_step.py [--steps 40] [--repeats 31] [--ops]
 
 It drives the real ``EAGLEWorker.forward_batch_generation`` with the adapter's off step, over the CPU test
 batch of ``tests/engines/sglang`` (3 requests; the target's forward and the drafter are stand-ins that cost
@@ -11,7 +11,7 @@ draft model with the lazy catch-up, an EAGLE drafter with the lazy catch-up (hid
 EAGLE drafter with SGLang's per-step draft extend (a stand-in here, so its own GPU cost is not in the
 figure). What it separates: the host work the adapter and SGLang's bookkeeping add to an off step for each
 drafter, from what the GPU forward costs (measured live instead). ``--ops`` also counts the tensor ops each
-off step dispatches (each is a kernel launch outside the CUDA graph on a GPU).
+off step dispatches (on a GPU most of them launch a kernel outside the CUDA graph; views do not).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def _medians(rows: dict[str, Callable[[], Any]], steps: int, repeats: int) -> di
 
 
 def _op_counts(rows: dict[str, Callable[[], Any]], steps: int) -> dict[str, collections.Counter[str]]:
-    """Tensor ops dispatched per row over ``steps`` off steps (on a GPU each is at least one kernel launch
-    outside the CUDA graph): where two drafters' off steps differ in launches, these counts say which."""
+    """Tensor ops dispatched per row over ``steps`` off steps (on a GPU most launch a kernel outside the CUDA
+    graph): where two drafters' off steps differ in launches, these counts say which ops."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):

@@ -78,8 +78,21 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 
 
+def _by_name(
+    events: list[dict[str, Any]], width: int | None = None
+) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Count and total duration (us) of trace events per name (the first ``width`` characters)."""
+    count: collections.Counter[str] = collections.Counter()
+    us: collections.Counter[str] = collections.Counter()
+    for e in events:
+        name = e["name"][:width]
+        count[name] += 1
+        us[name] += e["dur"]
+    return count, us
+
+
 def summarize(trace_path: str) -> dict[str, Any]:
-    """GPU-busy time, window, kernels and CUDA runtime calls of one profiler trace."""
+    """GPU-busy time, window, kernels, CUDA runtime calls and host-side ATen ops of one profiler trace."""
     opener = gzip.open if trace_path.endswith(".gz") else open
     with opener(trace_path, "rt") as f:
         events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
@@ -90,19 +103,11 @@ def summarize(trace_path: str) -> dict[str, Any]:
         return {"error": "no kernels in the trace"}
     t0 = min(e["ts"] for e in kernels)
     t1 = max(e["ts"] + e["dur"] for e in kernels)
-    by_name: collections.Counter[str] = collections.Counter()
-    for e in kernels:
-        by_name[e["name"][:80]] += e["dur"]
-    calls = collections.Counter(e["name"] for e in runtime)
-    call_us: collections.Counter[str] = collections.Counter()
-    for e in runtime:
-        call_us[e["name"]] += e["dur"]
+    _, by_name = _by_name(kernels, width=80)
+    calls, call_us = _by_name(runtime)
     # Host-side ATen ops (eager work outside the CUDA graphs): where two engines' GPU-busy times agree and
     # their windows do not, the difference is in these counts.
-    op_count = collections.Counter(e["name"] for e in cpu_ops)
-    op_us: collections.Counter[str] = collections.Counter()
-    for e in cpu_ops:
-        op_us[e["name"]] += e["dur"]
+    op_count, op_us = _by_name(cpu_ops)
     return {
         "window_ms": round((t1 - t0) / 1e3, 2),
         "gpu_busy_ms": round(sum(e["dur"] for e in kernels) / 1e3, 2),
