@@ -11,6 +11,9 @@ same batches, and separates the candidate causes by switching one thing at a tim
 - ``on_verify``: the same with ``off_step=verify`` (no decode attention backend or graphs are built);
 - ``on_host``: the same with ``step_clock=host`` (no CUDA event recorded per step);
 - ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace);
+- ``off_check_v1`` / ``off_check_v2``: every step off in that configuration, and ``off_check_info_v1`` also
+  with the check's info-level engine log (beside ``off_v1`` / ``off_v2``: what the check's own settings
+  cost an off step);
 - ``base_v1`` / ``off_v1`` / ``off_eagle3_v1`` (and ``_v2``): the speculation-free engine, and every step off
   in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes;
 - ``off_eagle3_v1_w512`` / ``off_eagle3_v2_w512``: the EAGLE-3 off step with a hidden-state window of 512
@@ -33,10 +36,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,7 +76,22 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     # extra time is the catch-up that a full window forces every W off steps.
     "off_eagle3_v1_w512": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
     "off_eagle3_v2_w512": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
+    # Every step off under the live check's configuration (filled in run_variant), then also with its
+    # info-level engine log: on one host the live check's static-0 ran at 0.78x this script's off_v1.
+    "off_check_v1": ("v1", {}),
+    "off_check_info_v1": ("v1", {}),
+    "off_check_v2": ("v2", {}),
 }
+#: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
+#: runs its engines (the dispatcher over a control file, the JSONL trace)
+CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
+    "on_check": ("static", STATIC),
+    "off_check_v1": ("static-0", OFF),
+    "off_check_info_v1": ("static-0", OFF),
+    "off_check_v2": ("static-0", OFF),
+}
+#: variants that keep the live check's engine log level (info) instead of this script's (warning)
+INFO_LOG = frozenset({"off_check_info_v1"})
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 
@@ -116,9 +134,24 @@ def summarize(trace_path: str) -> dict[str, Any]:
         "runtime_calls": calls.most_common(12),
         "runtime_ms": [(n, round(us / 1e3, 2)) for n, us in call_us.most_common(8)],
         "cpu_ops": len(cpu_ops),
-        "cpu_op_calls": op_count.most_common(25),
+        "cpu_op_calls": op_count.most_common(),  # every op: two variants are compared name by name
         "cpu_op_ms": [(n, round(us / 1e3, 3)) for n, us in op_us.most_common(12)],
     }
+
+
+def fresh_dir(path: Path) -> Path:
+    """``path``, emptied: a later command on the same host reuses the profile folders, and a trace left there
+    by an earlier variant (or backend) must not be summarised as this one's."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def newest_trace(folder: Path) -> Path | None:
+    """The most recently written profiler trace under ``folder`` (SGLang writes one per profiled rank and
+    stage; the decode steps' trace is the last one written)."""
+    files = [f for f in folder.rglob("*.json*") if f.is_file()]
+    return max(files, key=lambda f: f.stat().st_mtime_ns) if files else None
 
 
 def _prompts(c: int, vocab: int, seed: int) -> list[list[int]]:
@@ -150,6 +183,19 @@ def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dic
     }
 
 
+def checked_env(out: Path, variant: str, label: str, policy: dict[str, Any]) -> dict[str, str]:
+    """The live check's adapter settings for one policy: the dispatcher over a control file selecting
+    ``label``, and the JSONL trace (both files per variant)."""
+    import plan as planmod
+    from specpolicy_gpucheck import write_control
+
+    control = out / f"ab-control-{variant}.txt"
+    write_control(control, 1, label)
+    log = f"/tmp/ab-dispatch-{variant}.jsonl"
+    cfg = planmod.dispatch_config({label: policy}, str(control), log, label)
+    return {"SPECPOLICY_POLICY": json.dumps(cfg), "SPECPOLICY_TRACE": f"/tmp/ab-trace-{variant}.jsonl"}
+
+
 def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     import gpu_check
     import sglang
@@ -158,23 +204,24 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
         del os.environ[k]
     out = Path(args.out)
-    if variant == "on_check":
-        import plan as planmod
-        from specpolicy_gpucheck import write_control
-
-        control = out / "ab-control.txt"
-        write_control(control, 1, "static")
-        cfg = planmod.dispatch_config({"static": STATIC}, str(control), "/tmp/ab-dispatch.jsonl", "static")
-        env = {"SPECPOLICY_POLICY": json.dumps(cfg), "SPECPOLICY_TRACE": "/tmp/ab-trace.jsonl"}
+    if variant in CHECKED:
+        env = checked_env(out, variant, *CHECKED[variant])
     os.environ.update(env or {})
     models = Path(args.work) / "models"
     vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
     kw = gpu_check.engine_kwargs(path, models)
-    kw["log_level"] = "warning"
+    if variant not in INFO_LOG:
+        kw["log_level"] = "warning"
     t0 = time.time()
     eng = sglang.Engine(**kw)
     up = round(time.time() - t0, 1)
-    res: dict[str, Any] = {"variant": variant, "path": path, "env": env, "engine_up_s": up}
+    res: dict[str, Any] = {
+        "variant": variant,
+        "path": path,
+        "attention_backend": kw["attention_backend"],
+        "env": env,
+        "engine_up_s": up,
+    }
     levels = [int(c) for c in args.concurrency.split(",") if c]
     for c in levels:  # warm every shape first
         _batch(eng, _prompts(c, vocab, 7), 32, 0.0)
@@ -186,8 +233,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     res["median_tok_s"] = {c: sorted(x["tok_s"] for x in v)[len(v) // 2] for c, v in perf.items()}
     profiles: dict[str, Any] = {}
     for c in [int(c) for c in args.profile.split(",") if c]:
-        pdir = f"/tmp/ab-prof/{variant}-{c}"
-        os.makedirs(pdir, exist_ok=True)
+        pdir = fresh_dir(Path(args.prof_root) / f"{variant}-{c}")
         try:
             eng.start_profile(output_dir=pdir, num_steps=40, activities=["CPU", "GPU"])
             _batch(eng, _prompts(c, vocab, 999), 300, 0.0)
@@ -197,8 +243,8 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
             except Exception as exc:  # already stopped after num_steps
                 profiles[f"{c}-stop"] = repr(exc)
             time.sleep(2)
-            files = sorted(glob.glob(pdir + "/**/*.json*", recursive=True), key=os.path.getsize)
-            profiles[str(c)] = summarize(files[-1]) if files else {"error": "no trace written"}
+            trace = newest_trace(pdir)
+            profiles[str(c)] = summarize(str(trace)) if trace else {"error": "no trace written"}
         except Exception as exc:
             profiles[str(c)] = {"error": repr(exc)}
     res["profile"] = profiles
@@ -217,6 +263,7 @@ def main() -> int:
     ap.add_argument("--min-s", type=float, default=1.0)
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--variant-s", type=float, default=100.0, help="expected seconds per variant")
+    ap.add_argument("--prof-root", default="/tmp/ab-prof", help="profile folders (each emptied before use)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -87,3 +87,52 @@ def test_the_wide_window_variants_differ_from_the_off_step_only_in_the_window(si
     differs = {k for k in AdapterSettings.model_fields if getattr(s, k) != getattr(wide, k)}
     assert differs == {"draft_catch_up_window"}
     assert (s.draft_catch_up_window, wide.draft_catch_up_window) == (32, 512)
+
+
+def test_a_profile_folder_is_emptied_so_an_earlier_variants_trace_is_not_summarised(tmp_path: Path) -> None:
+    folder = tmp_path / "off_eagle3_v2-1"
+    (folder / "rank0").mkdir(parents=True)
+    (folder / "rank0" / "earlier.trace.json.gz").write_bytes(b"x" * 4096)
+    assert ab_static.fresh_dir(folder) == folder
+    assert folder.is_dir() and not any(folder.iterdir())
+    assert ab_static.newest_trace(folder) is None
+
+
+def test_the_newest_trace_is_summarised_not_the_largest(tmp_path: Path) -> None:
+    import os
+
+    big, small = tmp_path / "a" / "big.trace.json.gz", tmp_path / "b" / "small.trace.json.gz"
+    for f, size, mtime in ((big, 9000, 1_000), (small, 10, 2_000)):
+        f.parent.mkdir()
+        f.write_bytes(b"x" * size)
+        os.utime(f, ns=(mtime * 10**9, mtime * 10**9))
+    assert ab_static.newest_trace(tmp_path) == small
+
+
+def test_every_aten_op_is_listed_so_two_variants_can_be_compared_name_by_name(tmp_path: Path) -> None:
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 1.0}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "ts": 1.0, "dur": 1.0} for i in range(40)]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    assert len(ab_static.summarize(str(f))["cpu_op_calls"]) == 40
+
+
+@pytest.mark.parametrize(
+    ("variant", "path"), [("off_check_v1", "v1"), ("off_check_info_v1", "v1"), ("off_check_v2", "v2")]
+)
+def test_the_checked_off_variants_run_static_0_through_the_live_checks_dispatcher(
+    variant: str, path: str, tmp_path: Path
+) -> None:
+    import plan as P
+
+    assert ab_static.VARIANTS[variant][0] == path
+    label, policy = ab_static.CHECKED[variant]
+    env = ab_static.checked_env(tmp_path, variant, label, policy)
+    assert set(env) == {"SPECPOLICY_POLICY", "SPECPOLICY_TRACE"} and variant in env["SPECPOLICY_TRACE"]
+    cfg = json.loads(env["SPECPOLICY_POLICY"])
+    want = P.dispatch_config({"static-0": {"name": "static", "num_steps": 0}}, "x", "y", "static-0")
+    assert (
+        cfg["name"] == want["name"] and cfg["policies"] == want["policies"] and cfg["initial"] == "static-0"
+    )
+    assert (tmp_path / f"ab-control-{variant}.txt").exists()
+    assert (variant in ab_static.INFO_LOG) == ("info" in variant)
