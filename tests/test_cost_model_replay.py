@@ -9,8 +9,8 @@ and now and then a malformed field. The depth the policy decides is the depth th
 different decision changes every later step's inputs too: the first step where the depths differ is named.
 
 ``tests/fixtures/cost_model_replay.json`` holds the reference decisions; they were recorded from the
-implementation that measures the cost of a switch before it trusts one-step probes and refreshes its first
-estimates every few steps. Re-record them only for an intended change of decisions:
+implementation that measures the cost of a switch before it trusts one-step probes. Re-record them only
+for an intended change of decisions:
 ``PYTHONPATH=. python3 tests/test_cost_model_replay.py --record``.
 """
 

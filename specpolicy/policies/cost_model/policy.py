@@ -60,8 +60,6 @@ _CHANGE_SLACK = 0.5
 #: priced with its bucket's refresh, and only every 8th sampled step's outcomes are counted per request.
 _BATCH_SAMPLE = 8
 _REPRICE_GROWTH = 4
-#: The first refresh interval of a new policy, and after a detected change (then doubling).
-_FIRST_REFRESH = 4
 _NEVER = -(10**9)
 
 
@@ -205,10 +203,8 @@ class CostModelPolicy:
         threshold = math.inf if c.change_threshold is None else c.change_threshold
         self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
         self._k_prev = -1
-        #: the next refresh interval (doubling up to update_interval), short at the start and after a
-        #: detected change: a few steps' data then move the estimates most, and waiting ``update_interval``
-        #: steps on three lucky acceptances kept one request speculating for 64 steps at a loss.
-        self._fast = min(_FIRST_REFRESH, c.update_interval)
+        #: the next refresh interval after a detected change (doubling up to update_interval).
+        self._fast = c.update_interval
         #: the best per-draft acceptance seen: what a probe while off hopes to find again.
         self._a_hi = c.prior_acceptance
         self._acc_steps = 0
@@ -578,7 +574,7 @@ class CostModelPolicy:
         few steps for a while, as the data since the change accumulate."""
         self._acc.forget(_CHANGE_KEEP)
         self._refresh_at = [0] * len(self._refresh_at)
-        self._fast = _FIRST_REFRESH
+        self._fast = 4
 
     def _odd_batch(self, batch: object) -> int:
         """A batch size that is not a small int: converted (numpy), or the last one when it is not a count."""
