@@ -18,6 +18,12 @@ same batches, and separates the candidate causes by switching one thing at a tim
   in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes;
 - ``off_eagle3_v1_w512`` / ``off_eagle3_v2_w512``: the EAGLE-3 off step with a hidden-state window of 512
   positions, so that the catch-up a full window forces runs every 512 off steps instead of every 32.
+- ``mixed_v1`` / ``mixed_check_v1`` / ``mixed_check_v2``: one engine switched between off and on by the
+  dispatcher: off batches before any speculative step (``off_fresh``), then on and off batches in turn
+  (``on``, ``off_after_on``), then off batches in a row (``off_late``), each profiled; ``mixed_v1`` with
+  the two policies only, the ``check`` ones with every policy, the trace and the info log of the live
+  check. The live check's off step ran slower than an engine that was never on; this says whether the
+  speculative steps before it or the check's configuration make the difference.
 
 Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length),
 then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
@@ -81,6 +87,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "off_check_v1": ("v1", {}),
     "off_check_info_v1": ("v1", {}),
     "off_check_v2": ("v2", {}),
+    # One engine switched between off and on (filled in run_variant): off before and after speculative steps.
+    "mixed_v1": ("v1", {}),
+    "mixed_check_v1": ("v1", {}),
+    "mixed_check_v2": ("v2", {}),
 }
 #: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
 #: runs its engines (the dispatcher over a control file, the JSONL trace)
@@ -90,8 +100,11 @@ CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
     "off_check_info_v1": ("static-0", OFF),
     "off_check_v2": ("static-0", OFF),
 }
+#: the switched variants: whether each runs with the live check's whole configuration (every policy of its
+#: engine, the trace, the info log) or with the two policies it switches between only
+MIXED: dict[str, bool] = {"mixed_v1": False, "mixed_check_v1": True, "mixed_check_v2": True}
 #: variants that keep the live check's engine log level (info) instead of this script's (warning)
-INFO_LOG = frozenset({"off_check_info_v1"})
+INFO_LOG = frozenset({"off_check_info_v1", *(v for v, full in MIXED.items() if full)})
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 
@@ -183,17 +196,126 @@ def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dic
     }
 
 
-def checked_env(out: Path, variant: str, label: str, policy: dict[str, Any]) -> dict[str, str]:
-    """The live check's adapter settings for one policy: the dispatcher over a control file selecting
-    ``label``, and the JSONL trace (both files per variant)."""
+def checked_env(
+    out: Path,
+    variant: str,
+    label: str,
+    policy: dict[str, Any],
+    others: dict[str, Any] | None = None,
+    trace: bool = True,
+) -> dict[str, str]:
+    """The live check's adapter settings: the dispatcher over a control file (``ab-control-<variant>.txt``)
+    selecting ``label``, among ``others`` if given, and the JSONL trace (both files per variant)."""
     import plan as planmod
     from specpolicy_gpucheck import write_control
 
-    control = out / f"ab-control-{variant}.txt"
+    control = control_path(out, variant)
     write_control(control, 1, label)
     log = f"/tmp/ab-dispatch-{variant}.jsonl"
-    cfg = planmod.dispatch_config({label: policy}, str(control), log, label)
-    return {"SPECPOLICY_POLICY": json.dumps(cfg), "SPECPOLICY_TRACE": f"/tmp/ab-trace-{variant}.jsonl"}
+    cfg = planmod.dispatch_config({**(others or {}), label: policy}, str(control), log, label)
+    env = {"SPECPOLICY_POLICY": json.dumps(cfg)}
+    if trace:
+        env["SPECPOLICY_TRACE"] = f"/tmp/ab-trace-{variant}.jsonl"
+        env["SPECPOLICY_TRACE_MAX_BYTES"] = str(1 << 30)  # as the check sets it
+    return env
+
+
+def control_path(out: Path, variant: str) -> Path:
+    return out / f"ab-control-{variant}.txt"
+
+
+def mixed_policies(full: bool) -> dict[str, Any]:
+    """What a switched variant's dispatcher holds: the live check's policies for an engine of its perf
+    sweep (``--perf static,static-0,cost_model``, no resume phases), or the two it switches between."""
+    if not full:
+        return {"static": STATIC}
+    import plan as planmod
+
+    perf = planmod.perf_policies()
+    return {**planmod.check_policies(), **{k: perf[k] for k in ("static", "cost_model")}}
+
+
+def mixed_env(out: Path, variant: str) -> dict[str, str]:
+    """A switched variant's settings; it starts off."""
+    full = MIXED[variant]
+    return checked_env(out, variant, "static-0", OFF, mixed_policies(full), trace=full)
+
+
+class Switch:
+    """Selects the dispatcher's policy between batches: each call writes a new generation."""
+
+    def __init__(self, control: Path) -> None:
+        self.control = control
+        self.generation = 1
+
+    def __call__(self, label: str) -> None:
+        from specpolicy_gpucheck import write_control
+
+        self.generation += 1
+        write_control(self.control, self.generation, label)
+
+
+def _profile(eng: Any, pdir: Path, c: int, vocab: int) -> dict[str, Any]:
+    """SGLang's profiler over 40 decode steps of a fresh batch of ``c`` requests, summarised."""
+    out: dict[str, Any] = {}
+    try:
+        eng.start_profile(output_dir=fresh_dir(pdir), num_steps=40, activities=["CPU", "GPU"])
+        _batch(eng, _prompts(c, vocab, 999), 300, 0.0)
+        time.sleep(2)
+        try:
+            eng.stop_profile()
+        except Exception as exc:  # already stopped after num_steps
+            out["stop"] = repr(exc)
+        time.sleep(2)
+        trace = newest_trace(pdir)
+        out.update(summarize(str(trace)) if trace else {"error": "no trace written"})
+    except Exception as exc:
+        out["error"] = repr(exc)
+    return out
+
+
+def run_mixed(
+    eng: Any, args: argparse.Namespace, variant: str, levels: list[int], vocab: int
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Off before any speculative step, on and off in turn, then off in a row: batches and profiles."""
+    select = Switch(control_path(Path(args.out), variant))
+    perf: dict[str, list[dict[str, Any]]] = {}
+    profiles: dict[str, Any] = {}
+    prof_levels = [int(c) for c in args.profile.split(",") if c]
+    root = Path(args.prof_root)
+
+    def measure(kind: str, c: int, r: int) -> None:
+        tokens = TOKENS.get(c, 200)
+        perf.setdefault(f"{kind}:{c}", []).append(
+            _batch(eng, _prompts(c, vocab, 100 * r + c), tokens, args.min_s)
+        )
+
+    select("static-0")
+    for c in levels:
+        _batch(eng, _prompts(c, vocab, 7), 32, 0.0)
+    for r in range(args.repeats):
+        for c in levels:
+            measure("off_fresh", c, r)
+    for c in prof_levels:
+        profiles[f"off_fresh:{c}"] = _profile(eng, root / f"{variant}-fresh-{c}", c, vocab)
+    select("static")
+    for c in levels:
+        _batch(eng, _prompts(c, vocab, 8), 32, 0.0)
+    for r in range(args.repeats):
+        for c in levels:
+            select("static")
+            measure("on", c, r)
+            select("static-0")
+            measure("off_after_on", c, r)
+    for c in prof_levels:
+        select("static")
+        _batch(eng, _prompts(c, vocab, 9), 64, 0.0)
+        select("static-0")
+        profiles[f"off_after_on:{c}"] = _profile(eng, root / f"{variant}-after-{c}", c, vocab)
+    for r in range(args.repeats):
+        for c in levels:
+            measure("off_late", c, r)
+    return perf, profiles
 
 
 def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
@@ -206,6 +328,8 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     out = Path(args.out)
     if variant in CHECKED:
         env = checked_env(out, variant, *CHECKED[variant])
+    elif variant in MIXED:
+        env = mixed_env(out, variant)
     os.environ.update(env or {})
     models = Path(args.work) / "models"
     vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
@@ -223,6 +347,11 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         "engine_up_s": up,
     }
     levels = [int(c) for c in args.concurrency.split(",") if c]
+    if variant in MIXED:
+        res["perf"], res["profile"] = run_mixed(eng, args, variant, levels, vocab)
+        res["median_tok_s"] = {k: sorted(x["tok_s"] for x in v)[len(v) // 2] for k, v in res["perf"].items()}
+        eng.shutdown()
+        return res
     for c in levels:  # warm every shape first
         _batch(eng, _prompts(c, vocab, 7), 32, 0.0)
     perf: dict[str, list[dict[str, Any]]] = {str(c): [] for c in levels}
@@ -231,23 +360,10 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
             perf[str(c)].append(_batch(eng, _prompts(c, vocab, 100 * r + c), TOKENS.get(c, 200), args.min_s))
     res["perf"] = perf
     res["median_tok_s"] = {c: sorted(x["tok_s"] for x in v)[len(v) // 2] for c, v in perf.items()}
-    profiles: dict[str, Any] = {}
-    for c in [int(c) for c in args.profile.split(",") if c]:
-        pdir = fresh_dir(Path(args.prof_root) / f"{variant}-{c}")
-        try:
-            eng.start_profile(output_dir=pdir, num_steps=40, activities=["CPU", "GPU"])
-            _batch(eng, _prompts(c, vocab, 999), 300, 0.0)
-            time.sleep(2)
-            try:
-                eng.stop_profile()
-            except Exception as exc:  # already stopped after num_steps
-                profiles[f"{c}-stop"] = repr(exc)
-            time.sleep(2)
-            trace = newest_trace(pdir)
-            profiles[str(c)] = summarize(str(trace)) if trace else {"error": "no trace written"}
-        except Exception as exc:
-            profiles[str(c)] = {"error": repr(exc)}
-    res["profile"] = profiles
+    res["profile"] = {
+        str(c): _profile(eng, Path(args.prof_root) / f"{variant}-{c}", c, vocab)
+        for c in [int(c) for c in args.profile.split(",") if c]
+    }
     eng.shutdown()
     return res
 

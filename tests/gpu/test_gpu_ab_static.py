@@ -8,6 +8,7 @@ from pathlib import Path
 
 import ab_static
 import pytest
+from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
 
 from specpolicy.adapters.settings import AdapterSettings
 
@@ -128,7 +129,8 @@ def test_the_checked_off_variants_run_static_0_through_the_live_checks_dispatche
     assert ab_static.VARIANTS[variant][0] == path
     label, policy = ab_static.CHECKED[variant]
     env = ab_static.checked_env(tmp_path, variant, label, policy)
-    assert set(env) == {"SPECPOLICY_POLICY", "SPECPOLICY_TRACE"} and variant in env["SPECPOLICY_TRACE"]
+    assert set(env) == {"SPECPOLICY_POLICY", "SPECPOLICY_TRACE", "SPECPOLICY_TRACE_MAX_BYTES"}
+    assert variant in env["SPECPOLICY_TRACE"] and env["SPECPOLICY_TRACE_MAX_BYTES"] == str(1 << 30)
     cfg = json.loads(env["SPECPOLICY_POLICY"])
     want = P.dispatch_config({"static-0": {"name": "static", "num_steps": 0}}, "x", "y", "static-0")
     assert (
@@ -136,3 +138,73 @@ def test_the_checked_off_variants_run_static_0_through_the_live_checks_dispatche
     )
     assert (tmp_path / f"ab-control-{variant}.txt").exists()
     assert (variant in ab_static.INFO_LOG) == ("info" in variant)
+
+
+@pytest.mark.parametrize("variant", sorted(ab_static.MIXED))
+def test_a_switched_variant_holds_the_checks_policies_or_just_the_two(variant: str, tmp_path: Path) -> None:
+    import plan as P
+
+    full = ab_static.MIXED[variant]
+    env = ab_static.mixed_env(tmp_path, variant)
+    cfg = json.loads(env["SPECPOLICY_POLICY"])
+    assert cfg["initial"] == "static-0" and cfg["policies"]["static-0"] == {"name": "static", "num_steps": 0}
+    assert cfg["policies"]["static"] == {"name": "static", "num_steps": P.LAUNCH_DEPTH}
+    if full:  # what the live check's engine holds for `--perf static,static-0,cost_model`
+        assert set(cfg["policies"]) == {*P.check_policies(), "static", "static-0", "cost_model"}
+    else:
+        assert set(cfg["policies"]) == {"static", "static-0"}
+    assert (variant in ab_static.INFO_LOG) == full
+    assert ("SPECPOLICY_TRACE" in env) == full
+    DispatchConfig.model_validate(cfg)  # every child configures
+
+
+class _Engine:
+    """Records which policy the dispatcher runs for each generate() call (its decide() at every call)."""
+
+    def __init__(self, policy: DispatchPolicy) -> None:
+        self.policy = policy
+        self.served: list[tuple[int, str]] = []
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: dict[str, object]
+    ) -> list[dict[str, object]]:
+        from specpolicy import StepStats
+
+        mode = self.policy.decide(StepStats(len(input_ids)))
+        self.served.append((len(input_ids), "on" if mode.num_steps else "off"))
+        n = int(sampling_params["max_new_tokens"])  # type: ignore[call-overload]
+        return [{"meta_info": {"completion_tokens": n, "spec_verify_ct": n}} for _ in input_ids]
+
+    def start_profile(self, **kw: object) -> None:
+        self.served.append((0, "profile"))
+
+    def stop_profile(self) -> None:
+        pass
+
+
+def test_the_switched_run_measures_off_before_on_then_in_turn_then_in_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the real dispatcher over the control file: every batch runs the policy its key names."""
+    import argparse
+
+    env = ab_static.checked_env(
+        tmp_path, "mixed_v1", "static-0", ab_static.OFF, ab_static.mixed_policies(False)
+    )
+    eng = _Engine(DispatchPolicy(DispatchConfig.model_validate(json.loads(env["SPECPOLICY_POLICY"]))))
+    monkeypatch.setattr(ab_static.time, "sleep", lambda s: None)
+    args = argparse.Namespace(
+        out=str(tmp_path), profile="1", prof_root=str(tmp_path / "prof"), repeats=2, min_s=0.0
+    )
+    perf, profiles = ab_static.run_mixed(eng, args, "mixed_v1", [1, 16], vocab=64)
+    assert set(perf) == {f"{k}:{c}" for k in ("off_fresh", "on", "off_after_on", "off_late") for c in (1, 16)}
+    assert all(len(v) == 2 for v in perf.values())
+    assert set(profiles) == {"off_fresh:1", "off_after_on:1"}
+    modes = [m for _, m in eng.served]
+    first_on = modes.index("on")
+    assert (
+        "off" in modes[:first_on] and modes[:first_on].count("profile") == 1
+    )  # off, profiled, before any on
+    after = modes[first_on:]
+    assert after[-4:] == ["off"] * 4  # off_late: the last batches, in a row
+    assert "on" in after and after.count("profile") == 1
