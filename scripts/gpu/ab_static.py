@@ -18,7 +18,11 @@ same batches, and separates the candidate causes by switching one thing at a tim
   in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes;
 - ``off_eagle3_v1_w512`` / ``off_eagle3_v2_w512``: the EAGLE-3 off step with a hidden-state window of 512
   positions, so that the catch-up a full window forces runs every 512 off steps instead of every 32.
-- ``mixed_v1`` / ``mixed_check_v1`` / ``mixed_check_v2``: one engine switched between off and on by the
+- ``--paired``: the listed variants' engines all at once, the batches rotating across them, the ratios to
+  the first variant batch by batch (``paired.py``: a drift of the host's speed hits every variant alike);
+  a switched variant there runs an untimed speculative batch before each of its (off) batches.
+- ``mixed_v1`` / ``mixed_check_v1`` / ``mixed_check_v2`` (``mixed_timed_v1`` / ``_v2``: ``mixed_v1`` with
+  the scheduler's host time per engine method, per batch): one engine switched between off and on by the
   dispatcher: off batches before any speculative step (``off_fresh``), then on and off batches in turn
   (``on``, ``off_after_on``), then off batches in a row (``off_late``), each profiled; ``mixed_v1`` with
   the two policies only, the ``check`` ones with every policy, the trace and the info log of the live
@@ -50,6 +54,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +96,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "mixed_v1": ("v1", {}),
     "mixed_check_v1": ("v1", {}),
     "mixed_check_v2": ("v2", {}),
+    "mixed_timed_v1": ("v1", {}),
+    "mixed_timed_v2": ("v2", {}),
 }
 #: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
 #: runs its engines (the dispatcher over a control file, the JSONL trace)
@@ -102,7 +109,15 @@ CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
 }
 #: the switched variants: whether each runs with the live check's whole configuration (every policy of its
 #: engine, the trace, the info log) or with the two policies it switches between only
-MIXED: dict[str, bool] = {"mixed_v1": False, "mixed_check_v1": True, "mixed_check_v2": True}
+MIXED: dict[str, bool] = {
+    "mixed_v1": False,
+    "mixed_check_v1": True,
+    "mixed_check_v2": True,
+    "mixed_timed_v1": False,
+    "mixed_timed_v2": False,
+}
+#: switched variants that also time the scheduler process's engine methods (specpolicy_gpucheck.host_timers)
+TIMED = frozenset({"mixed_timed_v1", "mixed_timed_v2"})
 #: variants that keep the live check's engine log level (info) instead of this script's (warning)
 INFO_LOG = frozenset({"off_check_info_v1", *(v for v, full in MIXED.items() if full)})
 #: output tokens per request by concurrency, so that a batch lasts about a second
@@ -176,6 +191,7 @@ def _prompts(c: int, vocab: int, seed: int) -> list[list[int]]:
 
 def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dict[str, Any]:
     sp = {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}
+    wall0 = time.time()
     t0 = time.perf_counter()
     out_tokens = verifies = passes = 0
     while passes < 16:
@@ -193,6 +209,8 @@ def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dic
         "wall_s": round(wall, 3),
         "passes": passes,
         "accept_len": round(out_tokens / verifies, 3) if verifies else None,
+        "t0": round(wall0, 4),
+        "t1": round(wall0 + wall, 4),
     }
 
 
@@ -238,7 +256,32 @@ def mixed_policies(full: bool) -> dict[str, Any]:
 def mixed_env(out: Path, variant: str) -> dict[str, str]:
     """A switched variant's settings; it starts off."""
     full = MIXED[variant]
-    return checked_env(out, variant, "static-0", OFF, mixed_policies(full), trace=full)
+    env = checked_env(out, variant, "static-0", OFF, mixed_policies(full), trace=full)
+    if variant in TIMED:
+        cfg = json.loads(env["SPECPOLICY_POLICY"])
+        cfg["host_timers"] = str(timers_path(variant))
+        env["SPECPOLICY_POLICY"] = json.dumps(cfg)
+    return env
+
+
+def timers_path(variant: str) -> Path:
+    return Path(f"/tmp/ab-timers-{variant}.jsonl")
+
+
+def attach_host_times(perf: dict[str, list[dict[str, Any]]], path: Path) -> int:
+    """Give every batch the scheduler's host time per engine method over its span (``host``); returns how
+    many batches got one."""
+    from specpolicy_gpucheck.host_timers import deltas
+
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    n = 0
+    for runs in perf.values():
+        for b in runs:
+            d = deltas(lines, b["t0"], b["t1"])
+            if d is not None:
+                b["host"] = d
+                n += 1
+    return n
 
 
 class Switch:
@@ -319,36 +362,15 @@ def run_mixed(
 
 
 def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    import gpu_check
-    import sglang
-
-    path, env = VARIANTS[variant]
-    for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
-        del os.environ[k]
+    eng, res, vocab = start_engine(args, variant)
     out = Path(args.out)
-    if variant in CHECKED:
-        env = checked_env(out, variant, *CHECKED[variant])
-    elif variant in MIXED:
-        env = mixed_env(out, variant)
-    os.environ.update(env or {})
-    models = Path(args.work) / "models"
-    vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
-    kw = gpu_check.engine_kwargs(path, models)
-    if variant not in INFO_LOG:
-        kw["log_level"] = "warning"
-    t0 = time.time()
-    eng = sglang.Engine(**kw)
-    up = round(time.time() - t0, 1)
-    res: dict[str, Any] = {
-        "variant": variant,
-        "path": path,
-        "attention_backend": kw["attention_backend"],
-        "env": env,
-        "engine_up_s": up,
-    }
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if variant in MIXED:
         res["perf"], res["profile"] = run_mixed(eng, args, variant, levels, vocab)
+        if variant in TIMED:
+            res["host_timed_batches"] = attach_host_times(res["perf"], timers_path(variant))
+            if timers_path(variant).exists():
+                shutil.copy(timers_path(variant), out / f"ab-timers-{variant}.jsonl")
         res["median_tok_s"] = {k: sorted(x["tok_s"] for x in v)[len(v) // 2] for k, v in res["perf"].items()}
         eng.shutdown()
         return res
@@ -368,6 +390,167 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     return res
 
 
+def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str, Any], int]:
+    """The variant's engine, configured through the environment; its description; the chain vocabulary."""
+    import gpu_check
+    import sglang
+
+    path, env = VARIANTS[variant]
+    for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
+        del os.environ[k]
+    out = Path(args.out)
+    if variant in CHECKED:
+        env = checked_env(out, variant, *CHECKED[variant])
+    elif variant in MIXED:
+        env = mixed_env(out, variant)
+        timers_path(variant).unlink(missing_ok=True)  # an earlier command's lines
+    os.environ.update(env or {})
+    models = Path(args.work) / "models"
+    vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
+    kw = gpu_check.engine_kwargs(path, models)
+    if variant not in INFO_LOG:
+        kw["log_level"] = "warning"
+    t0 = time.time()
+    eng = sglang.Engine(**kw)
+    up = round(time.time() - t0, 1)
+    res: dict[str, Any] = {
+        "variant": variant,
+        "path": path,
+        "attention_backend": kw["attention_backend"],
+        "env": env,
+        "engine_up_s": up,
+    }
+    return eng, res, vocab
+
+
+def serve(
+    eng: Any, vocab: int, commands: Any, replies: Any, select_label: Callable[[str], None] | None
+) -> int:
+    """The engine's side of ``paired``: one reply line per command line until ``quit``; returns the
+    batches served. ``batch`` takes ``c``, ``tokens``, ``seed``, ``min_s`` and, for a dispatcher variant,
+    ``label`` (the policy it selects first); an error is answered, not raised, so the run goes on."""
+    served = 0
+    for line in commands:
+        try:
+            cmd = json.loads(line)
+            op = cmd.get("op")
+            if op == "quit":
+                replies.write(json.dumps({"bye": True}) + "\n")
+                replies.flush()
+                return served
+            if op != "batch":
+                raise ValueError(f"unknown op {op!r}")
+            c = int(cmd["c"])
+            if (cmd.get("label") or cmd.get("pre_label")) and select_label is None:
+                raise ValueError("this variant has no dispatcher to select a policy with")
+            if cmd.get("pre_label"):  # an untimed batch under another policy first (speculative steps)
+                select_label(str(cmd["pre_label"]))
+                _batch(eng, _prompts(c, vocab, int(cmd["seed"]) + 1), int(cmd.get("pre_tokens", 64)), 0.0)
+            if cmd.get("label"):
+                select_label(str(cmd["label"]))
+            reply = _batch(eng, _prompts(c, vocab, int(cmd["seed"])), int(cmd["tokens"]), float(cmd["min_s"]))
+            served += 1
+        except Exception as exc:  # answered: the coordinator records it and goes on
+            reply = {"error": repr(exc)[:500]}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    return served
+
+
+def serve_variant(args: argparse.Namespace, variant: str) -> int:
+    """``--serve``: start the variant's engine, say so, then serve the coordinator's batches."""
+    commands = os.fdopen(args.cmd_fd, "r")
+    replies = os.fdopen(args.reply_fd, "w")
+    try:
+        eng, res, vocab = start_engine(args, variant)
+    except Exception as exc:
+        replies.write(json.dumps({"ready": False, "error": repr(exc)[:500]}) + "\n")
+        replies.flush()
+        return 1
+    select_label = Switch(control_path(Path(args.out), variant)) if variant in MIXED else None
+    replies.write(json.dumps({"ready": True, **res}) + "\n")
+    replies.flush()
+    try:
+        serve(eng, vocab, commands, replies, select_label)
+    finally:
+        eng.shutdown()
+    return 0
+
+
+def _median_tok_s(rows: list[dict[str, Any]]) -> float | None:
+    vals = sorted(b["tok_s"] for b in rows if "tok_s" in b)
+    return vals[len(vals) // 2] if vals else None
+
+
+#: per paired variant: the dispatcher label its batches select, and the label of an untimed batch run just
+#: before each (a switched variant measures its off step right after speculative steps)
+PAIRED_LABEL = {v: "static-0" for v in MIXED}
+PAIRED_PRE_LABEL = {v: "static" for v in MIXED}
+
+
+def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
+    """Every variant's engine at once, the batches rotating across them; the ratios of each variant to the
+    first one, batch next to batch."""
+    import paired
+    import plan as planmod
+
+    argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a != "--paired"]]
+    children: dict[str, paired.Child] = {}
+    started = time.time()
+    for v in variants:
+        children[v] = paired.Child(v, [*argv, "--serve", v])
+    ready: dict[str, Any] = {}
+    for v, child in list(children.items()):
+        left = max(30.0, started + args.budget_s - time.time())
+        try:
+            ready[v] = child.recv(left)
+        except paired.ChildError as exc:
+            ready[v] = {"ready": False, "error": str(exc)}
+        if not ready[v].get("ready"):
+            print(f"paired: {v} did not start: {ready[v].get('error')}", flush=True)
+            child.close(10.0)
+            del children[v]
+    levels = [int(c) for c in args.concurrency.split(",") if c]
+
+    def command(
+        r: int, c: int, v: str, tokens: int | None = None, min_s: float | None = None
+    ) -> dict[str, Any]:
+        cmd: dict[str, Any] = {
+            "op": "batch",
+            "c": c,
+            "tokens": TOKENS.get(c, 200) if tokens is None else tokens,
+            "seed": 100 * r + c,
+            "min_s": args.min_s if min_s is None else min_s,
+        }
+        if v in PAIRED_LABEL:
+            cmd["label"] = PAIRED_LABEL[v]
+        if v in PAIRED_PRE_LABEL and tokens is None:  # measured batches only
+            cmd["pre_label"] = PAIRED_PRE_LABEL[v]
+        return cmd
+
+    names = list(children)
+    warm = [(0, c, v) for c in levels for v in names]  # every shape of every engine before any measurement
+    paired.paired_batches(
+        children, warm, lambda r, c, v: command(7, c, v, 32, 0.0), timeout_s=args.batch_timeout_s
+    )
+    order = planmod.interleave(names, args.repeats, levels)
+    batches = paired.paired_batches(
+        children, order, command, timeout_s=args.batch_timeout_s, deadline=started + args.budget_s - 30
+    )
+    for child in children.values():
+        child.close()
+    base = variants[0]  # the reference; its ratios are absent if it did not start
+    return {
+        "variants": variants,
+        "engines": ready,
+        "batches": batches,
+        "median_tok_s": {
+            v: {c: _median_tok_s(rows) for c, rows in by_c.items()} for v, by_c in batches.items()
+        },
+        "ratio_to_first": {v: paired.ratios(batches, v, base) for v in batches if v != base},
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True)
@@ -380,9 +563,31 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--variant-s", type=float, default=100.0, help="expected seconds per variant")
     ap.add_argument("--prof-root", default="/tmp/ab-prof", help="profile folders (each emptied before use)")
+    ap.add_argument(
+        "--paired",
+        action="store_true",
+        help="start every variant's engine at once and rotate the batches across them (the first variant is"
+        " the reference of the ratios); no profiles",
+    )
+    ap.add_argument("--batch-timeout-s", type=float, default=120.0, help=argparse.SUPPRESS)
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--cmd-fd", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reply-fd", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.serve:
+        return serve_variant(args, args.serve)
+    if args.paired:
+        variants = args.variants.split(",")
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown or len(variants) < 2:
+            print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
+            return 2
+        res = run_paired(args, variants)
+        (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps({k: res[k] for k in ("median_tok_s", "ratio_to_first")}), flush=True)
+        return 0
     if args.one:
         res = run_variant(args, args.one)
         (Path(args.out) / f"ab-{args.one}.json").write_text(json.dumps(res, indent=1))

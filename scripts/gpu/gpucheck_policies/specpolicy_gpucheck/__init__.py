@@ -19,6 +19,7 @@ check also proves that route. None of them is meant for serving:
   switches policies between request batches instead of restarting it. The file is memory-mapped: reading
   it costs a slice of shared memory per step, not a system call (an ``os.stat`` per step cost about 25
   microseconds on the GPU machine, more than the policies themselves).
+  With ``host_timers`` it also times the scheduler process's engine methods (``host_timers``).
 """
 
 from __future__ import annotations
@@ -278,6 +279,9 @@ class DispatchConfig(PolicyConfig):
         default_factory=list,
         description="labels whose policy is not reset when activated: it keeps what it learned across phases",
     )
+    host_timers: str | None = Field(
+        None, description="JSONL file for the scheduler process's host time per engine method (host_timers)"
+    )
 
     @field_validator("policies")
     @classmethod
@@ -326,6 +330,10 @@ class DispatchPolicy:
         self.label = config.initial
         self._active = self._children[self.label]
         self._keep = frozenset(config.keep)
+        if config.host_timers:
+            from .host_timers import install
+
+            install(config.host_timers)
 
     def decide(self, stats: StepStats) -> SpecMode:
         self._n += 1

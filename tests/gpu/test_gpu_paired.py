@@ -1,0 +1,182 @@
+"""scripts/gpu/paired.py: engines served over pipes, batches rotated across them, ratios batch by batch;
+and ab_static.serve, the engine's side of the protocol."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import ab_static
+import paired
+import plan
+import pytest
+from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
+
+# A child that speaks the protocol: ready, then per batch its tok_s = c * speed (argv[1]); "hang" sleeps,
+# "die" exits, "junk" answers garbage.
+CHILD = r"""
+import argparse, json, os, sys, time
+ap = argparse.ArgumentParser()
+ap.add_argument("speed", type=float)
+ap.add_argument("--cmd-fd", type=int)
+ap.add_argument("--reply-fd", type=int)
+a = ap.parse_args()
+cmds, out = os.fdopen(a.cmd_fd), os.fdopen(a.reply_fd, "w")
+out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n"); out.flush()
+for line in cmds:
+    cmd = json.loads(line)
+    if cmd["op"] == "quit":
+        out.write('{"bye": true}\n'); out.flush(); break
+    if cmd.get("mode") == "hang":
+        time.sleep(30)
+    if cmd.get("mode") == "die":
+        sys.exit(3)
+    if cmd.get("mode") == "junk":
+        out.write("not json\n"); out.flush(); continue
+    out.write(json.dumps({"tok_s": cmd["c"] * a.speed, "got": cmd}) + "\n"); out.flush()
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    f = tmp_path / "child.py"
+    f.write_text(CHILD)
+    return f
+
+
+def _child(name: str, script: Path, speed: float) -> paired.Child:
+    child = paired.Child(name, [sys.executable, str(script), str(speed)])
+    child.ready = child.recv(20.0)
+    assert child.ready["ready"] is True
+    return child
+
+
+def test_a_child_answers_each_command_and_quits(script: Path) -> None:
+    child = _child("a", script, 2.0)
+    reply = child.request({"op": "batch", "c": 16}, 10.0)
+    assert reply["tok_s"] == 32.0 and reply["got"] == {"op": "batch", "c": 16}
+    assert child.close(10.0) == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"), [("hang", "no reply within"), ("die", "exited"), ("junk", "not JSON")]
+)
+def test_a_child_that_hangs_dies_or_babbles_raises_a_clear_error(script: Path, mode: str, says: str) -> None:
+    child = _child("b", script, 1.0)
+    t0 = time.monotonic()
+    with pytest.raises(paired.ChildError, match=says):
+        child.request({"op": "batch", "c": 1, "mode": mode}, 1.5)
+    assert time.monotonic() - t0 < 10
+    child.close(2.0)  # a hanging child is killed
+
+
+def test_batches_rotate_across_children_and_a_dead_one_is_dropped(script: Path) -> None:
+    kids = {
+        "base": _child("base", script, 10.0),
+        "off": _child("off", script, 9.0),
+        "bad": _child("bad", script, 1.0),
+    }
+    order = plan.interleave(["base", "off", "bad"], 3, [1, 16])
+    logged: list[str] = []
+
+    def command(r: int, c: int, v: str) -> dict[str, object]:
+        return {"op": "batch", "c": c, "mode": "die" if v == "bad" and r == 1 else None}
+
+    try:
+        got = paired.paired_batches(kids, order, command, timeout_s=10.0, log=logged.append)
+    finally:
+        for k in kids.values():
+            k.close(5.0)
+    assert [b["repeat"] for b in got["base"]["1"]] == [0, 1, 2]
+    assert len(got["bad"]["1"]) == 1 and "16" in got["bad"]  # repeat 0 only: it died in repeat 1
+    assert sum("dropping bad" in line for line in logged) == 1
+    seqs = sorted(b["seq"] for v in got.values() for rows in v.values() for b in rows)
+    assert seqs == sorted(set(seqs))  # one batch at a time, each in its place of the run order
+    r = paired.ratios(got, "off", "base")
+    assert r["1"] == {"median": 0.9, "min": 0.9, "max": 0.9, "n": 3}
+    assert r["16"]["median"] == pytest.approx(0.9)
+
+
+def test_ratios_pair_batches_of_the_same_repeat_only() -> None:
+    batches = {
+        "base": {
+            "1": [{"repeat": 0, "tok_s": 100.0}, {"repeat": 1, "tok_s": 200.0}, {"repeat": 2, "tok_s": 150.0}]
+        },
+        "x": {
+            "1": [{"repeat": 0, "tok_s": 95.0}, {"repeat": 1, "tok_s": 180.0}, {"repeat": 3, "tok_s": 9.0}]
+        },
+    }
+    # a drift that doubled the host's speed between repeats 0 and 1 does not move the ratios
+    assert paired.ratios(batches, "x", "base")["1"] == {"median": 0.95, "min": 0.9, "max": 0.95, "n": 2}
+
+
+def test_a_deadline_stops_starting_batches(script: Path) -> None:
+    kids = {"a": _child("a", script, 1.0)}
+    try:
+        got = paired.paired_batches(
+            kids,
+            [(0, 1, "a")] * 3,
+            lambda r, c, v: {"op": "batch", "c": c},
+            timeout_s=5.0,
+            deadline=time.time() - 1,
+            log=lambda s: None,
+        )
+    finally:
+        kids["a"].close(5.0)
+    assert got == {"a": {}}
+
+
+class _Engine:
+    def __init__(self, policy: DispatchPolicy | None) -> None:
+        self.policy = policy
+        self.served: list[tuple[int, int, str]] = []
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: dict[str, object]
+    ) -> list[dict[str, object]]:
+        from specpolicy import StepStats
+
+        mode = "-" if self.policy is None else ("on" if self.policy.decide(StepStats(1)).num_steps else "off")
+        n = int(sampling_params["max_new_tokens"])  # type: ignore[call-overload]
+        self.served.append((len(input_ids), n, mode))
+        return [{"meta_info": {"completion_tokens": n, "spec_verify_ct": n}} for _ in input_ids]
+
+
+def test_serve_answers_every_line_runs_the_speculative_batch_first_and_quits(tmp_path: Path) -> None:
+    env = ab_static.mixed_env(tmp_path, "mixed_v1")
+    eng = _Engine(DispatchPolicy(DispatchConfig.model_validate(json.loads(env["SPECPOLICY_POLICY"]))))
+    select = ab_static.Switch(ab_static.control_path(tmp_path, "mixed_v1"))
+    lines = [
+        {
+            "op": "batch",
+            "c": 4,
+            "tokens": 50,
+            "seed": 1,
+            "min_s": 0.0,
+            "label": "static-0",
+            "pre_label": "static",
+        },
+        {"op": "batch", "c": 1, "tokens": 20, "seed": 2, "min_s": 0.0, "label": "static-0"},
+        {"op": "nonsense"},
+        {"op": "quit"},
+        {"op": "batch", "c": 1, "tokens": 20, "seed": 3, "min_s": 0.0},  # after quit: never read
+    ]
+    out = io.StringIO()
+    served = ab_static.serve(eng, 64, io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out, select)
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert served == 2 and len(replies) == 4
+    assert replies[0]["tok_s"] > 0 and replies[1]["tok_s"] > 0
+    assert "unknown op" in replies[2]["error"] and replies[3] == {"bye": True}
+    assert eng.served == [(4, 64, "on"), (4, 50, "off"), (1, 20, "off")]  # untimed on batch, then the off one
+
+
+def test_serve_refuses_a_label_without_a_dispatcher_and_goes_on() -> None:
+    eng = _Engine(None)
+    lines = [{"op": "batch", "c": 1, "tokens": 5, "seed": 1, "min_s": 0.0, "label": "static"}, {"op": "quit"}]
+    out = io.StringIO()
+    ab_static.serve(eng, 64, io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out, None)
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert "no dispatcher" in replies[0]["error"] and replies[1] == {"bye": True} and eng.served == []
