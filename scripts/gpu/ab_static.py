@@ -371,7 +371,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
             res["host_timed_batches"] = attach_host_times(res["perf"], timers_path(variant))
             if timers_path(variant).exists():
                 shutil.copy(timers_path(variant), out / f"ab-timers-{variant}.jsonl")
-        res["median_tok_s"] = {k: sorted(x["tok_s"] for x in v)[len(v) // 2] for k, v in res["perf"].items()}
+        res["median_tok_s"] = {k: _median_tok_s(v) for k, v in res["perf"].items()}
         eng.shutdown()
         return res
     for c in levels:  # warm every shape first
@@ -381,7 +381,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         for c in levels:
             perf[str(c)].append(_batch(eng, _prompts(c, vocab, 100 * r + c), TOKENS.get(c, 200), args.min_s))
     res["perf"] = perf
-    res["median_tok_s"] = {c: sorted(x["tok_s"] for x in v)[len(v) // 2] for c, v in perf.items()}
+    res["median_tok_s"] = {c: _median_tok_s(v) for c, v in perf.items()}
     res["profile"] = {
         str(c): _profile(eng, Path(args.prof_root) / f"{variant}-{c}", c, vocab)
         for c in [int(c) for c in args.profile.split(",") if c]

@@ -50,7 +50,6 @@ class Child:
         self._cmd: TextIO = os.fdopen(cmd_w, "w", buffering=1)
         self._rep_fd = rep_r
         self._buf = b""
-        self.ready: dict[str, Any] | None = None
 
     def send(self, cmd: dict[str, Any]) -> None:
         try:

@@ -49,8 +49,7 @@ def script(tmp_path: Path) -> Path:
 
 def _child(name: str, script: Path, speed: float) -> paired.Child:
     child = paired.Child(name, [sys.executable, str(script), str(speed)])
-    child.ready = child.recv(20.0)
-    assert child.ready["ready"] is True
+    assert child.recv(20.0)["ready"] is True
     return child
 
 
