@@ -21,15 +21,21 @@ same batches, and separates the candidate causes by switching one thing at a tim
 - ``--paired``: the listed variants' engines all at once, the batches rotating across them, the ratios to
   the first variant batch by batch (``paired.py``: a drift of the host's speed hits every variant alike);
   a switched variant there runs an untimed speculative batch before each of its (off) batches.
-- ``mixed_v1`` / ``mixed_check_v1`` / ``mixed_check_v2`` (``mixed_timed_v1`` / ``_v2``: ``mixed_v1`` with
-  the scheduler's host time per engine method, per batch): one engine switched between off and on by the
-  dispatcher: off batches before any speculative step (``off_fresh``), then on and off batches in turn
-  (``on``, ``off_after_on``), then off batches in a row (``off_late``), each profiled; ``mixed_v1`` with
-  the two policies only, the ``check`` ones with every policy, the trace and the info log of the live
-  check. The live check's off step ran slower than an engine that was never on; this says whether the
-  speculative steps before it or the check's configuration make the difference.
+- ``cm_v1`` / ``cm_v2`` and ``hyst_v1`` / ``hyst_v2``: the live check's ``cost_model`` and tuned
+  ``hysteresis``, each the engine's one policy for its whole life (as in serving). With ``base_*``,
+  ``off_*``, ``on`` / ``on_v1`` and ``plain`` / ``plain_v1`` under ``--paired`` they measure every goal
+  ratio of the off step and the policies batch next to batch (``paired_report.py`` turns the result into
+  the report's tables).
+- ``mixed_v1`` / ``mixed_v2`` / ``mixed_check_v1`` / ``mixed_check_v2`` (``mixed_timed_v1`` / ``_v2``:
+  ``mixed_v1`` with the scheduler's host time per engine method, per batch): one engine switched between
+  off and on by the dispatcher: off batches before any speculative step (``off_fresh``), then on and off
+  batches in turn (``on``, ``off_after_on``), then off batches in a row (``off_late``), each profiled;
+  ``mixed_v1`` with the two policies only, the ``check`` ones with every policy, the trace and the info
+  log of the live check. The live check's off step ran slower than an engine that was never on; this says
+  whether the speculative steps before it or the check's configuration make the difference.
 
-Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length),
+Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length,
+and how many requests equal the bigram oracle's greedy chain, counted outside the timed span),
 then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
 time, the profiled window, kernel count, the CUDA runtime calls (synchronisations show up there) and the
 host-side ATen ops by count and time. Usage:
@@ -62,8 +68,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import paired  # noqa: E402  (scripts/gpu, put on sys.path above)
+import plan as planmod  # noqa: E402
+
 STATIC = {"name": "static", "num_steps": 3}
 OFF = {"name": "static", "num_steps": 0}
+#: the live check's perf policies, each configured as the engine's only policy (no dispatcher, no resets)
+COST_MODEL = planmod.perf_policies()["cost_model"]
+HYSTERESIS = planmod.perf_policies()["hysteresis"]
 W512 = {"SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "512"}
 #: variant -> (engine path, environment; None = SGLang's own speculation)
 VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
@@ -96,8 +108,15 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "mixed_v1": ("v1", {}),
     "mixed_check_v1": ("v1", {}),
     "mixed_check_v2": ("v2", {}),
+    "mixed_v2": ("v2", {}),
     "mixed_timed_v1": ("v1", {}),
     "mixed_timed_v2": ("v2", {}),
+    # The policies as deployed: one policy for the engine's life, beside never / static-0 / static / SGLang's
+    # own under --paired.
+    "cm_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
+    "cm_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
+    "hyst_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(HYSTERESIS)}),
+    "hyst_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(HYSTERESIS)}),
 }
 #: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
 #: runs its engines (the dispatcher over a control file, the JSONL trace)
@@ -113,6 +132,7 @@ MIXED: dict[str, bool] = {
     "mixed_v1": False,
     "mixed_check_v1": True,
     "mixed_check_v2": True,
+    "mixed_v2": False,
     "mixed_timed_v1": False,
     "mixed_timed_v2": False,
 }
@@ -122,6 +142,17 @@ TIMED = frozenset({"mixed_timed_v1", "mixed_timed_v2"})
 INFO_LOG = frozenset({"off_check_info_v1", *(v for v, full in MIXED.items() if full)})
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
+#: engine arguments of every ``--paired`` engine, on top of the live check's. Five engines share the GPU:
+#: each KV pool is capped at what the largest batch needs (128 x (128 + 200) tokens plus the draft reserve,
+#: with room), and the static fraction is raised because SGLang sizes a pool from the memory free when the
+#: engine starts (free x fraction, less the weights), which the engines started before it have taken; with
+#: the cap, the fraction no longer sizes anything. An idle scheduler waits on its sockets instead of
+#: spinning a core while the others serve (SGLang's ``sleep_on_idle``; a request wakes it at once).
+PAIRED_ENGINE_KW: dict[str, Any] = {
+    "max_total_tokens": 65536,
+    "mem_fraction_static": 0.88,
+    "sleep_on_idle": True,
+}
 
 
 def _by_name(
@@ -189,11 +220,15 @@ def _prompts(c: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(4, vocab) for _ in range(128)] for _ in range(c)]
 
 
-def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dict[str, Any]:
+def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float, pi: Any = None) -> dict[str, Any]:
+    """Serve ``prompts`` greedily, again until ``min_s`` has passed. With the bigram map ``pi`` every
+    request's tokens are compared with the oracle's chain after the timed span (``requests``,
+    ``lossless``)."""
     sp = {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}
     wall0 = time.time()
     t0 = time.perf_counter()
     out_tokens = verifies = passes = 0
+    served: list[Any] = []
     while passes < 16:
         outs = eng.generate(input_ids=prompts, sampling_params=sp)
         passes += 1
@@ -201,10 +236,12 @@ def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dic
             meta = o.get("meta_info", {})
             out_tokens += int(meta.get("completion_tokens") or 0)
             verifies += int(meta.get("spec_verify_ct") or 0)
+        if pi is not None:
+            served.append(outs)
         if time.perf_counter() - t0 >= min_s:
             break
     wall = time.perf_counter() - t0
-    return {
+    res: dict[str, Any] = {
         "tok_s": round(out_tokens / wall, 1),
         "wall_s": round(wall, 3),
         "passes": passes,
@@ -212,6 +249,22 @@ def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float) -> dic
         "t0": round(wall0, 4),
         "t1": round(wall0 + wall, 4),
     }
+    if pi is not None:
+        res["requests"], res["lossless"] = oracle_check(served, prompts, tokens, pi)
+    return res
+
+
+def oracle_check(served: list[Any], prompts: list[list[int]], tokens: int, pi: Any) -> tuple[int, int]:
+    """(requests, requests whose output equals the bigram oracle's greedy chain) over every pass."""
+    from bigram_model import greedy_chain
+
+    want = [greedy_chain(pi, p[-1], tokens) for p in prompts]
+    n = ok = 0
+    for outs in served:
+        for i, o in enumerate(outs):
+            n += 1
+            ok += i < len(want) and list(o.get("output_ids") or []) == want[i]
+    return n, ok
 
 
 def checked_env(
@@ -224,7 +277,6 @@ def checked_env(
 ) -> dict[str, str]:
     """The live check's adapter settings: the dispatcher over a control file (``ab-control-<variant>.txt``)
     selecting ``label``, among ``others`` if given, and the JSONL trace (both files per variant)."""
-    import plan as planmod
     from specpolicy_gpucheck import write_control
 
     control = control_path(out, variant)
@@ -247,8 +299,6 @@ def mixed_policies(full: bool) -> dict[str, Any]:
     sweep (``--perf static,static-0,cost_model``, no resume phases), or the two it switches between."""
     if not full:
         return {"static": STATIC}
-    import plan as planmod
-
     perf = planmod.perf_policies()
     return {**planmod.check_policies(), **{k: perf[k] for k in ("static", "cost_model")}}
 
@@ -318,7 +368,7 @@ def _profile(eng: Any, pdir: Path, c: int, vocab: int) -> dict[str, Any]:
 
 
 def run_mixed(
-    eng: Any, args: argparse.Namespace, variant: str, levels: list[int], vocab: int
+    eng: Any, args: argparse.Namespace, variant: str, levels: list[int], vocab: int, pi: Any = None
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Off before any speculative step, on and off in turn, then off in a row: batches and profiles."""
     select = Switch(control_path(Path(args.out), variant))
@@ -330,7 +380,7 @@ def run_mixed(
     def measure(kind: str, c: int, r: int) -> None:
         tokens = TOKENS.get(c, 200)
         perf.setdefault(f"{kind}:{c}", []).append(
-            _batch(eng, _prompts(c, vocab, 100 * r + c), tokens, args.min_s)
+            _batch(eng, _prompts(c, vocab, 100 * r + c), tokens, args.min_s, pi)
         )
 
     select("static-0")
@@ -362,16 +412,16 @@ def run_mixed(
 
 
 def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    eng, res, vocab = start_engine(args, variant)
+    eng, res, vocab, pi = start_engine(args, variant)
     out = Path(args.out)
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if variant in MIXED:
-        res["perf"], res["profile"] = run_mixed(eng, args, variant, levels, vocab)
+        res["perf"], res["profile"] = run_mixed(eng, args, variant, levels, vocab, pi)
         if variant in TIMED:
             res["host_timed_batches"] = attach_host_times(res["perf"], timers_path(variant))
             if timers_path(variant).exists():
                 shutil.copy(timers_path(variant), out / f"ab-timers-{variant}.jsonl")
-        res["median_tok_s"] = {k: _median_tok_s(v) for k, v in res["perf"].items()}
+        res["median_tok_s"] = {k: paired.median(v) for k, v in res["perf"].items()}
         eng.shutdown()
         return res
     for c in levels:  # warm every shape first
@@ -379,9 +429,10 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     perf: dict[str, list[dict[str, Any]]] = {str(c): [] for c in levels}
     for r in range(args.repeats):
         for c in levels:
-            perf[str(c)].append(_batch(eng, _prompts(c, vocab, 100 * r + c), TOKENS.get(c, 200), args.min_s))
+            prompts = _prompts(c, vocab, 100 * r + c)
+            perf[str(c)].append(_batch(eng, prompts, TOKENS.get(c, 200), args.min_s, pi))
     res["perf"] = perf
-    res["median_tok_s"] = {c: _median_tok_s(v) for c, v in perf.items()}
+    res["median_tok_s"] = {c: paired.median(v) for c, v in perf.items()}
     res["profile"] = {
         str(c): _profile(eng, Path(args.prof_root) / f"{variant}-{c}", c, vocab)
         for c in [int(c) for c in args.profile.split(",") if c]
@@ -390,9 +441,11 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     return res
 
 
-def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str, Any], int]:
-    """The variant's engine, configured through the environment; its description; the chain vocabulary."""
+def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str, Any], int, Any]:
+    """The variant's engine, configured through the environment (and ``PAIRED_ENGINE_KW`` when it serves a
+    ``--paired`` run); its description; the chain vocabulary; the bigram map (the oracle)."""
     import gpu_check
+    import numpy as np
     import sglang
 
     path, env = VARIANTS[variant]
@@ -406,10 +459,13 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
         timers_path(variant).unlink(missing_ok=True)  # an earlier command's lines
     os.environ.update(env or {})
     models = Path(args.work) / "models"
-    vocab = int(json.loads((models / "meta.json").read_text())["chain_vocab"])
+    meta = json.loads((models / "meta.json").read_text())
+    vocab, pi = int(meta["chain_vocab"]), np.asarray(meta["pi"])
     kw = gpu_check.engine_kwargs(path, models)
     if variant not in INFO_LOG:
         kw["log_level"] = "warning"
+    if getattr(args, "serve", None):
+        kw.update(PAIRED_ENGINE_KW)
     t0 = time.time()
     eng = sglang.Engine(**kw)
     up = round(time.time() - t0, 1)
@@ -419,16 +475,25 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
         "attention_backend": kw["attention_backend"],
         "env": env,
         "engine_up_s": up,
+        "engine_kw": {
+            k: kw[k] for k in ("max_total_tokens", "mem_fraction_static", "sleep_on_idle") if k in kw
+        },
     }
-    return eng, res, vocab
+    return eng, res, vocab, pi
 
 
 def serve(
-    eng: Any, vocab: int, commands: Any, replies: Any, select_label: Callable[[str], None] | None
+    eng: Any,
+    vocab: int,
+    commands: Any,
+    replies: Any,
+    select_label: Callable[[str], None] | None,
+    pi: Any = None,
 ) -> int:
     """The engine's side of ``paired``: one reply line per command line until ``quit``; returns the
     batches served. ``batch`` takes ``c``, ``tokens``, ``seed``, ``min_s`` and, for a dispatcher variant,
-    ``label`` (the policy it selects first); an error is answered, not raised, so the run goes on."""
+    ``label`` (the policy it selects first); an error is answered, not raised, so the run goes on. With
+    the bigram map ``pi`` each measured batch's reply counts its requests equal to the oracle."""
     served = 0
     for line in commands:
         try:
@@ -448,7 +513,8 @@ def serve(
                 _batch(eng, _prompts(c, vocab, int(cmd["seed"]) + 1), int(cmd.get("pre_tokens", 64)), 0.0)
             if cmd.get("label"):
                 select_label(str(cmd["label"]))
-            reply = _batch(eng, _prompts(c, vocab, int(cmd["seed"])), int(cmd["tokens"]), float(cmd["min_s"]))
+            prompts = _prompts(c, vocab, int(cmd["seed"]))
+            reply = _batch(eng, prompts, int(cmd["tokens"]), float(cmd["min_s"]), pi)
             served += 1
         except Exception as exc:  # answered: the coordinator records it and goes on
             reply = {"error": repr(exc)[:500]}
@@ -462,7 +528,7 @@ def serve_variant(args: argparse.Namespace, variant: str) -> int:
     commands = os.fdopen(args.cmd_fd, "r")
     replies = os.fdopen(args.reply_fd, "w")
     try:
-        eng, res, vocab = start_engine(args, variant)
+        eng, res, vocab, pi = start_engine(args, variant)
     except Exception as exc:
         replies.write(json.dumps({"ready": False, "error": repr(exc)[:500]}) + "\n")
         replies.flush()
@@ -471,15 +537,10 @@ def serve_variant(args: argparse.Namespace, variant: str) -> int:
     replies.write(json.dumps({"ready": True, **res}) + "\n")
     replies.flush()
     try:
-        serve(eng, vocab, commands, replies, select_label)
+        serve(eng, vocab, commands, replies, select_label, pi)
     finally:
         eng.shutdown()
     return 0
-
-
-def _median_tok_s(rows: list[dict[str, Any]]) -> float | None:
-    vals = sorted(b["tok_s"] for b in rows if "tok_s" in b)
-    return vals[len(vals) // 2] if vals else None
 
 
 #: per paired variant: the dispatcher label its batches select, and the label of an untimed batch run just
@@ -491,9 +552,6 @@ PAIRED_PRE_LABEL = {v: "static" for v in MIXED}
 def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     """Every variant's engine at once, the batches rotating across them; the ratios of each variant to the
     first one, batch next to batch."""
-    import paired
-    import plan as planmod
-
     argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a != "--paired"]]
     children: dict[str, paired.Child] = {}
     started = time.time()
@@ -537,18 +595,22 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     batches = paired.paired_batches(
         children, order, command, timeout_s=args.batch_timeout_s, deadline=started + args.budget_s - 30
     )
-    for child in children.values():
-        child.close()
     base = variants[0]  # the reference; its ratios are absent if it did not start
-    return {
+    res = {
         "variants": variants,
         "engines": ready,
         "batches": batches,
         "median_tok_s": {
-            v: {c: _median_tok_s(rows) for c, rows in by_c.items()} for v, by_c in batches.items()
+            v: {c: paired.median(rows) for c, rows in by_c.items()} for v, by_c in batches.items()
         },
         "ratio_to_first": {v: paired.ratios(batches, v, base) for v in batches if v != base},
+        "lossless": {v: paired.lossless_total(by_c) for v, by_c in batches.items()},
     }
+    # written before the engines shut down: a command cut short while five engines close keeps its results
+    (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
+    for child in children.values():
+        child.close(20.0)
+    return res
 
 
 def main() -> int:
@@ -585,8 +647,7 @@ def main() -> int:
             print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
             return 2
         res = run_paired(args, variants)
-        (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
-        print(json.dumps({k: res[k] for k in ("median_tok_s", "ratio_to_first")}), flush=True)
+        print(json.dumps({k: res[k] for k in ("median_tok_s", "ratio_to_first", "lossless")}), flush=True)
         return 0
     if args.one:
         res = run_variant(args, args.one)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Child", "ChildError", "paired_batches", "ratios"]
+__all__ = ["Child", "ChildError", "lossless_total", "median", "paired_batches", "ratios"]
 
 
 class ChildError(RuntimeError):
@@ -139,14 +139,25 @@ def paired_batches(
 
 
 def ratios(
-    batches: dict[str, dict[str, list[dict[str, Any]]]], num: str, den: str, key: str = "tok_s"
+    batches: dict[str, dict[str, list[dict[str, Any]]]],
+    num: str,
+    den: str | Sequence[str],
+    key: str = "tok_s",
 ) -> dict[str, dict[str, Any]]:
-    """Per concurrency, ``num`` over ``den`` of each repeat's batches (the two ran next to each other), and
-    their median and min-max: what a drift of the host cannot move."""
+    """Per concurrency, ``num`` over ``den`` of each repeat's batches (they ran next to each other), and
+    their median and min-max: what a drift of the host cannot move. ``den`` may name several variants: the
+    ratio is then to the best of them in the same repeat (a policy against the better fixed engine), and a
+    repeat where any of them is missing is left out."""
+    dens = [den] if isinstance(den, str) else list(den)
     out: dict[str, dict[str, Any]] = {}
     for c, rows in batches.get(num, {}).items():
-        by_rep = {b["repeat"]: b.get(key) for b in batches.get(den, {}).get(c, [])}
-        rs = sorted(b[key] / by_rep[b["repeat"]] for b in rows if b.get(key) and by_rep.get(b["repeat"]))
+        by_rep: dict[int, list[float]] = {}
+        for d in dens:
+            for b in batches.get(d, {}).get(c, []):
+                if b.get(key):
+                    by_rep.setdefault(b["repeat"], []).append(b[key])
+        best = {r: max(v) for r, v in by_rep.items() if len(v) == len(dens)}
+        rs = sorted(b[key] / best[b["repeat"]] for b in rows if b.get(key) and b["repeat"] in best)
         if rs:
             out[c] = {
                 "median": round(rs[len(rs) // 2], 4),
@@ -155,3 +166,20 @@ def ratios(
                 "n": len(rs),
             }
     return out
+
+
+def median(rows: list[dict[str, Any]], key: str = "tok_s") -> float | None:
+    """The median of ``key`` over batch results (the upper one of an even count), every table's."""
+    vals = sorted(b[key] for b in rows if b.get(key) is not None)
+    return vals[len(vals) // 2] if vals else None
+
+
+def lossless_total(by_c: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """Requests checked against the oracle, those equal to it, and batches that failed, over one variant's
+    batches (concurrency -> replies)."""
+    rows = [b for runs in by_c.values() for b in runs]
+    return {
+        "requests": sum(int(b.get("requests", 0)) for b in rows),
+        "lossless": sum(int(b.get("lossless", 0)) for b in rows),
+        "errors": sum("error" in b for b in rows),
+    }

@@ -208,3 +208,95 @@ def test_the_switched_run_measures_off_before_on_then_in_turn_then_in_a_row(
     after = modes[first_on:]
     assert after[-4:] == ["off"] * 4  # off_late: the last batches, in a row
     assert "on" in after and after.count("profile") == 1
+
+
+@pytest.mark.parametrize(
+    ("variant", "path", "label"),
+    [
+        ("cm_v1", "v1", "cost_model"),
+        ("cm_v2", "v2", "cost_model"),
+        ("hyst_v1", "v1", "hysteresis"),
+        ("hyst_v2", "v2", "hysteresis"),
+    ],
+)
+def test_the_policy_variants_run_the_live_checks_policy_for_the_engines_life(
+    variant: str, path: str, label: str
+) -> None:
+    import plan
+
+    got_path, env = ab_static.VARIANTS[variant]
+    assert got_path == path and env is not None
+    cfg = json.loads(env["SPECPOLICY_POLICY"])
+    assert cfg == plan.perf_policies()[label]  # the policy itself, no dispatcher that resets it per phase
+    s = AdapterSettings.from_env(env)
+    assert s is not None and s.policy.candidate_steps() == (0, 3)
+    assert variant not in ab_static.CHECKED and variant not in ab_static.MIXED
+
+
+class _ChainEngine:
+    """Answers greedy requests with the bigram chain of ``pi``; request ``bad`` of every pass gets one token
+    changed."""
+
+    def __init__(self, pi: object, bad: int | None = None) -> None:
+        import bigram_model as bm
+
+        self.pi, self.bad, self.bm = pi, bad, bm
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: dict[str, object]
+    ) -> list[dict[str, object]]:
+        n = int(sampling_params["max_new_tokens"])  # type: ignore[call-overload]
+        outs = []
+        for i, p in enumerate(input_ids):
+            ids = self.bm.greedy_chain(self.pi, p[-1], n)
+            if i == self.bad:
+                ids[n // 2] = ids[n // 2] + 1
+            outs.append({"output_ids": ids, "meta_info": {"completion_tokens": n, "spec_verify_ct": n // 2}})
+        return outs
+
+
+@pytest.mark.parametrize("bad", [None, 2])
+def test_a_batch_counts_the_requests_equal_to_the_oracle_over_every_pass(bad: int | None) -> None:
+    import bigram_model as bm
+
+    pi = bm.bigram_map(64, seed=1)
+    prompts = ab_static._prompts(4, 64, 3)
+    res = ab_static._batch(_ChainEngine(pi, bad), prompts, 10, 0.0, pi)
+    assert res["passes"] == 1 and res["requests"] == 4
+    assert res["lossless"] == (4 if bad is None else 3)
+    assert res["accept_len"] == 2.0
+    # a map the engine did not follow: nothing is lossless
+    other = bm.bigram_map(64, seed=2)
+    assert ab_static._batch(_ChainEngine(pi), prompts, 10, 0.0, other)["lossless"] < 4
+    assert "lossless" not in ab_static._batch(_ChainEngine(pi), prompts, 10, 0.0)  # no oracle, no count
+
+
+def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    import bigram_model as bm
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "meta.json").write_text(
+        json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
+    )
+    seen: list[dict[str, object]] = []
+    fake = types.ModuleType("sglang")
+    fake.Engine = lambda **kw: seen.append(kw) or object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang", fake)
+    for serve in (None, "off_v1"):
+        args = types.SimpleNamespace(work=str(tmp_path), out=str(tmp_path / "out"), serve=serve)
+        _, res, vocab, pi = ab_static.start_engine(args, "off_v1")
+        assert vocab == 64 and list(pi) == bm.bigram_map(64, seed=1).tolist()
+    alone, paired_kw = seen
+    assert alone["max_total_tokens"] == 131072 and "sleep_on_idle" not in alone
+    assert paired_kw["max_total_tokens"] == ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
+    assert paired_kw["sleep_on_idle"] is True
+    assert paired_kw["mem_fraction_static"] > alone["mem_fraction_static"]
+    assert res["engine_kw"]["sleep_on_idle"] is True  # the ready reply says what the engine ran with
+    # the largest batch of a paired run fits the capped pool: 128 requests x (prompt + output + draft reserve)
+    assert 128 * (128 + ab_static.TOKENS[128] + 4) < ab_static.PAIRED_ENGINE_KW["max_total_tokens"]

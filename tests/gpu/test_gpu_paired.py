@@ -179,3 +179,33 @@ def test_serve_refuses_a_label_without_a_dispatcher_and_goes_on() -> None:
     ab_static.serve(eng, 64, io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out, None)
     replies = [json.loads(x) for x in out.getvalue().splitlines()]
     assert "no dispatcher" in replies[0]["error"] and replies[1] == {"bye": True} and eng.served == []
+
+
+def test_a_ratio_to_several_is_to_the_best_of_them_in_the_same_repeat() -> None:
+    batches = {
+        "never": {
+            "16": [{"repeat": 0, "tok_s": 100.0}, {"repeat": 1, "tok_s": 200.0}, {"repeat": 2, "tok_s": 90.0}]
+        },
+        "static": {"16": [{"repeat": 0, "tok_s": 120.0}, {"repeat": 1, "tok_s": 150.0}]},
+        "cm": {
+            "16": [{"repeat": 0, "tok_s": 114.0}, {"repeat": 1, "tok_s": 190.0}, {"repeat": 2, "tok_s": 90.0}]
+        },
+    }
+    r = paired.ratios(batches, "cm", ["never", "static"])["16"]
+    # repeat 0 against static (120), repeat 1 against never (200); repeat 2 lacks static and is left out
+    assert r == {"median": 0.95, "min": 0.95, "max": 0.95, "n": 2}
+    assert paired.ratios(batches, "cm", ("never",))["16"]["n"] == 3  # a one-element sequence: one reference
+
+
+def test_median_takes_the_upper_middle_and_skips_failed_batches() -> None:
+    rows = [{"tok_s": 3.0}, {"error": "x"}, {"tok_s": 1.0}, {"tok_s": 2.0}, {"tok_s": 4.0}]
+    assert paired.median(rows) == 3.0
+    assert paired.median([{"error": "x"}]) is None
+
+
+def test_lossless_total_counts_requests_matches_and_failed_batches() -> None:
+    by_c = {
+        "1": [{"requests": 2, "lossless": 2}, {"error": "boom"}],
+        "16": [{"requests": 32, "lossless": 31}],
+    }
+    assert paired.lossless_total(by_c) == {"requests": 34, "lossless": 33, "errors": 1}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The report's tables from a side-by-side run (``ab_static.py --paired``).
+
+The live check measures its speculative and speculation-free engines minutes apart, and the host's speed
+drifts by up to 1.65x over that time (docs/gpu-results.md, eighth sitting), so its goal ratios compare two
+moments of the host. A paired run keeps one engine per policy alive and rotates the same batches across
+them: each goal ratio here is taken batch next to batch, repeat by repeat, and summarised as median and
+min-max. Every policy in such a run is its engine's one policy for its whole life, as in serving
+(``policy_life: engine``), where the live check starts a fresh policy in every phase.
+
+Usage (the section goes to stdout as Markdown; ``--report`` merges it into report.json under
+``paired["<path>/<backend>"]``):
+
+    python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
+        --report docs/gpu-results/report.json --md paired-v1-triton.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import paired  # noqa: E402
+
+#: ab_static variant -> the report's policy label (the live check's labels)
+LABELS: dict[str, str] = {
+    "base_v1": "never",
+    "base_v2": "never",
+    "off_v1": "static-0",
+    "off_v2": "static-0",
+    "on_v1": "static",
+    "on": "static",
+    "plain_v1": "sglang-static",
+    "plain": "sglang-static",
+    "cm_v1": "cost_model",
+    "cm_v2": "cost_model",
+    "hyst_v1": "hysteresis",
+    "hyst_v2": "hysteresis",
+}
+
+#: (policy, the policies it is held against (the best of them, repeat by repeat), the goal) as issue-level
+#: goals state them: off as fast as a speculation-free engine, a policy as good as the better fixed engine,
+#: the adapter's static as fast as SGLang's own
+GOALS: tuple[tuple[str, tuple[str, ...], float], ...] = (
+    ("static-0", ("never",), 0.95),
+    ("cost_model", ("never", "static"), 0.95),
+    ("hysteresis", ("never", "static"), 0.95),
+    ("static", ("sglang-static",), 0.97),
+)
+
+
+def ratio_name(num: str, dens: tuple[str, ...]) -> str:
+    return f"{num} / {dens[0]}" if len(dens) == 1 else f"{num} / max({', '.join(dens)})"
+
+
+def section(res: dict[str, Any], device: str | None = None) -> dict[str, Any]:
+    """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents."""
+    batches: dict[str, dict[str, list[dict[str, Any]]]] = res["batches"]
+    variant_of: dict[str, str] = {}
+    for v in batches:
+        label = LABELS.get(v, v)
+        if label in variant_of:
+            raise ValueError(f"variants {variant_of[label]!r} and {v!r} both measure {label!r}")
+        variant_of[label] = v
+    perf: dict[str, dict[str, float | None]] = {}
+    spread: dict[str, dict[str, list[float]]] = {}
+    for label, v in variant_of.items():
+        perf[label] = {c: paired.median(rows) for c, rows in sorted(batches[v].items(), key=_level)}
+        spread[label] = {
+            c: [min(vals), max(vals)]
+            for c, rows in sorted(batches[v].items(), key=_level)
+            if (vals := [b["tok_s"] for b in rows if b.get("tok_s") is not None])
+        }
+    ratios: dict[str, Any] = {}
+    for num, dens, goal in GOALS:
+        if num not in variant_of or any(d not in variant_of for d in dens):
+            continue
+        by_c = paired.ratios(batches, variant_of[num], [variant_of[d] for d in dens])
+        ratios[ratio_name(num, dens)] = {
+            "goal": goal,
+            "by_c": dict(sorted(by_c.items(), key=_level)),
+            "met": bool(by_c) and all(r["median"] >= goal for r in by_c.values()),
+        }
+    lossless = {label: paired.lossless_total(batches[v]) for label, v in variant_of.items()}
+    engines = res.get("engines", {})
+    return {
+        "policy_life": "engine",
+        "device": device,
+        "variants": variant_of,
+        "perf": perf,
+        "perf_spread": spread,
+        "ratios": ratios,
+        "lossless": lossless,
+        "lossless_all": all(x["requests"] > 0 and x["lossless"] == x["requests"] for x in lossless.values()),
+        "engine_up_s": {
+            label: engines.get(v, {}).get("engine_up_s") for label, v in variant_of.items() if v in engines
+        },
+    }
+
+
+def _level(item: tuple[str, Any]) -> int:
+    return int(item[0])
+
+
+def markdown(key: str, sec: dict[str, Any]) -> str:
+    """The section as two tables: tokens/s per policy and level, and the goal ratios."""
+    levels = sorted({c for row in sec["perf"].values() for c in row}, key=int)
+    head = "| policy | " + " | ".join(levels) + " |"
+    rule = "|---|" + "---:|" * len(levels)
+    lines = [
+        f"**{key}**, output tokens/s, median (min-max) of the repeats, engines side by side:",
+        "",
+        head,
+        rule,
+    ]
+    for label, row in sec["perf"].items():
+        cells = []
+        for c in levels:
+            med, mm = row.get(c), sec["perf_spread"][label].get(c)
+            cells.append(
+                "-" if med is None else f"{med:,.0f} ({mm[0]:,.0f}-{mm[1]:,.0f})" if mm else f"{med:,.0f}"
+            )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| ratio, batch next to batch | goal | " + " | ".join(levels) + " | met |",
+        "|---|---:|" + "---:|" * (len(levels) + 1),
+    ]
+    for name, r in sec["ratios"].items():
+        cells = []
+        for c in levels:
+            x = r["by_c"].get(c)
+            cells.append("-" if x is None else f"{x['median']:.3f} ({x['min']:.3f}-{x['max']:.3f})")
+        lines.append(f"| {name} | {r['goal']} | " + " | ".join(cells) + f" | {'yes' if r['met'] else 'no'} |")
+    total = sum(x["requests"] for x in sec["lossless"].values())
+    ok = sum(x["lossless"] for x in sec["lossless"].values())
+    errors = sum(x["errors"] for x in sec["lossless"].values())
+    lines += ["", f"Lossless: {ok:,} of {total:,} requests equal the oracle; {errors} batches failed."]
+    return "\n".join(lines) + "\n"
+
+
+def merge(report_path: Path, key: str, sec: dict[str, Any]) -> None:
+    """Put ``sec`` under ``paired[key]`` of report.json, keeping every other key."""
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    report.setdefault("paired", {})[key] = sec
+    report_path.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
+    ap.add_argument("--key", required=True, help='"<path>/<attention backend>", e.g. v1/triton')
+    ap.add_argument("--device", help="the GPU the run used, recorded with the section")
+    ap.add_argument("--report", type=Path, help="report.json to merge the section into")
+    ap.add_argument("--md", type=Path, help="also write the Markdown here")
+    args = ap.parse_args(argv)
+    try:
+        sec = section(json.loads(args.paired_json.read_text()), args.device)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"paired_report: {args.paired_json}: {exc}", file=sys.stderr)
+        return 2
+    md = markdown(args.key, sec)
+    print(md, end="")
+    if args.md:
+        args.md.write_text(md)
+    if args.report:
+        merge(args.report, args.key, sec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

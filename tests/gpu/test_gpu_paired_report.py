@@ -1,0 +1,99 @@
+"""scripts/gpu/paired_report.py: a side-by-side run's batches turned into the report's tables and goals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import paired_report as PR
+import pytest
+
+
+def _rows(*vals: float, requests: int = 4, lossless: int | None = None) -> list[dict[str, Any]]:
+    return [
+        {
+            "repeat": r,
+            "tok_s": v,
+            "requests": requests,
+            "lossless": requests if lossless is None else lossless,
+        }
+        for r, v in enumerate(vals)
+    ]
+
+
+def _run() -> dict[str, Any]:
+    # the host's speed doubles in repeat 1: the ratios must not move
+    return {
+        "variants": ["base_v1", "off_v1", "on_v1", "cm_v1", "plain_v1"],
+        "engines": {"base_v1": {"ready": True, "engine_up_s": 61.0}},
+        "batches": {
+            "base_v1": {"1": _rows(100, 200, 100), "16": _rows(1000, 2000, 1000)},
+            "off_v1": {"1": _rows(97, 194, 96), "16": _rows(970, 1940, 980)},
+            "on_v1": {"1": _rows(150, 300, 150), "16": _rows(800, 1600, 800)},
+            "plain_v1": {"1": _rows(152, 304, 150), "16": _rows(810, 1610, 800)},
+            "cm_v1": {"1": _rows(147, 290, 150), "16": _rows(990, 1960, 985, lossless=3)},
+        },
+    }
+
+
+def test_the_goal_ratios_are_taken_repeat_by_repeat_against_the_better_fixed_engine() -> None:
+    sec = PR.section(_run(), device="NVIDIA H200")
+    r = sec["ratios"]
+    assert r["static-0 / never"]["by_c"]["1"] == {"median": 0.97, "min": 0.96, "max": 0.97, "n": 3}
+    assert r["static-0 / never"]["met"] is True
+    # at 1 request static is the better engine, at 16 never is
+    assert r["cost_model / max(never, static)"]["by_c"]["1"]["median"] == pytest.approx(0.98)
+    assert r["cost_model / max(never, static)"]["by_c"]["16"]["min"] == pytest.approx(0.98)
+    assert r["cost_model / max(never, static)"]["met"] is True
+    assert r["static / sglang-static"]["by_c"]["1"]["min"] == pytest.approx(150 / 152, abs=1e-4)
+    assert "hysteresis / max(never, static)" not in r  # not measured: no row, not a pass
+    assert sec["perf"]["never"] == {"1": 100, "16": 1000}
+    assert sec["perf_spread"]["static-0"]["16"] == [970, 1940]
+    assert sec["policy_life"] == "engine" and sec["device"] == "NVIDIA H200"
+    assert sec["engine_up_s"] == {"never": 61.0}
+
+
+def test_a_missed_goal_and_a_lossy_batch_are_reported() -> None:
+    run = _run()
+    run["batches"]["off_v1"]["16"] = _rows(900, 1800, 900)
+    run["batches"]["off_v1"]["16"][1]["tok_s"] = 1900.0
+    sec = PR.section(run)
+    assert sec["ratios"]["static-0 / never"]["by_c"]["16"]["median"] == 0.9
+    assert sec["ratios"]["static-0 / never"]["met"] is False
+    assert sec["lossless"]["cost_model"] == {"requests": 24, "lossless": 21, "errors": 0}
+    assert sec["lossless_all"] is False
+    md = PR.markdown("v1/triton", sec)
+    assert "| static-0 / never | 0.95 |" in md and "| no |" in md
+    assert "Lossless: 117 of 120 requests" in md
+
+
+def test_two_variants_of_one_policy_are_refused() -> None:
+    run = _run()
+    run["batches"]["on"] = run["batches"]["on_v1"]
+    with pytest.raises(ValueError, match="both measure 'static'"):
+        PR.section(run)
+
+
+def test_the_command_merges_the_section_keeping_every_other_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "ab-paired.json"
+    src.write_text(json.dumps(_run()))
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"perf": {"v1/triton": {"never": {"1": 1.0}}}, "paired": {"v2/triton": {}}}))
+    md = tmp_path / "p.md"
+    assert PR.main([str(src), "--key", "v1/triton", "--report", str(report), "--md", str(md)]) == 0
+    got = json.loads(report.read_text())
+    assert got["perf"] == {"v1/triton": {"never": {"1": 1.0}}} and "v2/triton" in got["paired"]
+    assert got["paired"]["v1/triton"]["ratios"]["static-0 / never"]["met"] is True
+    assert md.read_text() == capsys.readouterr().out
+
+
+def test_a_file_that_is_not_a_paired_run_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert PR.main([str(bad), "--key", "v1/triton"]) == 2
+    assert "x.json" in capsys.readouterr().err
