@@ -457,6 +457,10 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     elif variant in MIXED:
         env = mixed_env(out, variant)
         timers_path(variant).unlink(missing_ok=True)  # an earlier command's lines
+    trace_dir = getattr(args, "trace_dir", None)
+    if trace_dir and env is not None:  # the adapter's step trace, one file per variant
+        env = {**env, "SPECPOLICY_TRACE": str(Path(trace_dir) / f"trace-{variant}.jsonl")}
+        Path(trace_dir).mkdir(parents=True, exist_ok=True)
     os.environ.update(env or {})
     models = Path(args.work) / "models"
     meta = json.loads((models / "meta.json").read_text())
@@ -464,6 +468,8 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     kw = gpu_check.engine_kwargs(path, models)
     if variant not in INFO_LOG:
         kw["log_level"] = "warning"
+    if getattr(args, "engine_log_level", None):
+        kw["log_level"] = args.engine_log_level
     if getattr(args, "serve", None):
         kw.update(PAIRED_ENGINE_KW)
     t0 = time.time()
@@ -630,6 +636,17 @@ def main() -> int:
         action="store_true",
         help="start every variant's engine at once and rotate the batches across them (the first variant is"
         " the reference of the ratios); no profiles",
+    )
+    ap.add_argument(
+        "--trace-dir",
+        help="write each specpolicy variant's step trace to DIR/trace-<variant>.jsonl (which depth ran at"
+        " which batch size, and each step's time)",
+    )
+    ap.add_argument(
+        "--engine-log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="the engines' log level for every variant (info shows SGLang's batch lines: requests running,"
+        " queued, KV use)",
     )
     ap.add_argument("--batch-timeout-s", type=float, default=120.0, help=argparse.SUPPRESS)
     ap.add_argument("--one", help=argparse.SUPPRESS)

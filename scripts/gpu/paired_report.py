@@ -58,9 +58,17 @@ def ratio_name(num: str, dens: tuple[str, ...]) -> str:
     return f"{num} / {dens[0]}" if len(dens) == 1 else f"{num} / max({', '.join(dens)})"
 
 
-def section(res: dict[str, Any], device: str | None = None) -> dict[str, Any]:
-    """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents."""
+def section(
+    res: dict[str, Any], device: str | None = None, only: list[str] | None = None
+) -> dict[str, Any]:
+    """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents; ``only``: the variants to
+    take (a run that paired both worker paths reports each path's under its own key)."""
     batches: dict[str, dict[str, list[dict[str, Any]]]] = res["batches"]
+    if only is not None:
+        missing = [v for v in only if v not in batches]
+        if missing:
+            raise ValueError(f"variants {missing} are not in the run (it has {sorted(batches)})")
+        batches = {v: batches[v] for v in only}
     variant_of: dict[str, str] = {}
     for v in batches:
         label = LABELS.get(v, v)
@@ -156,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
     ap.add_argument("--key", required=True, help='"<path>/<attention backend>", e.g. v1/triton')
     ap.add_argument("--device", help="the GPU the run used, recorded with the section")
+    ap.add_argument("--variants", help="comma-separated: report only these variants of the run")
     ap.add_argument("--report", type=Path, help="report.json to merge the section into")
     ap.add_argument("--md", type=Path, help="also write the Markdown here")
     args = ap.parse_args(argv)
     try:
-        sec = section(json.loads(args.paired_json.read_text()), args.device)
+        only = args.variants.split(",") if args.variants else None
+        sec = section(json.loads(args.paired_json.read_text()), args.device, only)
     except (OSError, ValueError, KeyError) as exc:
         print(f"paired_report: {args.paired_json}: {exc}", file=sys.stderr)
         return 2

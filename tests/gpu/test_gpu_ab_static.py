@@ -292,6 +292,7 @@ def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
         args = types.SimpleNamespace(work=str(tmp_path), out=str(tmp_path / "out"), serve=serve)
         _, res, vocab, pi = ab_static.start_engine(args, "off_v1")
         assert vocab == 64 and list(pi) == bm.bigram_map(64, seed=1).tolist()
+        assert "SPECPOLICY_TRACE" not in res["env"]
     alone, paired_kw = seen
     assert alone["max_total_tokens"] == 131072 and "sleep_on_idle" not in alone
     assert paired_kw["max_total_tokens"] == ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
@@ -300,3 +301,35 @@ def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
     assert res["engine_kw"]["sleep_on_idle"] is True  # the ready reply says what the engine ran with
     # the largest batch of a paired run fits the capped pool: 128 requests x (prompt + output + draft reserve)
     assert 128 * (128 + ab_static.TOKENS[128] + 4) < ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
+
+
+def test_a_trace_folder_and_a_log_level_reach_every_variant_that_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    import bigram_model as bm
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "meta.json").write_text(
+        json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
+    )
+    seen: list[dict[str, object]] = []
+    fake = types.ModuleType("sglang")
+    fake.Engine = lambda **kw: seen.append(kw) or object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang", fake)
+    args = types.SimpleNamespace(
+        work=str(tmp_path),
+        out=str(tmp_path / "o"),
+        serve="cm_v1",
+        trace_dir=str(tmp_path / "t"),
+        engine_log_level="info",
+    )
+    _, res, _, _ = ab_static.start_engine(args, "cm_v1")
+    assert res["env"]["SPECPOLICY_TRACE"] == str(tmp_path / "t" / "trace-cm_v1.jsonl")
+    assert json.loads(res["env"]["SPECPOLICY_POLICY"])["name"] == "cost_model"  # the policy is kept
+    assert seen[0]["log_level"] == "info" and (tmp_path / "t").is_dir()
+    _, res, _, _ = ab_static.start_engine(args, "base_v1")  # no specpolicy there: no trace setting
+    assert res["env"] is None

@@ -97,3 +97,12 @@ def test_a_file_that_is_not_a_paired_run_is_a_clear_error(
     bad.write_text("{}")
     assert PR.main([str(bad), "--key", "v1/triton"]) == 2
     assert "x.json" in capsys.readouterr().err
+
+
+def test_a_run_of_both_paths_is_reported_path_by_path() -> None:
+    run = _run()
+    run["batches"]["on"] = run["batches"]["on_v1"]
+    sec = PR.section(run, only=["base_v1", "on", "off_v1"])
+    assert set(sec["variants"]) == {"never", "static", "static-0"}
+    with pytest.raises(ValueError, match=r"\['plain'\] are not in the run"):
+        PR.section(run, only=["base_v1", "plain"])
