@@ -318,6 +318,10 @@ def timers_path(variant: str) -> Path:
     return Path(f"/tmp/ab-timers-{variant}.jsonl")
 
 
+def paired_timers_path(folder: str | Path, variant: str) -> Path:
+    return Path(folder) / f"timers-{variant}.jsonl"
+
+
 def attach_host_times(perf: dict[str, list[dict[str, Any]]], path: Path) -> int:
     """Give every batch the scheduler's host time per engine method over its span (``host``); returns how
     many batches got one."""
@@ -457,6 +461,13 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     elif variant in MIXED:
         env = mixed_env(out, variant)
         timers_path(variant).unlink(missing_ok=True)  # an earlier command's lines
+    timers_dir = getattr(args, "host_timers_dir", None)
+    if timers_dir:  # every variant, specpolicy or not: SGLang's plugin loader installs them
+        from specpolicy_gpucheck.host_timers import ENV as TIMERS_ENV
+
+        Path(timers_dir).mkdir(parents=True, exist_ok=True)
+        paired_timers_path(timers_dir, variant).unlink(missing_ok=True)  # an earlier command's lines
+        os.environ[TIMERS_ENV] = str(paired_timers_path(timers_dir, variant))
     trace_dir = getattr(args, "trace_dir", None)
     if trace_dir and env is not None:  # the adapter's step trace, one file per variant
         env = {**env, "SPECPOLICY_TRACE": str(Path(trace_dir) / f"trace-{variant}.jsonl")}
@@ -612,6 +623,11 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
         "ratio_to_first": {v: paired.ratios(batches, v, base) for v in batches if v != base},
         "lossless": {v: paired.lossless_total(by_c) for v, by_c in batches.items()},
     }
+    if args.host_timers_dir:
+        res["host_timed_batches"] = {
+            v: attach_host_times(by_c, paired_timers_path(args.host_timers_dir, v))
+            for v, by_c in batches.items()
+        }
     # written before the engines shut down: a command cut short while five engines close keeps its results
     (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
     for child in children.values():
@@ -641,6 +657,11 @@ def main() -> int:
         "--trace-dir",
         help="write each specpolicy variant's step trace to DIR/trace-<variant>.jsonl (which depth ran at"
         " which batch size, and each step's time)",
+    )
+    ap.add_argument(
+        "--host-timers-dir",
+        help="time the scheduler process's engine methods in every variant (specpolicy_gpucheck.host_timers,"
+        " DIR/timers-<variant>.jsonl) and give each paired batch its host time per method",
     )
     ap.add_argument(
         "--engine-log-level",

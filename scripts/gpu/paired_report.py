@@ -58,9 +58,7 @@ def ratio_name(num: str, dens: tuple[str, ...]) -> str:
     return f"{num} / {dens[0]}" if len(dens) == 1 else f"{num} / max({', '.join(dens)})"
 
 
-def section(
-    res: dict[str, Any], device: str | None = None, only: list[str] | None = None
-) -> dict[str, Any]:
+def section(res: dict[str, Any], device: str | None = None, only: list[str] | None = None) -> dict[str, Any]:
     """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents; ``only``: the variants to
     take (a run that paired both worker paths reports each path's under its own key)."""
     batches: dict[str, dict[str, list[dict[str, Any]]]] = res["batches"]
@@ -96,6 +94,7 @@ def section(
         }
     lossless = {label: paired.lossless_total(batches[v]) for label, v in variant_of.items()}
     engines = res.get("engines", {})
+    host = {label: h for label, v in variant_of.items() if (h := host_per_step(batches[v]))}
     return {
         "policy_life": "engine",
         "device": device,
@@ -108,7 +107,30 @@ def section(
         "engine_up_s": {
             label: engines.get(v, {}).get("engine_up_s") for label, v in variant_of.items() if v in engines
         },
+        "host_us_per_step": host,
     }
+
+
+#: the scheduler loop's call that counts steps in the host timers (one per batch the engine runs)
+STEP = "Scheduler.run_batch"
+
+
+def host_per_step(by_c: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per level, the median over the batches timed by ``ab_static.py --host-timers-dir`` of each engine
+    method's host time per scheduler step, in microseconds: where two engines' steps differ on the host."""
+    out: dict[str, dict[str, float]] = {}
+    for c, rows in sorted(by_c.items(), key=_level):
+        per: dict[str, list[float]] = {}
+        for b in rows:
+            t = (b.get("host") or {}).get("t", {})
+            steps = t.get(STEP, [0, 0.0])[0]
+            if steps <= 0:
+                continue
+            for name, (_, secs) in t.items():
+                per.setdefault(name, []).append(secs / steps * 1e6)
+        if per:
+            out[c] = {name: round(sorted(v)[len(v) // 2], 1) for name, v in sorted(per.items())}
+    return out
 
 
 def _level(item: tuple[str, Any]) -> int:
@@ -149,6 +171,17 @@ def markdown(key: str, sec: dict[str, Any]) -> str:
     ok = sum(x["lossless"] for x in sec["lossless"].values())
     errors = sum(x["errors"] for x in sec["lossless"].values())
     lines += ["", f"Lossless: {ok:,} of {total:,} requests equal the oracle; {errors} batches failed."]
+    host = sec.get("host_us_per_step") or {}
+    for c in levels:
+        labels = [label for label in host if c in host[label]]
+        if not labels:
+            continue
+        stages = sorted({name for label in labels for name in host[label][c]})
+        lines += ["", f"Host time per scheduler step at {c} requests, us (median of the batches):", ""]
+        lines += ["| method | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        for name in stages:
+            vals = [host[label][c].get(name) for label in labels]
+            lines.append(f"| {name} | " + " | ".join("-" if x is None else f"{x:,.1f}" for x in vals) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -333,3 +333,38 @@ def test_a_trace_folder_and_a_log_level_reach_every_variant_that_asks(
     assert seen[0]["log_level"] == "info" and (tmp_path / "t").is_dir()
     _, res, _, _ = ab_static.start_engine(args, "base_v1")  # no specpolicy there: no trace setting
     assert res["env"] is None
+
+
+def test_host_timers_reach_every_variant_including_the_speculation_free_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import sys
+    import types
+
+    import bigram_model as bm
+    from specpolicy_gpucheck.host_timers import ENV
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "meta.json").write_text(
+        json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
+    )
+    seen: list[str | None] = []
+    fake = types.ModuleType("sglang")
+    fake.Engine = lambda **kw: seen.append(os.environ.get(ENV)) or object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang", fake)
+    monkeypatch.setenv(ENV, "/elsewhere/left-over.jsonl")
+    stale = tmp_path / "h" / "timers-base_v1.jsonl"
+    stale.parent.mkdir()
+    stale.write_text('{"kind": "totals"}\n')
+    args = types.SimpleNamespace(
+        work=str(tmp_path), out=str(tmp_path / "o"), serve="x", host_timers_dir=str(tmp_path / "h")
+    )
+    for v in ("base_v1", "off_v1"):
+        ab_static.start_engine(args, v)
+    assert seen == [str(tmp_path / "h" / "timers-base_v1.jsonl"), str(tmp_path / "h" / "timers-off_v1.jsonl")]
+    assert not stale.exists()  # an earlier command's lines would be read as this run's
+    args.host_timers_dir = None
+    ab_static.start_engine(args, "base_v1")
+    assert seen[-1] is None  # no folder: the variable is cleared with the other SPECPOLICY_ ones

@@ -133,3 +133,36 @@ def _unwrap(timers: ht.HostTimers) -> None:
         f = cls.__dict__.get(method)
         if f is not None and hasattr(f, "__wrapped__"):
             setattr(cls, method, f.__wrapped__)
+
+
+def test_the_plugin_hook_installs_the_timers_only_when_the_variable_names_a_file(
+    engine_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = engine_module.__name__
+    monkeypatch.setattr(ht, "TARGETS", ((name, "Scheduler", "run_batch"),))
+    monkeypatch.setattr(ht, "HOST_TIMERS", {})
+    monkeypatch.delenv(ht.ENV, raising=False)
+    ht.register()  # an engine without the variable: nothing wrapped, nothing written
+    assert ht.HOST_TIMERS == {} and not hasattr(engine_module.Scheduler.run_batch, "__wrapped__")
+    path = tmp_path / "timers-base_v1.jsonl"
+    monkeypatch.setenv(ht.ENV, str(path))
+    ht.register()
+    timers = ht.HOST_TIMERS[str(path)]
+    try:
+        timers.interval_s = 0.0
+        engine_module.Scheduler().run_batch(0.0)
+        assert [r["kind"] for r in _lines(path)] == ["header", "totals"]
+        ht.register()  # SGLang loads plugins once per process; a second call adds no second wrapper
+        assert not hasattr(engine_module.Scheduler.run_batch.__wrapped__, "__wrapped__")
+    finally:
+        gc.callbacks.remove(timers._on_gc)
+        engine_module.Scheduler.run_batch = engine_module.Scheduler.run_batch.__wrapped__
+
+
+def test_the_package_declares_the_plugin_entry_point_sglang_loads() -> None:
+    import tomllib
+
+    meta = tomllib.loads((Path(ht.__file__).parents[1] / "pyproject.toml").read_text())
+    eps = meta["project"]["entry-points"]["sglang.srt.plugins"]
+    module, func = next(iter(eps.values())).split(":")
+    assert module == ht.__name__ and callable(getattr(ht, func))

@@ -106,3 +106,31 @@ def test_a_run_of_both_paths_is_reported_path_by_path() -> None:
     assert set(sec["variants"]) == {"never", "static", "static-0"}
     with pytest.raises(ValueError, match=r"\['plain'\] are not in the run"):
         PR.section(run, only=["base_v1", "plain"])
+
+
+def _timed(steps: int, run_us: float, result_us: float) -> dict[str, Any]:
+    return {
+        "t": {
+            "Scheduler.run_batch": [steps, steps * run_us / 1e6],
+            "Scheduler.process_batch_result": [steps, steps * result_us / 1e6],
+        }
+    }
+
+
+def test_host_time_per_step_is_per_scheduler_step_and_tabled_per_level() -> None:
+    run = _run()
+    for i, b in enumerate(run["batches"]["base_v1"]["1"]):
+        b["host"] = _timed(100 + i, 3000.0, 100.0)
+    for b in run["batches"]["off_v1"]["1"]:
+        b["host"] = _timed(50, 3200.0, 180.0)
+    run["batches"]["off_v1"]["1"][0]["host"] = {"t": {}}  # a batch the timers missed: left out
+    sec = PR.section(run)
+    assert sec["host_us_per_step"]["never"]["1"] == {
+        "Scheduler.process_batch_result": 100.0,
+        "Scheduler.run_batch": 3000.0,
+    }
+    assert sec["host_us_per_step"]["static-0"]["1"]["Scheduler.process_batch_result"] == 180.0
+    assert "16" not in sec["host_us_per_step"]["never"] and "static" not in sec["host_us_per_step"]
+    md = PR.markdown("v1/triton", sec)
+    assert "Host time per scheduler step at 1 requests" in md
+    assert "| Scheduler.process_batch_result | 100.0 | 180.0 |" in md

@@ -10,8 +10,11 @@ threads' work competes for the GIL) and the thread count. Every ``interval_s`` (
 difference of two lines is what the engine did between them (``deltas``).
 
 Installed by the dispatcher when its configuration names a file (``DispatchConfig.host_timers``), in the
-process that builds the policy: SGLang's scheduler process. A method that does not exist in the running
-SGLang is listed under ``missing`` in the first line and not timed.
+process that builds the policy: SGLang's scheduler process; or, in an engine that runs no specpolicy policy
+at all (a speculation-free engine, SGLang's own speculation), by SGLang's plugin loader through this
+package's ``sglang.srt.plugins`` entry point when ``$SPECPOLICY_GPUCHECK_HOST_TIMERS`` names the file
+(``register``). A method that does not exist in the running SGLang is listed under ``missing`` in the
+first line and not timed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["TARGETS", "HostTimers", "deltas"]
+__all__ = ["ENV", "TARGETS", "HostTimers", "deltas", "register"]
+
+#: the variable that names the timers' file for ``register`` (SGLang's plugin route)
+ENV = "SPECPOLICY_GPUCHECK_HOST_TIMERS"
 
 #: (module, class, method): the scheduler loop's stages, the v1 and v2 workers' step, the target forward, the
 #: graph replay and its preparation (flashinfer's host-side plan runs there), sampling, batch bookkeeping,
@@ -65,11 +71,11 @@ class HostTimers:
     """Running totals per wrapped method: ``[calls, seconds]``; GC pauses by generation."""
 
     def __init__(
-        self, path: str, interval_s: float = 0.25, targets: Sequence[tuple[str, str, str]] = TARGETS
+        self, path: str, interval_s: float = 0.25, targets: Sequence[tuple[str, str, str]] | None = None
     ) -> None:
         self.path = path
         self.interval_s = interval_s
-        self.targets = tuple(targets)
+        self.targets = tuple(TARGETS if targets is None else targets)
         self.totals: dict[str, list[float]] = {}
         self.gc_totals: dict[str, list[float]] = {}  # "gen<N>" -> [collections, seconds]
         self.missing: list[str] = []
@@ -160,6 +166,15 @@ def install(path: str) -> HostTimers:
         timers = HOST_TIMERS[path] = HostTimers(path)
     timers.install()
     return timers
+
+
+def register() -> None:
+    """SGLang's plugin hook (``sglang.srt.plugins``, run early in every engine process): install the timers
+    when ``$SPECPOLICY_GPUCHECK_HOST_TIMERS`` names a file, else nothing. Only the scheduler process calls
+    ``Scheduler.run_batch``, so only it writes totals; the other processes write their header line."""
+    path = os.environ.get(ENV)
+    if path:
+        install(path)
 
 
 def deltas(lines: Sequence[dict[str, Any]], t0: float, t1: float) -> dict[str, Any] | None:
