@@ -135,28 +135,35 @@ def _unwrap(timers: ht.HostTimers) -> None:
             setattr(cls, method, f.__wrapped__)
 
 
-def test_the_plugin_hook_installs_the_timers_only_when_the_variable_names_a_file(
+def test_the_plugin_hook_installs_the_timers_as_the_scheduler_is_built_when_the_variable_names_a_file(
     engine_module: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = engine_module.__name__
     monkeypatch.setattr(ht, "TARGETS", ((name, "Scheduler", "run_batch"),))
+    monkeypatch.setattr(ht, "SCHEDULER", (name, "Scheduler"))
     monkeypatch.setattr(ht, "HOST_TIMERS", {})
     monkeypatch.delenv(ht.ENV, raising=False)
+    init = engine_module.Scheduler.__init__
     ht.register()  # an engine without the variable: nothing wrapped, nothing written
-    assert ht.HOST_TIMERS == {} and not hasattr(engine_module.Scheduler.run_batch, "__wrapped__")
+    assert engine_module.Scheduler.__init__ is init
     path = tmp_path / "timers-base_v1.jsonl"
     monkeypatch.setenv(ht.ENV, str(path))
     ht.register()
+    ht.register()  # SGLang loads plugins once per process; a second call wraps nothing twice
+    assert engine_module.Scheduler.__init__.__wrapped__ is init
+    # a hook applied after the plugins ran (as SGLang's registry applies them) is inside the timers
+    inner = engine_module.Scheduler.run_batch
+    engine_module.Scheduler.run_batch = lambda self, s: "hooked " + inner(self, s)
+    assert ht.HOST_TIMERS == {} and not path.exists()  # nothing until a scheduler is built
+    sched = engine_module.Scheduler()
     timers = ht.HOST_TIMERS[str(path)]
     try:
         timers.interval_s = 0.0
-        engine_module.Scheduler().run_batch(0.0)
+        assert sched.run_batch(0.0) == "hooked out"
         assert [r["kind"] for r in _lines(path)] == ["header", "totals"]
-        ht.register()  # SGLang loads plugins once per process; a second call adds no second wrapper
-        assert not hasattr(engine_module.Scheduler.run_batch.__wrapped__, "__wrapped__")
     finally:
         gc.callbacks.remove(timers._on_gc)
-        engine_module.Scheduler.run_batch = engine_module.Scheduler.run_batch.__wrapped__
+        engine_module.Scheduler.__init__ = init
 
 
 def test_the_package_declares_the_plugin_entry_point_sglang_loads() -> None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ENV", "TARGETS", "HostTimers", "deltas", "register"]
+__all__ = ["ENV", "SCHEDULER", "TARGETS", "HostTimers", "deltas", "register"]
 
 #: the variable that names the timers' file for ``register`` (SGLang's plugin route)
 ENV = "SPECPOLICY_GPUCHECK_HOST_TIMERS"
@@ -168,13 +168,31 @@ def install(path: str) -> HostTimers:
     return timers
 
 
+#: the class whose construction installs the timers on the plugin route (module, class)
+SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
+
+
 def register() -> None:
-    """SGLang's plugin hook (``sglang.srt.plugins``, run early in every engine process): install the timers
-    when ``$SPECPOLICY_GPUCHECK_HOST_TIMERS`` names a file, else nothing. Only the scheduler process calls
-    ``Scheduler.run_batch``, so only it writes totals; the other processes write their header line."""
+    """SGLang's plugin hook (``sglang.srt.plugins``, run early in every engine process): when
+    ``$SPECPOLICY_GPUCHECK_HOST_TIMERS`` names a file, install the timers as the scheduler is built, else
+    do nothing. Built then, after every plugin's hooks are in place, they wrap those hooks (the adapter's
+    off step included) as they do on the dispatcher's route; only the scheduler process builds a
+    ``Scheduler``, so only it writes."""
     path = os.environ.get(ENV)
-    if path:
+    if not path:
+        return
+    cls = getattr(importlib.import_module(SCHEDULER[0]), SCHEDULER[1])
+    original = cls.__init__
+    if getattr(original, "_host_timers_path", None) == path:
+        return  # registered already in this process
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
         install(path)
+
+    __init__._host_timers_path = path  # type: ignore[attr-defined]
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
 
 
 def deltas(lines: Sequence[dict[str, Any]], t0: float, t1: float) -> dict[str, Any] | None:
