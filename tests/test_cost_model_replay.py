@@ -9,7 +9,8 @@ and now and then a malformed field. The depth the policy decides is the depth th
 different decision changes every later step's inputs too: the first step where the depths differ is named.
 
 ``tests/fixtures/cost_model_replay.json`` holds the reference decisions; they were recorded from the
-implementation that measures the cost of a switch before it trusts one-step probes. Re-record them only
+implementation that fits the requests' prior to their history, looks at a small batch while off when what
+it may show is worth the step, and prices probes by their time. Re-record them only
 for an intended change of decisions:
 ``PYTHONPATH=. python3 tests/test_cost_model_replay.py --record``.
 """

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
-from specpolicy.policies.cost_model.requests import RequestAcceptance
+from specpolicy.policies.cost_model.requests import RequestAcceptance, fit_population
 from specpolicy.policies.cost_model.weights import TwoPoint, chain_tokens
 
 ARMS = (0, 1, 2, 3, 4, 5, 6, 7)
@@ -166,19 +167,120 @@ def test_request_ids_let_it_price_each_request_of_a_batch_of_one() -> None:
     assert with_ids > 1.2 * without
 
 
-def test_while_off_a_new_request_gets_one_look() -> None:
-    """Off teaches nothing about a request: a new one in a batch of one is speculated on once."""
+def _batch_of_one(
+    policy: Any, requests: list[tuple[str, float, int]], cost: float, seed: int = 0, forced: int = 0
+) -> list[list[int]]:
+    """Requests one after another at batch 1, each (id, per-draft rate, steps); a spec step at depth k costs
+    1 + cost * k plain steps. The first ``forced`` outcomes of the last request accept every draft. The
+    decided depths, per request."""
+    rng = random.Random(seed)
+    k, acc, t, rid_prev = 0, None, None, None
+    out = []
+    for r, (rid, p, steps) in enumerate(requests):
+        depths = []
+        for i in range(steps):
+            stats = StepStats(
+                1, 0, 500.0, k, acc, None, t, None, 1 if t else None, k if t else None,
+                500.0 if t else None, [rid_prev] if acc is not None else None, [rid],
+            )
+            k = policy.decide(stats).num_steps
+            depths.append(k)
+            g = 0
+            lucky = r == len(requests) - 1 and i < forced
+            while g < k and (lucky or rng.random() < p):
+                g += 1
+            t = 0.01 * (1.0 + cost * k) * (1.0 + 0.01 * rng.random())
+            acc, rid_prev = ([g] if k else None), rid
+        out.append(depths)
+    return out
+
+
+def test_no_look_where_speculation_cannot_pay() -> None:
+    """A look at a request costs a speculative step: where speculation costs 3x a plain step and more (no
+    acceptance could pay for it), a new request after a hard one gets none."""
     policy = make_policy("cost_model")
-    k, acc, rid_prev = 0, None, None
-    depths: list[int] = []
-    for step in range(600):
-        rid = "hard" if step < 500 else "new"
-        t = 0.01 * (1.0 + 2.0 * k) if k else 0.01  # speculation costs 3x a plain step and more
-        stats = StepStats(
-            1, 0, 500.0, k, acc, None, t, None, 1, k, 500.0, [rid_prev] if acc is not None else None, [rid]
-        )
-        k = policy.decide(stats).num_steps
-        depths.append(k)
-        acc, rid_prev = ([0] if k else None), rid
-    assert depths[400:500].count(0) >= 95  # the hard request: off
-    assert max(depths[500:503]) > 0  # the new one: looked at
+    hard, new = _batch_of_one(policy, [("hard", 0.05, 500), ("new", 0.7, 100)], cost=2.0)
+    assert hard[400:].count(0) >= 95  # the hard request: off
+    assert new[:3] == [0, 0, 0]  # nothing a look could show would turn speculation on
+
+
+def test_while_off_a_new_request_gets_a_look_when_speculation_may_pay_for_it() -> None:
+    """Off teaches nothing about a request: where speculation pays for the easy half of the requests seen, a
+    new one in a batch of one is speculated on within its first steps, even after a hard one turned it off."""
+    policy = make_policy("cost_model")
+    history = [(f"r{i}", 0.9 if i % 2 else 0.1, 120) for i in range(12)]
+    *_, hard, new = _batch_of_one(policy, [*history, ("hard", 0.05, 300), ("new", 0.9, 40)], cost=0.25)
+    assert hard[200:].count(0) >= 95
+    assert max(new[:3]) > 0
+
+
+def test_the_prior_remembers_requests_beyond_the_horizon() -> None:
+    """At a batch of one only a few requests fit in the horizon, and the pooled rates describe the last one:
+    the prior of a new request is fitted to the requests that finished too."""
+    est = RequestAcceptance(7, ARMS, horizon=50)
+    rng = random.Random(3)
+    step = 0
+    for r in range(24):
+        p = 0.9 if r % 2 else 0.2
+        for _ in range(60):
+            step += 1
+            n = 0
+            while n < 3 and rng.random() < p:
+                n += 1
+            est.queue(3, [f"r{r}"], bytes([n]))
+            est.fold(step)
+            est.set_population(p, p)  # the pooled rates: the request running
+    assert len(est) < 8  # most requests were forgotten
+    assert 0.45 < est.estimate("new") < 0.65  # the population's mean (0.55), not the last request's (0.2)
+
+
+def _geometric_counts(rng: random.Random, a: float, b: float, n: int, steps: int, depth: int) -> list[
+    tuple[float, float]
+]:
+    out = []
+    for _ in range(n):
+        p = rng.betavariate(a, b)
+        s = f = 0
+        for _ in range(steps):
+            g = 0
+            while g < depth and rng.random() < p:
+                g += 1
+            s += g
+            f += 1 if g < depth else 0
+        out.append((float(s), float(f)))
+    return out
+
+
+def test_the_population_fit_recovers_the_requests_beta() -> None:
+    """Requests observed for a few steps each (the draft chain stops at the first rejection): the fit gets
+    the population's mean and, within its bounds, its concentration."""
+    rng = random.Random(5)
+    for a, b in ((7.0, 3.0), (3.5, 6.5)):
+        for steps, depth in ((3, 3), (10, 1), (10, 7), (40, 3)):
+            fits = [fit_population(_geometric_counts(rng, a, b, 64, steps, depth), 20.0) for _ in range(20)]
+            mean = sum(m for m, _ in fits) / len(fits)
+            conc = sorted(c for _, c in fits)[len(fits) // 2]
+            assert abs(mean - a / (a + b)) < 0.03, (a, b, steps, depth, mean)
+            assert 6.0 < conc <= 20.0, (a, b, steps, depth, conc)
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 64.0), st.floats(0.0, 64.0)), max_size=80), st.floats(0.5, 20.0))
+def test_the_population_fit_stays_in_range(counts: list[tuple[float, float]], c: float) -> None:
+    m, conc = fit_population(counts, c)
+    assert 0.0 < m < 1.0 and 0.5 <= conc <= 20.0
+
+
+@given(rates, rates, steps, st.lists(ids, min_size=1, max_size=8))
+def test_scenarios_of_a_batch_are_ordered_and_in_range(
+    a1: float, a2: float, history: list[tuple[int, list[tuple[int, int]]]], batch: list[int]
+) -> None:
+    """A look's scenarios: a batch whose requests are better than estimated expects more tokens at every
+    depth, never fewer, and never more than the depth allows."""
+    est = RequestAcceptance(7, ARMS)
+    est.set_population(a1, a2)
+    _feed(est, history)
+    rows = est.shifted(batch, (-1.5, 0.0, 1.5))
+    for row in rows:
+        assert all(1.0 <= x <= 1.0 + k + 1e-9 for x, k in zip(row, ARMS, strict=True))
+    for lo, hi in zip(rows, rows[1:], strict=False):
+        assert all(x <= y + 1e-9 for x, y in zip(lo, hi, strict=True))

@@ -60,6 +60,10 @@ _CHANGE_SLACK = 0.5
 #: priced with its bucket's refresh, and only every 8th sampled step's outcomes are counted per request.
 _BATCH_SAMPLE = 8
 _REPRICE_GROWTH = 4
+#: A look while off (``_look_index``): the batch's rate scenarios (standard deviations of the estimate) and
+#: their weights (the three-point Gauss-Hermite rule), and the steps a look's answer is counted to serve.
+_LOOK_SHIFTS = (-(3.0**0.5), 0.0, 3.0**0.5)
+_LOOK_WEIGHTS = (1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0)
 _NEVER = -(10**9)
 
 
@@ -111,8 +115,10 @@ class CostModelPolicy:
         "_batch_sample",
         "_batch_n",
         "_batch_ids",
-        "_batch_unseen",
         "_look",
+        "_look_i",
+        "_look_after",
+        "_look_gap",
         "_batch_at",
         "_batch_gap",
         "_chg",
@@ -193,9 +199,12 @@ class CostModelPolicy:
         #: the sampled ids and the size of the batch last priced (none: priced as the population)
         self._batch_sample: Any = ()
         self._batch_n = 0
-        #: sampled requests of that batch without data; the step at which to look at them (``_price_batch``)
-        self._batch_unseen = 0
+        #: the step of a look at the batch's requests while off, and its depth index (``_price_batch``)
         self._look = 0
+        self._look_i = 0
+        #: no look before this step, and the interval to the next after a look (growing while the batch stays)
+        self._look_after = 0
+        self._look_gap = _REPRICE_GROWTH
         #: the population's two-point picture, and its weighted tokens per reference depth index (cached)
         self._pop = TwoPoint(c.prior_acceptance, c.prior_acceptance, 0.0)
         self._pop_weighted: dict[int, tuple[list[float], float]] = {}
@@ -321,7 +330,7 @@ class CostModelPolicy:
                     if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
                         self._refresh_at[b] = back  # a first or second measurement: back by then
             if self._look == step and cur == self._cur and self._arms[cur] == 0:
-                cur = self._deepest()  # a look at new requests (``_price_batch``): the most it can show
+                cur = self._look_i  # a look at the batch's requests (``_price_batch``)
             self._last_k = self._arms[cur]
             return self._modes[cur]
         except Exception:  # odd inputs are missing data: keep the running depth
@@ -490,6 +499,8 @@ class CostModelPolicy:
                 if ids != self._batch_ids:
                     self._batch_ids = ids[:]
                     self._batch_gap = 1
+                    self._look_after = 0
+                    self._look_gap = _REPRICE_GROWTH
                 sample = ids
                 self._batch_at = step + self._batch_gap
                 if self._batch_gap < self.config.update_interval:
@@ -503,10 +514,16 @@ class CostModelPolicy:
             self._batch_sample, self._batch_n = sample, n
             e = self._E = self._batch_expected(b)
             self._choice.update(b, e, self._choice.t[b], self._disabled)
-            if n <= _BATCH_SAMPLE and 2 * self._batch_unseen >= n and self._arms[self._cur] == 0:
-                # Off, and half the batch or more is requests without data: off teaches nothing about them,
-                # and each may be one that speculation pays for. One step at the speculating depth shows it.
-                self._look = step
+            if n <= _BATCH_SAMPLE and self._arms[self._cur] == 0 and step >= self._look_after:
+                # Off teaches nothing about the batch's requests: one step at a speculating depth shows
+                # them, when what it may reveal is worth the step (``_look_index``).
+                look = self._look_index(b, sample)
+                if look > 0:
+                    self._look, self._look_i = step, look
+                    self._look_after = step + self._look_gap
+                    if self._look_gap < self.config.update_interval:
+                        self._look_gap *= _REPRICE_GROWTH
+                    self._batch_at = min(self._batch_at, step + 2)  # priced again with its outcome
         except Exception:  # noqa: BLE001 - ids that are no ids: price by the population
             self._batch_at = step + self.config.update_interval
             self._reqs = RequestAcceptance(max(self._arms), self._arms)
@@ -535,7 +552,6 @@ class CostModelPolicy:
             m = len(sample)
             own = self._reqs.own(sample, ref, self._step)
             o_num, o_den, seen = own if own is not None else (None, 0.0, 0)
-            self._batch_unseen = m - seen
             rest = n - m
             prior = self._reqs.prior_expected
             new = (m - seen) / prior[ref]
@@ -555,13 +571,36 @@ class CostModelPolicy:
             i += 1
         return e
 
-    def _deepest(self) -> int:
-        """The deepest depth index still offered (the engine runs it)."""
+    def _look_index(self, b: int, sample: Any) -> int:
+        """The depth index of a look at a small batch while off, or 0 when it is not worth its step.
+
+        Each request's rate is an estimate (a new one's, the population's spread): the batch may be one that
+        speculation pays for. The gain of speculating over off is priced in three scenarios of the batch's
+        rate (``_LOOK_SHIFTS``) and its expectation counted over the steps until the batch is next priced
+        at the latest (``update_interval``): a look that could turn speculation on for that long is worth
+        the step it loses. It runs the depth that is best in the optimistic scenario (what it would switch
+        to). A request whose estimate is firm, or a population where speculation rarely pays, gets none."""
+        v = self._v[b]
+        times = self._choice.t[b]
+        if not v[0] > 0.0 or not times[0] > 0.0:
+            return 0
         disabled = self._disabled
-        i = len(self._arms) - 1
-        while i > 0 and disabled[i]:
-            i -= 1
-        return i
+        rows = self._reqs.shifted(sample, _LOOK_SHIFTS)
+        gain, look = 0.0, 0
+        for w, e in zip(_LOOK_WEIGHTS, rows, strict=True):
+            best, j = 0.0, 0
+            for i in range(1, len(e)):
+                t = times[i]
+                if t > 0.0 and not disabled[i] and e[i] / t > best:
+                    best, j = e[i] / t, i
+            g = best * times[0] / e[0] - 1.0
+            if g > 0.0:
+                gain += w * g
+            look = j
+        if look <= 0:
+            return 0
+        loss = 1.0 - v[look] / v[0]
+        return look if gain * self.config.update_interval > loss else 0
 
     def _ref_index(self, b: int) -> int:
         """The depth the requests typically run (weights' reference): bucket b's best speculating depth (the
@@ -726,7 +765,7 @@ class CostModelPolicy:
                 (1.0 - a ** (k + 1)) / (1.0 - a) / t if t > 0.0 else 0.0
                 for k, t in zip(self._arms, times, strict=True)
             ]
-        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0], hope)
+        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0], hope, times)
 
     def _prior_best(self) -> int:
         """The depth to start with: the best under the prior acceptance and the profile (or prior costs)."""

@@ -85,12 +85,15 @@ class ProbeSchedule:
         blind: bool,
         first: int,
         hope: list[float] | None = None,
+        times: list[float] | None = None,
     ) -> None:
         """Bucket b's next probe from its values per depth index (``samples``: per cell, counted up to 3;
         ``first``: the shallowest depth, 0 when off is offered; ``hope``: while off runs, the values the
-        depths would have at the best acceptance seen, see ``hope_due``)."""
+        depths would have at the best acceptance seen, see ``hope_due``; ``times``: the predicted step
+        times, see ``_price``)."""
         n = len(v)
         vcur = v[cur] if v[cur] > 0.0 else 1e-300
+        price = _price(times, cur, n)
         share = self._share
         max_int = self._max_interval
         seen, vis = self.seen[b], self.visits[b]
@@ -101,18 +104,21 @@ class ProbeSchedule:
             loss = 1.0 - v[i] / vcur
             if loss < 0.0:
                 loss = 0.0
+            cost = price[i]
+            top = max_int * cost
             # (the bounds inline, as min(max(x, lo), hi) orders them: it runs per depth every refresh)
             if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
                 if loss > CONFIRM_LOSS and samples[i] == 1:
                     due = seen[i] + CONFIRM_INTERVAL  # a loser on one sample: it may have been an outlier
                 else:
-                    x = loss / share
+                    x = loss * cost / share
                     if MIN_PROBE_INTERVAL > x:
                         x = MIN_PROBE_INTERVAL
-                    due = seen[i] + int(max_int if max_int < x else x)
+                    due = seen[i] + int(top if top < x else x)
             else:
-                x = loss * loss / (share * EXPLORE_SCALE)
-                due = int(max_int if max_int < x else x)
+                x = loss * cost
+                x = x * x / (share * EXPLORE_SCALE)
+                due = int(top if top < x else x)
             if due < due_best or (due == due_best and loss < due_loss):
                 due_best, due_i, due_loss = due, i, loss
         if hope is not None:
@@ -174,3 +180,15 @@ class ProbeSchedule:
         self.count += steps
         self.probe_at[b] = FAR
         return i
+
+
+def _price(times: list[float] | None, cur: int, n: int) -> list[float]:
+    """Per depth index, what one probe step costs in steps of the running depth: its predicted time over the
+    running depth's, at least 1. The throughput a probe loses is its value's shortfall times that (a step
+    twice as long loses twice the time): probes of dear depths (verify-heavy batches, an off stretch's
+    catch-up paid on resuming) are spaced by it, ``max_probe_interval`` included, so the budget holds in
+    time and not only in steps."""
+    if times is None or not times[cur] > 0.0:
+        return [1.0] * n
+    tc = times[cur]
+    return [t / tc if t > tc else 1.0 for t in times]

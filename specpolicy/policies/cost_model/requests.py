@@ -6,7 +6,8 @@ request r has a per-token rate p_r with a Beta prior fitted to the population by
 (E p = a_1 and E p^2 = a_1 a_2 from the pooled per-position rates: a request accepts its second draft with
 probability p^2), updated by the request's own outcomes: a step at depth k that accepted n drafts is n
 successes and, when n < k, one failure. Once enough requests have data the prior is fitted to their own
-rates instead, each request counted once (``_from_requests``). A request's expected tokens at depth k are
+rates instead (``_from_requests``): the requests running and those that finished last, kept apart so that
+with few requests running the prior still describes many. A request's expected tokens at depth k are
 ``1 + sum_{i<=k} E[p^i]``, where a Beta(a, b) has ``E[p^i] = prod_{m<i} (a + m) / (a + b + m)``.
 
 The batch's (weighted, ``weights``) expected tokens are the population's, moved by what its requests' own
@@ -23,11 +24,12 @@ are scaled down past ``window`` trials, so its estimate follows its own drift.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable, Sequence
 from itertools import islice
 from typing import Any
 
-__all__ = ["RequestAcceptance"]
+__all__ = ["RequestAcceptance", "fit_population"]
 
 #: Bounds of the prior's concentration (a + b, the draft trials it counts for): below, a population
 #: estimate this spread says nothing stable; the cap keeps a request's own few steps of data (a step at
@@ -64,6 +66,7 @@ class RequestAcceptance:
         "_swept",
         "_fits",
         "_fitted",
+        "_done",
     )
 
     def __init__(
@@ -92,6 +95,9 @@ class RequestAcceptance:
         self._swept = 0
         self._fits = 0
         self._fitted: tuple[float, float] | None = None
+        #: (successes, failures) of the requests forgotten or evicted last, newest at the right: the
+        #: population's history, which outlives ``horizon`` (at a batch of one, a few requests).
+        self._done: deque[tuple[float, float]] = deque(maxlen=_FIT_REQUESTS)
         self._alpha = self._beta = 1.0
         self._prior_e: list[float] = []
         self.set_population(0.7, 0.7)
@@ -124,30 +130,21 @@ class RequestAcceptance:
         self._version += 1
 
     def _from_requests(self) -> tuple[float, float] | None:
-        """(mean, concentration) of the per-draft rates of the ``_FIT_REQUESTS`` requests seen last, each
-        counted once: the population a new request comes from. (The pooled rates count steps, so with few
-        requests running they describe the last one or two, not the population.) The spread is that of the
-        requests' rates less what their own sampling noise adds. None with fewer than ``_MIN_REQUESTS``."""
-        rates: list[float] = []
-        trials: list[float] = []
+        """(mean, concentration) of the per-draft rates of the ``_FIT_REQUESTS`` requests seen last (running
+        or finished): the population a new request comes from. (The pooled rates count steps, so with few
+        requests running they describe the last one or two, not the population.) None with fewer than
+        ``_MIN_REQUESTS``. See ``fit_population``."""
+        counts: list[tuple[float, float]] = []
         for e in islice(reversed(self._req.values()), _FIT_SCAN):  # the newest requests, a bounded look
-            n = e[0] + e[1]
-            if n >= 2.0:
-                rates.append(e[0] / n)
-                trials.append(n)
-                if len(trials) >= _FIT_REQUESTS:
+            if e[0] + e[1] > 0.0:
+                counts.append((e[0], e[1]))
+                if len(counts) >= _FIT_REQUESTS:
                     break
-        if len(rates) < _MIN_REQUESTS:
+        if len(counts) < _FIT_REQUESTS:
+            counts.extend(islice(reversed(self._done), _FIT_REQUESTS - len(counts)))
+        if len(counts) < _MIN_REQUESTS:
             return None
-        k = len(rates)
-        m = sum(rates) / k
-        m = min(max(m, _EDGE), 1.0 - _EDGE)
-        spread = sum([(r - m) ** 2 for r in rates]) / (k - 1)
-        mm = m * (1.0 - m)
-        noise = sum([mm / (n + 1.0) for n in trials]) / k
-        var = spread - noise
-        c = m * (1.0 - m) / var - 1.0 if var > 1e-9 else _MAX_CONCENTRATION
-        return m, c
+        return fit_population(counts, self._fitted[1] if self._fitted else _MAX_CONCENTRATION)
 
     def _expected(self, a: float, b: float) -> list[float]:
         """E(k) per arm of a request whose rate is Beta(a, b)."""
@@ -177,7 +174,8 @@ class RequestAcceptance:
                         if n > depth:
                             continue  # not a count of this step
                         if len(req) >= cap:  # the oldest entry goes (dicts keep insertion order)
-                            del req[next(iter(req))]
+                            first = req.pop(next(iter(req)))
+                            self._done.append((first[0], first[1]))
                             self.evicted += 1
                         e = req[rid] = [0.0, 0.0, step, None, 0]
                     elif n > depth:
@@ -198,8 +196,10 @@ class RequestAcceptance:
             self._swept = step
             old = step - self.horizon
             gone = [rid for rid, e in self._req.items() if e[2] < old]
+            done = self._done
             for rid in gone:
-                del self._req[rid]
+                entry = self._req.pop(rid)
+                done.append((entry[0], entry[1]))
             self.forgotten += len(gone)
 
     # -- estimates --------------------------------------------------------------------------------------
@@ -220,6 +220,27 @@ class RequestAcceptance:
         if e is None:
             return list(self._prior_e)
         return self._expected(self._alpha + e[0], self._beta + e[1])
+
+    def shifted(self, ids: Sequence[Hashable], shifts: Sequence[float]) -> list[list[float]]:
+        """Per shift t: the mean over ``ids`` of E_r(k) per arm, each request's rate moved by t standard
+        deviations of its own estimate (a new request's: the prior's) over sqrt(len(ids)) (the batch's mean
+        rate is that uncertain when the requests are independent): what the batch gives if the requests are
+        that much better or worse than estimated (``policy``: is a look worth its step)."""
+        req, a0, b0 = self._req, self._alpha, self._beta
+        scale = 1.0 / len(ids) ** 0.5 if ids else 1.0
+        out = [[0.0] * len(self._arms) for _ in shifts]
+        for rid in ids:
+            e = req.get(rid)
+            a, b = (a0, b0) if e is None else (a0 + e[0], b0 + e[1])
+            c = a + b
+            m = a / c
+            sd = (m * (1.0 - m) / (c + 1.0)) ** 0.5 * scale
+            for row, t in zip(out, shifts, strict=True):
+                x = min(max(m + t * sd, _EDGE), 1.0 - _EDGE)
+                for i, v in enumerate(self._expected(x * c, (1.0 - x) * c)):
+                    row[i] += v
+        n = max(len(ids), 1)
+        return [[v / n for v in row] for row in out]
 
     def own(self, ids: Sequence[Hashable], ref: int, step: int) -> tuple[list[float], float, int] | None:
         """What the requests of ``ids`` with data of their own say: the sums over them of ``E_r(k) /
@@ -247,3 +268,31 @@ class RequestAcceptance:
             den += w
             count += 1
         return None if num is None else (num, den, count)
+
+
+def fit_population(counts: Sequence[tuple[float, float]], c: float) -> tuple[float, float]:
+    """(mean, concentration) of the Beta behind requests' (successes, failures), by weighted moments.
+
+    A request's rate s / n says more the more trials n it rests on, up to the spread between requests:
+    each counts with weight n / (1 + (n - 1) / (c + 1)) (the inverse of its rate's variance under a Beta of
+    concentration c; Kleinman's beta-binomial weights), so one with a single trial counts little and the
+    pooled ratio, consistent whatever stopped each request's drafts, dominates among short ones; one with
+    many counts once. Each request's own sampling noise is taken out of the spread. ``c`` is the starting
+    guess; two passes refine it.
+    """
+    m = 0.5
+    for _ in range(2):
+        rho = 1.0 / (c + 1.0)
+        ws = [(n / (1.0 + (n - 1.0) * rho), s / n, n) for s, f in counts if (n := s + f) > 0.0]
+        total = sum([w for w, _, _ in ws])
+        if not total > 0.0:
+            break
+        m = sum([w * x for w, x, _ in ws]) / total
+        m = min(max(m, _EDGE), 1.0 - _EDGE)
+        spread = sum([w * (x - m) ** 2 for w, x, _ in ws])
+        own = sum([w * (1.0 - 1.0 / n) for w, _, n in ws])
+        noise = m * (1.0 - m) * sum([w / n for w, _, n in ws])
+        var = (spread * len(ws) / max(len(ws) - 1, 1) - noise) / own if own > 0.0 else 0.0
+        c = m * (1.0 - m) / var - 1.0 if var > 1e-9 else _MAX_CONCENTRATION
+        c = min(max(c, _MIN_CONCENTRATION), _MAX_CONCENTRATION)
+    return m, c
