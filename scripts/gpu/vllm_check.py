@@ -49,6 +49,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -541,7 +542,7 @@ def profile_batch(
     like ab_static's profiles: GPU-busy time, kernels, CUDA runtime calls, host ops, and per step."""
     import ab_static
 
-    before = {p for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} if folder.exists() else {}
     llm.start_profile()
     res = serve_batch(llm, rec, {**cmd, "min_s": 0.0}, vocab, pi)
     try:
@@ -565,12 +566,13 @@ def profile_batch(
     return res
 
 
-def _new_trace(folder: Path, before: set[Path], timeout_s: float = 30.0) -> Path | None:
-    """The trace file the profiler wrote after ``before`` was listed, once its size stops changing."""
+def _new_trace(folder: Path, before: dict[Path, int], timeout_s: float = 30.0) -> Path | None:
+    """The trace file the profiler wrote (or rewrote) after ``before`` (path -> mtime) was listed, once its
+    size stops changing."""
     deadline = time.time() + timeout_s
     last: tuple[Path, int] | None = None
     while time.time() < deadline:
-        new = [p for p in folder.rglob("*.json*") if p.is_file() and p not in before]
+        new = [p for p in folder.rglob("*.json*") if p.is_file() and before.get(p) != p.stat().st_mtime_ns]
         if new:
             newest = max(new, key=lambda p: p.stat().st_mtime_ns)
             size = newest.stat().st_size
@@ -841,8 +843,8 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
             except paired.ChildError as exc:
                 raw["profiles"][f"{b.label}:{b.c}"] = {"error": str(exc)}
     _write(out, raw)
-    for child in children.values():
-        child.close(30.0)
+    with ThreadPoolExecutor(max(1, len(children))) as pool:  # all at once: the call's time limit is near
+        list(pool.map(lambda ch: ch.close(30.0), children.values()))
     # The adapter's trace is written off the hot path and complete only once its engine has shut down.
     if "raise" in raw["checks"] and "error" not in raw["checks"]["raise"]:
         raw["checks"]["raise"]["verdict"] = _check_verdict("raise", raw["checks"]["raise"], out)

@@ -136,7 +136,6 @@ def _entry_points() -> str:
     return "[specpolicy.policies]\n" + "".join(ln + "\n" for ln in lines)
 
 
-@pytest.mark.slow
 def test_the_check_runs_end_to_end_against_a_stand_in_vllm(tmp_path: Path) -> None:
     fake = tmp_path / "fake"
     (fake / "vllm").mkdir(parents=True)
@@ -183,5 +182,6 @@ def test_the_check_runs_end_to_end_against_a_stand_in_vllm(tmp_path: Path) -> No
     control = (out / "control-sp.txt").read_text()
     assert control.split()[1] in vc.sp_policies(vc.DEFAULT_PERF)
     assert set(raw["profiles"]) == {f"{label}:4" for label in vc.PROFILE_LABELS}
-    assert raw["profiles"]["never:4"]["summary"]["kernels"] > 0
+    for key, prof in raw["profiles"].items():  # two labels of one engine profile into the same folder
+        assert prof["summary"]["kernels"] > 0, key
     assert report["ok"] is True
