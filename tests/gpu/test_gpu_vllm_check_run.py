@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import bigram_model as bm
-import pytest
 import vllm_check as vc
 
 ROOT = Path(__file__).resolve().parents[2]
