@@ -271,73 +271,12 @@ def test_a_batch_counts_the_requests_equal_to_the_oracle_over_every_pass(bad: in
     assert "lossless" not in ab_static._batch(_ChainEngine(pi), prompts, 10, 0.0)  # no oracle, no count
 
 
-def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
+@pytest.fixture
+def fake_sglang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import sys
-    import types
-
-    import bigram_model as bm
-
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / "meta.json").write_text(
-        json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
-    )
-    seen: list[dict[str, object]] = []
-    fake = types.ModuleType("sglang")
-    fake.Engine = lambda **kw: seen.append(kw) or object()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang", fake)
-    for serve in (None, "off_v1"):
-        args = types.SimpleNamespace(work=str(tmp_path), out=str(tmp_path / "out"), serve=serve)
-        _, res, vocab, pi = ab_static.start_engine(args, "off_v1")
-        assert vocab == 64 and list(pi) == bm.bigram_map(64, seed=1).tolist()
-        assert "SPECPOLICY_TRACE" not in res["env"]
-    alone, paired_kw = seen
-    assert alone["max_total_tokens"] == 131072 and "sleep_on_idle" not in alone
-    assert paired_kw["max_total_tokens"] == ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
-    assert paired_kw["sleep_on_idle"] is True
-    assert paired_kw["mem_fraction_static"] > alone["mem_fraction_static"]
-    assert res["engine_kw"]["sleep_on_idle"] is True  # the ready reply says what the engine ran with
-    # the largest batch of a paired run fits the capped pool: 128 requests x (prompt + output + draft reserve)
-    assert 128 * (128 + ab_static.TOKENS[128] + 4) < ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
-
-
-def test_a_trace_folder_and_a_log_level_reach_every_variant_that_asks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import sys
-    import types
-
-    import bigram_model as bm
-
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / "meta.json").write_text(
-        json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
-    )
-    seen: list[dict[str, object]] = []
-    fake = types.ModuleType("sglang")
-    fake.Engine = lambda **kw: seen.append(kw) or object()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang", fake)
-    args = types.SimpleNamespace(
-        work=str(tmp_path),
-        out=str(tmp_path / "o"),
-        serve="cm_v1",
-        trace_dir=str(tmp_path / "t"),
-        engine_log_level="info",
-    )
-    _, res, _, _ = ab_static.start_engine(args, "cm_v1")
-    assert res["env"]["SPECPOLICY_TRACE"] == str(tmp_path / "t" / "trace-cm_v1.jsonl")
-    assert json.loads(res["env"]["SPECPOLICY_POLICY"])["name"] == "cost_model"  # the policy is kept
-    assert seen[0]["log_level"] == "info" and (tmp_path / "t").is_dir()
-    _, res, _, _ = ab_static.start_engine(args, "base_v1")  # no specpolicy there: no trace setting
-    assert res["env"] is None
-
-
-def test_host_timers_reach_every_variant_including_the_speculation_free_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> list[tuple[dict[str, object], str | None]]:
+    """Test models' meta.json under ``tmp_path`` and an ``sglang`` whose Engine records its arguments and
+    the host-timers variable it starts with, in start order."""
     import os
     import sys
     import types
@@ -350,21 +289,64 @@ def test_host_timers_reach_every_variant_including_the_speculation_free_one(
     (models / "meta.json").write_text(
         json.dumps({"chain_vocab": 64, "pi": bm.bigram_map(64, seed=1).tolist()})
     )
-    seen: list[str | None] = []
+    seen: list[tuple[dict[str, object], str | None]] = []
     fake = types.ModuleType("sglang")
-    fake.Engine = lambda **kw: seen.append(os.environ.get(ENV)) or object()  # type: ignore[attr-defined]
+    fake.Engine = lambda **kw: seen.append((kw, os.environ.get(ENV))) or object()  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sglang", fake)
+    return seen
+
+
+def _args(tmp_path: Path, **kw: object) -> object:
+    import types
+
+    return types.SimpleNamespace(work=str(tmp_path), out=str(tmp_path / "out"), **kw)
+
+
+def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
+    tmp_path: Path, fake_sglang: list[tuple[dict[str, object], str | None]]
+) -> None:
+    import bigram_model as bm
+
+    for serve in (None, "off_v1"):
+        _, res, vocab, pi = ab_static.start_engine(_args(tmp_path, serve=serve), "off_v1")
+        assert vocab == 64 and list(pi) == bm.bigram_map(64, seed=1).tolist()
+        assert "SPECPOLICY_TRACE" not in res["env"]
+    (alone, _), (paired_kw, _) = fake_sglang
+    assert alone["max_total_tokens"] == 131072 and "sleep_on_idle" not in alone
+    assert paired_kw["max_total_tokens"] == ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
+    assert paired_kw["sleep_on_idle"] is True
+    assert paired_kw["mem_fraction_static"] > alone["mem_fraction_static"]  # type: ignore[operator]
+    assert res["engine_kw"]["sleep_on_idle"] is True  # the ready reply says what the engine ran with
+    # the largest batch of a paired run fits the capped pool: 128 requests x (prompt + output + draft reserve)
+    assert 128 * (128 + ab_static.TOKENS[128] + 4) < ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
+
+
+def test_a_trace_folder_and_a_log_level_reach_every_variant_that_asks(
+    tmp_path: Path, fake_sglang: list[tuple[dict[str, object], str | None]]
+) -> None:
+    args = _args(tmp_path, serve="cm_v1", trace_dir=str(tmp_path / "t"), engine_log_level="info")
+    _, res, _, _ = ab_static.start_engine(args, "cm_v1")
+    assert res["env"]["SPECPOLICY_TRACE"] == str(tmp_path / "t" / "trace-cm_v1.jsonl")
+    assert json.loads(res["env"]["SPECPOLICY_POLICY"])["name"] == "cost_model"  # the policy is kept
+    assert fake_sglang[0][0]["log_level"] == "info" and (tmp_path / "t").is_dir()
+    _, res, _, _ = ab_static.start_engine(args, "base_v1")  # no specpolicy there: no trace setting
+    assert res["env"] is None
+
+
+def test_host_timers_reach_every_variant_including_the_speculation_free_one(
+    tmp_path: Path, fake_sglang: list[tuple[dict[str, object], str | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from specpolicy_gpucheck.host_timers import ENV
+
     monkeypatch.setenv(ENV, "/elsewhere/left-over.jsonl")
     stale = tmp_path / "h" / "timers-base_v1.jsonl"
     stale.parent.mkdir()
     stale.write_text('{"kind": "totals"}\n')
-    args = types.SimpleNamespace(
-        work=str(tmp_path), out=str(tmp_path / "o"), serve="x", host_timers_dir=str(tmp_path / "h")
-    )
+    args = _args(tmp_path, serve="x", host_timers_dir=str(tmp_path / "h"))
     for v in ("base_v1", "off_v1"):
         ab_static.start_engine(args, v)
-    assert seen == [str(tmp_path / "h" / "timers-base_v1.jsonl"), str(tmp_path / "h" / "timers-off_v1.jsonl")]
+    assert [env for _, env in fake_sglang] == [str(stale), str(tmp_path / "h" / "timers-off_v1.jsonl")]
     assert not stale.exists()  # an earlier command's lines would be read as this run's
-    args.host_timers_dir = None
+    args.host_timers_dir = None  # type: ignore[attr-defined]
     ab_static.start_engine(args, "base_v1")
-    assert seen[-1] is None  # no folder: the variable is cleared with the other SPECPOLICY_ ones
+    assert fake_sglang[-1][1] is None  # no folder: the variable is cleared with the other SPECPOLICY_ ones
