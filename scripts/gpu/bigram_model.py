@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "bigram_map",
     "draft_map",
     "greedy_chain",
+    "lossless_count",
     "expected_accept_length",
     "param_shapes",
     "param_count",
@@ -124,6 +126,17 @@ def greedy_chain(pi: np.ndarray, last_token: int, n: int) -> list[int]:
         t = int(pi[t])
         out.append(t)
     return out
+
+
+def lossless_count(
+    outputs: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]], lengths: Sequence[int], pi: Any
+) -> tuple[int, int]:
+    """(requests, those whose tokens equal the greedy chain of their length after their prompt's last
+    token): how the live checks count lossless requests of a batch, whatever the engine."""
+    ok = sum(
+        list(o) == greedy_chain(pi, p[-1], n) for o, p, n in zip(outputs, prompts, lengths, strict=True)
+    )
+    return len(outputs), ok
 
 
 def expected_accept_length(pi: np.ndarray, pi_draft: np.ndarray, start: int, n: int, depth: int) -> float:

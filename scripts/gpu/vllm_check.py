@@ -369,18 +369,6 @@ def verdict_raise(steps: Sequence[Sequence[int]], trace: dict[str, Any] | None, 
     return out
 
 
-def oracle_counts(outputs: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]],
-                  lengths: Sequence[int], pi: Sequence[int]) -> tuple[int, int]:  # fmt: skip
-    """(requests, requests equal to the bigram oracle's greedy chain of their length)."""
-    from bigram_model import greedy_chain
-
-    ok = sum(
-        list(o) == greedy_chain(pi, p[-1], n)  # type: ignore[arg-type]
-        for o, p, n in zip(outputs, prompts, lengths, strict=True)
-    )
-    return len(outputs), ok
-
-
 # ----------------------------------------------------------------------------------------------- report
 def build_report(raw: dict[str, Any], device: str | None = None) -> dict[str, Any]:
     """The report (``docs/gpu-results/report-vllm.json``) from a run's raw results: ``perf`` keyed by path,
@@ -527,9 +515,11 @@ def serve_batch(llm: Any, rec: SpecStatsLogger, cmd: dict[str, Any], vocab: int,
     }
     if cmd.get("steps"):
         res["step_stats"] = steps
+    from bigram_model import lossless_count
+
     n = ok = 0
     for got in outputs:
-        a, b = oracle_counts(got, prompts, lengths, pi)
+        a, b = lossless_count(got, prompts, lengths, pi)
         n, ok = n + a, ok + b
     res["requests"], res["lossless"] = n, ok
     return res

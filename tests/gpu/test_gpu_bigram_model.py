@@ -116,3 +116,14 @@ def test_checkpoint_greedy_output_is_the_chain_in_fp32_and_bf16(tmp_path) -> Non
             logits = model(torch.tensor([prompt])).logits[0].float()
         top2 = logits.topk(2, dim=-1).values
         assert float((top2[:, 0] - top2[:, 1]).min()) > 8.0  # far above bf16 rounding of the logits
+
+
+def test_lossless_count_compares_each_request_with_its_own_chain_and_length() -> None:
+    pi = bm.bigram_map(64, seed=1)
+    prompts = [[5, 9], [7, 11], [6, 12]]
+    lengths = [4, 2, 3]
+    outputs = [bm.greedy_chain(pi, p[-1], n) for p, n in zip(prompts, lengths, strict=True)]
+    assert bm.lossless_count(outputs, prompts, lengths, pi) == (3, 3)
+    outputs[1] = outputs[1][:1]  # one token short
+    outputs[2][0] += 1  # one token wrong
+    assert bm.lossless_count(outputs, prompts, lengths, pi) == (3, 1)
