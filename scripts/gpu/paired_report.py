@@ -33,6 +33,8 @@ LABELS: dict[str, str] = {
     "base_v2": "never",
     "off_v1": "static-0",
     "off_v2": "static-0",
+    "off_eagle3_v1": "static-0",  # an EAGLE-3 run: report it with --variants base_v1,off_eagle3_v1
+    "off_eagle3_v2": "static-0",
     "on_v1": "static",
     "on": "static",
     "plain_v1": "sglang-static",

@@ -108,6 +108,17 @@ def test_a_run_of_both_paths_is_reported_path_by_path() -> None:
         PR.section(run, only=["base_v1", "plain"])
 
 
+def test_an_eagle3_off_engine_is_static_0_of_its_own_key() -> None:
+    run = _run()
+    run["batches"]["off_eagle3_v1"] = {"1": _rows(90, 184, 91), "16": _rows(950, 1800, 940)}
+    with pytest.raises(ValueError, match="both measure 'static-0'"):
+        PR.section(run)
+    sec = PR.section(run, only=["base_v1", "off_eagle3_v1"])
+    by_c = sec["ratios"]["static-0 / never"]["by_c"]
+    assert by_c["1"]["median"] == 0.91 and by_c["16"]["min"] == 0.9
+    assert sec["ratios"]["static-0 / never"]["met"] is False
+
+
 def _timed(steps: int, run_us: float, result_us: float) -> dict[str, Any]:
     return {
         "t": {
