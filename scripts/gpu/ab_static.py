@@ -147,11 +147,17 @@ TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 #: with room), and the static fraction is raised because SGLang sizes a pool from the memory free when the
 #: engine starts (free x fraction, less the weights), which the engines started before it have taken; with
 #: the cap, the fraction no longer sizes anything. An idle scheduler waits on its sockets instead of
-#: spinning a core while the others serve (SGLang's ``sleep_on_idle``; a request wakes it at once).
+#: spinning a core while the others serve (SGLang's ``sleep_on_idle``; a request wakes it at once). The
+#: largest batch's prompts are prefilled in one chunk: chunked at SGLang's default 8,192 tokens, 127 of the
+#: 128 requests were admitted and the last one waited for a free slot, then decoded alone (found in the
+#: engines' batch lines, 2026-12-06), so the "128" batches measured a 127-request decode plus a one-request
+#: tail.
 PAIRED_ENGINE_KW: dict[str, Any] = {
     "max_total_tokens": 65536,
     "mem_fraction_static": 0.88,
     "sleep_on_idle": True,
+    "chunked_prefill_size": 32768,
+    "max_prefill_tokens": 32768,
 }
 
 

@@ -319,6 +319,8 @@ def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
     assert res["engine_kw"]["sleep_on_idle"] is True  # the ready reply says what the engine ran with
     # the largest batch of a paired run fits the capped pool: 128 requests x (prompt + output + draft reserve)
     assert 128 * (128 + ab_static.TOKENS[128] + 4) < ab_static.PAIRED_ENGINE_KW["max_total_tokens"]
+    # and its prompts are prefilled in one chunk, so that every request is admitted at once
+    assert 128 * 128 <= min(paired_kw["chunked_prefill_size"], paired_kw["max_prefill_tokens"])  # type: ignore[type-var]
 
 
 def test_a_trace_folder_and_a_log_level_reach_every_variant_that_asks(

@@ -77,6 +77,7 @@ class DecodingFakeTarget(ls.FakeV2Target):
                 "seq_lens": mwb.seq_lens.tolist(),
                 "seq_lens_cpu": None if mwb.seq_lens_cpu is None else mwb.seq_lens_cpu.tolist(),
                 "input_ids": mwb.input_ids.tolist(),
+                "input_ids_tensor": mwb.input_ids,
                 "out_cache_loc": mwb.out_cache_loc.tolist(),
                 "spec_info": mwb.spec_info,
                 "capture_hidden_mode": mwb.capture_hidden_mode,

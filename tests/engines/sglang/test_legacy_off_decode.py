@@ -265,6 +265,33 @@ def test_v1_lazy_off_step_drops_finished_requests_from_the_draft_input(
     assert middle.kv_committed_len == PROMPTS[1] + 1
 
 
+def test_v1_consecutive_off_steps_reuse_their_roots_and_placeholders(names: FieldNames, wrapped: Any) -> None:
+    """A run of off steps converts no token ids back and allocates no placeholders of its own: the next step
+    feeds the int64 tokens the last one sampled, unless the scheduler replaced the roots in between (a
+    filter), and then the replaced roots' values; the placeholders are views of one buffer."""
+    v = V1(names, lazy=True)
+    v.step(0)
+    sampled = v.off.roots
+    assert sampled is not None and sampled[1].dtype == torch.int64
+    first = v.batch.spec_info
+    v.step(0)
+    assert v.target.decode_calls[1]["input_ids_tensor"] is sampled[1]
+    second = v.batch.spec_info
+    assert second is not first
+    for field in ("topk_p", "topk_index"):
+        assert getattr(second, field).data_ptr() == getattr(first, field).data_ptr()
+    assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 2) for i, n in enumerate(PROMPTS)]
+    # the scheduler filters the draft input as already filtered: its roots become a new tensor (a slice)
+    spec = v.batch.spec_info
+    setattr(spec, names.root, getattr(spec, names.root)[:3])
+    filtered = getattr(spec, names.root)
+    assert filtered is not v.off.roots[0]
+    v.step(0)
+    fed = v.target.decode_calls[2]["input_ids_tensor"]
+    assert fed.dtype == torch.int64 and fed.tolist() == filtered.tolist()
+    assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 3) for i, n in enumerate(PROMPTS)]
+
+
 @pytest.mark.parametrize("k", [1, 2, 7])
 def test_v1_lazy_off_steps_skip_the_drafter_and_resume_exactly(
     names: FieldNames, wrapped: Any, k: int

@@ -62,6 +62,14 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("sglang.srt.managers.schedule_batch", "ScheduleBatch", "filter_batch"),
     ("sglang.srt.managers.schedule_batch", "ScheduleBatch", "merge_batch"),
     ("specpolicy.adapters.sglang.legacy.decode_target", "DecodeTarget", "forward"),
+    # finer: the batch's preparation for decode (the speculation-free engine's, and the off step's own
+    # lengths), the adapter's per-step calls, the results sent to the detokenizer, and every device-to-host
+    # read of a tensor as a list: a step's wait for the GPU happens in one of those reads
+    ("sglang.srt.managers.schedule_batch", "ScheduleBatch", "prepare_for_decode"),
+    ("sglang.srt.managers.scheduler", "Scheduler", "stream_output"),
+    ("specpolicy.adapters.sglang.legacy.runtime", "StepRuntime", "begin_decode"),
+    ("specpolicy.adapters.sglang.legacy.runtime", "StepRuntime", "on_result"),
+    ("torch", "Tensor", "tolist"),
 )
 #: the method whose calls write the periodic line (one per scheduler loop iteration that runs a batch)
 TICK = "Scheduler.run_batch"

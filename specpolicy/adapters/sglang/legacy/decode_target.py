@@ -8,7 +8,8 @@ decode and a CUDA graph runner captured in ``ForwardMode.DECODE`` for every capt
 once at start-up beside the launch-depth verify graphs (graphs share SGLang's global graph memory pool).
 
 ``decode_batch`` turns the batch of an off step into a decode batch: the one new token per request is the
-last verified token at position ``seq_len``, so the decode view has ``seq_lens + 1`` and no speculative input.
+last verified token at position ``seq_len``, so the decode view has ``seq_lens + 1`` and no speculative input
+(``as_decode`` does it in place, for a batch whose lengths already count the new token).
 Everything around the forward (slot allocation, sampling, the result the scheduler consumes) stays with the
 caller, so the same object serves both workers. ``swap_in``/``swap_out`` exchange the target runner's
 backend and graph runner around one forward, through the legacy adapter's one ``AttrSwap``.
@@ -73,6 +74,15 @@ class DecodeTarget:
             spec_info=None,
             capture_hidden_mode=self.capture_hidden_mode,
         )
+
+    def as_decode(self, mwb: Any) -> Any:
+        """``mwb`` itself in decode form, for a batch whose lengths already count the new token (v1 builds
+        its ModelWorkerBatch for the off step alone, so no copy is needed); returns it."""
+        mwb.forward_mode = self._decode
+        mwb.spec_algorithm = self._none
+        mwb.spec_info = None
+        mwb.capture_hidden_mode = self.capture_hidden_mode
+        return mwb
 
     def swap_in(self, model_runner: Any) -> None:
         """Put the decode backend and graph runner on ``model_runner`` (restored by ``swap_out``)."""

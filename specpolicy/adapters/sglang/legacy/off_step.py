@@ -47,6 +47,11 @@ class OffPath:
     topk: int = 1
     prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
     draft_hidden: tuple[int, Any] | None = None  # (width, dtype) of the drafter's own hidden state (EAGLE)
+    #: (int32 roots handed to SGLang, the same tokens as int64) of the last v1 off step: the next off step
+    #: feeds the int64 ones when the batch's roots are still that tensor (no filter or merge in between)
+    roots: tuple[Any, Any] | None = None
+    #: placeholder buffers of the lazy draft input, by (rows, width, dtype, device); sliced per step
+    scratch: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
 
     def counts(self, runtime: Any) -> dict[str, int]:
         """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
@@ -92,14 +97,18 @@ class OffPath:
 # ---------------------------------------------------------------------------------------------------- v1
 
 
-def _placeholder_proposals(off: OffPath, n: int, device: Any) -> tuple[Any, Any]:
+def _scratch(off: OffPath, n: int, width: int, dtype: Any, device: Any, zero: bool) -> Any:
+    """``n`` rows of a placeholder buffer kept across steps (grown by doubling): an off step allocates no
+    placeholder of its own. Nothing writes into placeholders; a catch-up replaces them before any draft."""
     import torch
 
-    dtype = off.prev_draft_dtype or torch.float32
-    return (
-        torch.empty((n, off.topk), dtype=dtype, device=device),
-        torch.empty((n, off.topk), dtype=torch.int64, device=device),
-    )
+    key = (width, dtype, str(device), zero)
+    buf = off.scratch.get(key)
+    if buf is None or int(buf.shape[0]) < n:
+        rows = max(n, 2 * int(buf.shape[0]) if buf is not None else 64)
+        make = torch.zeros if zero else torch.empty
+        buf = off.scratch[key] = make((rows, width), dtype=dtype, device=device)
+    return buf[:n]
 
 
 def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
@@ -110,18 +119,32 @@ def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     n = int(roots.shape[0])
-    topk_p, topk_index = _placeholder_proposals(off, n, roots.device)
+    device = roots.device
+    roots32 = roots.to(torch.int32)
+    off.roots = (roots32, roots)
     hidden = None
     if off.draft_hidden is not None:
         width, dtype = off.draft_hidden
-        hidden = torch.zeros((n, width), dtype=dtype, device=roots.device)
+        hidden = _scratch(off, n, width, dtype, device, zero=True)
     return EagleDraftInput(
-        **{off.names.root: roots.to(torch.int32)},
+        **{off.names.root: roots32},
         hidden_states=hidden,
-        topk_p=topk_p,
-        topk_index=topk_index,
+        topk_p=_scratch(off, n, off.topk, off.prev_draft_dtype or torch.float32, device, zero=False),
+        topk_index=_scratch(off, n, off.topk, torch.int64, device, zero=False),
         capture_hidden_mode=CaptureHiddenMode.NULL if hidden is None else CaptureHiddenMode.LAST,
     )
+
+
+def _root_ids(off: OffPath, spec_info: Any) -> Any:
+    """The batch's root tokens as int64 (what the decode forward reads): the last off step's own int64
+    tensor when the batch still holds its int32 roots, else a conversion."""
+    import torch
+
+    roots32 = getattr(spec_info, off.names.root)
+    kept = off.roots
+    if kept is not None and kept[0] is roots32:
+        return kept[1]
+    return roots32.to(torch.int64)
 
 
 def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
@@ -145,7 +168,8 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     bs = len(reqs)
     if off.lag is not None and off.lag.full():
         catch_up_v1(worker, batch, off, now=off.lag.off_steps - 1)
-    root = getattr(batch.spec_info, names.root).to(torch.int64)
+    root = _root_ids(off, batch.spec_info)
+    off.roots = None
     # The bookkeeping of the draft's preprocessing (SWA eviction runs inside alloc_for_decode).
     for req in reqs:
         req.decode_batch_idx += 1
@@ -153,21 +177,23 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     if penalizer.is_required:
         penalizer.cumulate_output_tokens(root)
     batch.out_cache_loc = alloc_for_decode(batch, token_per_req=1)  # also writes req_to_token[seq_len]
-    batch.input_ids = root
-    batch.return_hidden_states = False
-    mwb = batch.get_model_worker_batch()
-    target = worker.target_worker
-    out = dt.forward(target.forward_batch_generation, target.model_runner, dt.decode_batch(mwb))
-    next_ids = out.next_token_ids
-    if off.lag is not None:
-        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
-    tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
+    # What SGLang's verify leaves after one accepted token, done before the forward as a speculation-free
+    # engine's prepare_for_decode does: the forward's decode lengths are the batch's own (no copy).
     batch.seq_lens.add_(1)
     batch.seq_lens_cpu.add_(1)
     orig = getattr(batch, "orig_seq_lens", None)
     if orig is not None:
         orig.add_(1)
     batch.seq_lens_sum = int(batch.seq_lens_sum or 0) + bs
+    batch.input_ids = root
+    batch.return_hidden_states = False
+    mwb = dt.as_decode(batch.get_model_worker_batch())
+    target = worker.target_worker
+    out = dt.forward(target.forward_batch_generation, target.model_runner, mwb)
+    next_ids = out.next_token_ids
+    if off.lag is not None:
+        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
+    tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
     unfinished = _accept_one(reqs, tokens, batch.model_config)
     keep = (
         None if len(unfinished) == bs else torch.tensor(unfinished, dtype=torch.int64, device=next_ids.device)
