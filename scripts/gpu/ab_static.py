@@ -151,13 +151,15 @@ TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 #: largest batch's prompts are prefilled in one chunk: chunked at SGLang's default 8,192 tokens, 127 of the
 #: 128 requests were admitted and the last one waited for a free slot, then decoded alone (found in the
 #: engines' batch lines, 2026-12-06), so the "128" batches measured a 127-request decode plus a one-request
-#: tail.
+#: tail. SGLang compiles piecewise prefill graphs up to the chunk size; they stay at its default 8,192
+#: tokens (to 32,768, four engines compiling at once took 6.5 minutes to start), a larger prefill runs eager.
 PAIRED_ENGINE_KW: dict[str, Any] = {
     "max_total_tokens": 65536,
     "mem_fraction_static": 0.88,
     "sleep_on_idle": True,
     "chunked_prefill_size": 32768,
     "max_prefill_tokens": 32768,
+    "piecewise_cuda_graph_max_tokens": 8192,
 }
 
 
