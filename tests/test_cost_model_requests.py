@@ -40,12 +40,18 @@ def test_estimates_stay_probabilities_and_expected_tokens_stay_in_range(
     e = est.expected(rid)
     assert all(1.0 <= x <= 1.0 + k + 1e-9 for x, k in zip(e, ARMS, strict=True))
     assert e == sorted(e)  # a deeper chain never expects fewer tokens
-    own = est.own([rid], 3, len(history) + 1)
+    own = est.own([rid], 3, len(history) + 1, False)
     if own is not None:  # the request's weight 1 / E_r(3) and its weighted tokens E_r(k) / E_r(3)
         num, den, count = own
         assert count == 1 and math.isclose(den, 1.0 / e[3])
         for i in range(len(ARMS)):
             assert math.isclose(num[i], e[i] / e[3])
+    held = est.own([rid], 3, len(history) + 1, True)
+    if held is not None:  # held: its weight E_r(3) and its slot time per weight E_r(3) / E_r(k)
+        rows, total, count = held
+        assert count == 1 and math.isclose(total, e[3])
+        for i in range(len(ARMS)):
+            assert math.isclose(rows[i], e[3] / e[i])
 
 
 @given(rates, rates, steps, st.integers(1000, 2000), st.integers(1, 64))
@@ -57,7 +63,8 @@ def test_a_request_never_seen_gets_the_population_estimate(
     _feed(est, history)
     m1 = min(max(a1, 1e-6), 1 - 1e-6)
     assert math.isclose(est.estimate(new), m1, rel_tol=1e-9, abs_tol=1e-12)
-    assert est.own([new, new + 1], 3, 99) is None  # only new requests: priced as the population
+    assert est.own([new, new + 1], 3, 99, False) is None  # only new requests: priced as the population
+    assert est.own([new, new + 1], 3, 99, True) is None
 
 
 @settings(max_examples=50)
@@ -99,11 +106,11 @@ def test_a_request_own_data_move_its_estimate_toward_its_rate() -> None:
         est.fold(step)
     assert est.estimate("easy") > 0.8 and est.estimate("hard") < 0.35
     assert est.expected("easy")[-1] > est.expected("new")[-1] > est.expected("hard")[-1]
-    easy, hard = est.own(["easy"], 1, 21), est.own(["hard"], 1, 21)
+    easy, hard = est.own(["easy"], 1, 21, False), est.own(["hard"], 1, 21, False)
     assert easy is not None and hard is not None
     assert easy[0][-1] / easy[1] > hard[0][-1] / hard[1]  # more tokens at depth 7
     assert easy[1] < hard[1]  # and a lighter weight: its tokens free less slot time
-    both = est.own(["easy", "hard", "new"], 1, 21)
+    both = est.own(["easy", "hard", "new"], 1, 21, False)
     assert both is not None and both[2] == 2
     assert math.isclose(both[1], easy[1] + hard[1]) and math.isclose(both[0][3], easy[0][3] + hard[0][3])
 

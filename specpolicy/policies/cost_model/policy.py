@@ -111,7 +111,7 @@ class CostModelPolicy:
         "_rq",
         "_E_pop",
         "_pop",
-        "_pop_weighted",
+        "_pop_sums",
         "_batch_sample",
         "_batch_n",
         "_batch_ids",
@@ -205,9 +205,9 @@ class CostModelPolicy:
         #: no look before this step, and the interval to the next after a look (growing while the batch stays)
         self._look_after = 0
         self._look_gap = _REPRICE_GROWTH
-        #: the population's two-point picture, and its weighted tokens per reference depth index (cached)
+        #: the population's two-point picture, and its sums per reference depth index and form (cached)
         self._pop = TwoPoint(c.prior_acceptance, c.prior_acceptance, 0.0)
-        self._pop_weighted: dict[int, tuple[list[float], float]] = {}
+        self._pop_sums: dict[int, tuple[list[float], float]] = {}
         self._chg_on = c.change_threshold is not None
         threshold = math.inf if c.change_threshold is None else c.change_threshold
         self._chg = ChangeDetector(self._arms, _CHANGE_SLACK, threshold)
@@ -532,37 +532,40 @@ class CostModelPolicy:
             self._refresh_expected()
 
     def _batch_expected(self, b: int) -> list[float]:
-        """Weighted expected tokens per depth index (``weights``) of the batch last priced, with bucket b's
-        reference depth. Each sampled request counts at its own estimate (``requests``; one without data at
-        the prior's mean, so that a new request gets speculated on, and so observed, as the population would
-        be), the batch's other requests as the population's spread says."""
+        """Expected tokens per depth index of the batch last priced, each request's counted by what its
+        tokens are worth (``weights``) with bucket b's reference depth: per step (``E_r(k) / E_r(ref)``
+        over ``1 / E_r(ref)``) where the batch is priced request by request, as the throughput of holding
+        the depth (``E_r(ref)`` over ``E_r(ref) / E_r(k)``) where it is priced as a population. Each sampled
+        request counts at its own estimate (``requests``; one without data at the prior's mean, so that a
+        new request gets speculated on, and so observed, as the population would be), the batch's other
+        requests as the population's spread says."""
         arms = self._arms
-        ref = self._ref_index(b)
-        pop = self._pop_weighted.get(ref)
-        if pop is None:
-            num, den = self._pop.weighted(arms, arms[ref])
-            plain = self._pop.plain(arms)
-            # the pooled estimate is exact for the population; the two-point picture only shapes the weights
-            num = [x * e / q for x, e, q in zip(num, self._E_pop, plain, strict=True)]
-            pop = self._pop_weighted[ref] = (num, den)
-        num, den = pop
         n = self._batch_n
+        held = not 0 < n <= _BATCH_SAMPLE
+        ref = self._ref_index(b)
+        key = 2 * ref + held
+        pop = self._pop_sums.get(key)
+        if pop is None:
+            pop = self._pop_sums[key] = self._population_sums(ref, held)
+        rows, total = pop
         if n:
             sample = self._batch_sample
             m = len(sample)
-            own = self._reqs.own(sample, ref, self._step)
-            o_num, o_den, seen = own if own is not None else (None, 0.0, 0)
+            own = self._reqs.own(sample, ref, self._step, held)
             rest = n - m
             prior = self._reqs.prior_expected
-            new = (m - seen) / prior[ref]
-            den = rest * den + new
-            if o_num is not None:
-                num = [rest * x + new * e + o for x, e, o in zip(num, prior, o_num, strict=True)]
-                den += o_den
+            new = m - (own[2] if own is not None else 0)
+            p_ref = prior[ref]
+            if held:
+                total = rest * total + new * p_ref
+                rows = [rest * x + new * p_ref / q for x, q in zip(rows, prior, strict=True)]
             else:
-                num = [rest * x + new * e for x, e in zip(num, prior, strict=True)]
-        inv = 1.0 / den
-        e = [x * inv for x in num]
+                total = rest * total + new / p_ref
+                rows = [rest * x + new * q / p_ref for x, q in zip(rows, prior, strict=True)]
+            if own is not None:
+                total += own[1]
+                rows = [x + o for x, o in zip(rows, own[0], strict=True)]
+        e = [total / x for x in rows] if held else [x / total for x in rows]
         i = 0
         for k in arms:  # ratios of positive sums: in range but for rounding; keep it so
             x = e[i]
@@ -570,6 +573,17 @@ class CostModelPolicy:
                 e[i] = min(max(x, 1.0), 1.0 + k) if x == x else 1.0
             i += 1
         return e
+
+    def _population_sums(self, ref: int, held: bool) -> tuple[list[float], float]:
+        """The population's per-arm sums and weight for ``_batch_expected`` (``weights.TwoPoint``), scaled so
+        that its plain expected tokens are the pooled estimate (exact for the population's mean; the
+        two-point picture adds its spread)."""
+        arms = self._arms
+        rows, total = (self._pop.harmonic if held else self._pop.weighted)(arms, arms[ref])
+        plain = self._pop.plain(arms)
+        if held:
+            return [x * q / e for x, e, q in zip(rows, self._E_pop, plain, strict=True)], total
+        return [x * e / q for x, e, q in zip(rows, self._E_pop, plain, strict=True)], total
 
     def _look_index(self, b: int, sample: Any) -> int:
         """The depth index of a look at a small batch while off, or 0 when it is not worth its step.
@@ -720,7 +734,7 @@ class CostModelPolicy:
         rates = acc.rates
         a2 = rates[2] if len(rates) > 2 else rates[1]
         self._pop = TwoPoint(rates[1], a2, acc.tries(2))
-        self._pop_weighted.clear()
+        self._pop_sums.clear()
         self._reqs.set_population(rates[1], a2)
         self._acc_version = acc.version
         if self._chg_on:  # the detector's expectations (off by default: nothing reads them then)

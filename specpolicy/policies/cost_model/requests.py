@@ -242,14 +242,17 @@ class RequestAcceptance:
         n = max(len(ids), 1)
         return [[v / n for v in row] for row in out]
 
-    def own(self, ids: Sequence[Hashable], ref: int, step: int) -> tuple[list[float], float, int] | None:
-        """What the requests of ``ids`` with data of their own say: the sums over them of ``E_r(k) /
-        E_r(ref)`` per arm and of ``1 / E_r(ref)`` (``ref`` an index into the arms: the reference depth of
-        the weights, ``weights``), and how many they are. None when none of them has data: a batch of new
-        requests is priced as the population."""
+    def own(
+        self, ids: Sequence[Hashable], ref: int, step: int, harmonic: bool
+    ) -> tuple[list[float], float, int] | None:
+        """What the requests of ``ids`` with data of their own say (``ref`` an index into the arms: the
+        reference depth, ``weights``): with ``harmonic``, per arm the sum over them of ``E_r(ref) / E_r(k)``
+        and the sum of ``E_r(ref)``; else per arm the sum of ``E_r(k) / E_r(ref)`` and the sum of
+        ``1 / E_r(ref)``; and how many they are. None when none of them has data: a batch of new requests
+        is priced as the population."""
         req, version = self._req, self._version
-        num: list[float] | None = None
-        den = 0.0
+        per_arm: list[float] | None = None
+        total = 0.0
         count = 0
         for rid in ids:
             e = req.get(rid)
@@ -260,14 +263,13 @@ class RequestAcceptance:
             if post is None or e[4] != version:
                 post = e[3] = self._expected(self._alpha + e[0], self._beta + e[1])
                 e[4] = version
-            w = 1.0 / post[ref]
-            if num is None:
-                num = [w * x for x in post]
-            else:
-                num = [a + w * x for a, x in zip(num, post, strict=True)]
-            den += w
+            x_ref = post[ref]
+            w = x_ref if harmonic else 1.0 / x_ref
+            row = [x_ref / x for x in post] if harmonic else [w * x for x in post]
+            per_arm = row if per_arm is None else [a + x for a, x in zip(per_arm, row, strict=True)]
+            total += w
             count += 1
-        return None if num is None else (num, den, count)
+        return None if per_arm is None else (per_arm, total, count)
 
 
 def fit_population(counts: Sequence[tuple[float, float]], c: float) -> tuple[float, float]:
