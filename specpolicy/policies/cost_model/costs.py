@@ -70,12 +70,16 @@ class StepCosts:
         self.mismatch = 0.0
         self._memo: dict[tuple[int, int, int], float] = {}
 
+    def bucket(self, batch: int) -> int:
+        """The bucket of a batch size (> 0)."""
+        return self.grid.index[batch] if batch <= MAX_BATCH else len(self.grid) - 1
+
     def add(
         self, batch: int, i: int, seq_len: float | None, t: float, step: int, count: int
     ) -> tuple[int, bool]:
         """A measured run (batch > 0) at depth index ``i``: (its bucket, or -1 when it cannot be priced; True
         when it showed a change in cost and the bucket started over)."""
-        b = self.grid.index[batch] if batch <= MAX_BATCH else len(self.grid) - 1
+        b = self.bucket(batch)
         base = self.base(batch, self.arms[i], seq_len, b)
         if base > 0.0:
             return b, self.cells.add(b, i, t / base, step, count)

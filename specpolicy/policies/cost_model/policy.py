@@ -50,6 +50,11 @@ _AGG_OUTLIER = 3.0
 _TRANSITION_WEIGHT = 0.25
 _TRANSITION_LONG = 0.1
 _TRANSITION_KNOWN = 2
+#: The first run of two steps or more measured at a depth replaces the single steps before it when they put
+#: the depth this many times dearer: they were cold (an engine's first steps of a kind) or paid a switch
+#: (live: a speculative step after off steps pays the drafter's catch-up, 1.5-2.8x a steady one). Where
+#: single steps agree with runs (the simulator's), the cell's filter keeps them.
+_RUN_REPLACES = 1.5
 #: After a detected change in acceptance, the old counts keep this many requests' weight.
 _CHANGE_KEEP = 4.0
 #: CUSUM slack (standard deviations per request): smaller shifts are drift, left to the forgetting.
@@ -131,6 +136,7 @@ class CostModelPolicy:
         "_best",
         "_v",
         "_probes",
+        "_run_measured",
         "_visits",
         "_probe_at",
         # the loop's own state
@@ -247,6 +253,10 @@ class CostModelPolicy:
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
         self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval, c.max_probe_share)
+        #: per bucket and depth index: measured over a run of two steps or more. Single steps are guesses:
+        #: an engine's first steps of a kind run cold, and one step after a switch pays for the switch
+        #: (``_fold_times``).
+        self._run_measured: list[list[bool]] = [[False] * n_a for _ in range(n_b)]
         self._visits, self._probe_at = self._probes.visits, self._probes.probe_at
         #: per depth index: the engine ran something shallower when this depth was decided (votes), and
         #: depths given up on for that reason.
@@ -310,16 +320,19 @@ class CostModelPolicy:
                 cur = self._probe_run
             elif vis >= self._probe_at[b]:
                 probes = self._probes
+                pi = probes.probe_i[b]
                 n_probe = (
                     self._probe_steps
-                    if probes.long[b]
-                    and (
-                        self._transition > _TRANSITION_LONG
-                        or (  # a first measurement, before switches were seen to be free
-                            self._transition_n < _TRANSITION_KNOWN
-                            and self._costs.cells.m[b][probes.probe_i[b]] == 0
+                    if (
+                        probes.long[b]
+                        and (
+                            self._transition > _TRANSITION_LONG
+                            or (  # a first measurement, before switches were seen to be free
+                                self._transition_n < _TRANSITION_KNOWN and self._costs.cells.m[b][pi] == 0
+                            )
                         )
                     )
+                    or self._resume_unmeasured(b, pi)
                     else 1
                 )
                 probe = self._probes.take(b, vis, step, n_probe)
@@ -658,6 +671,23 @@ class CostModelPolicy:
             self._disabled_at = self._step
             self._refresh_at = [0] * len(self._refresh_at)
 
+    def _switch_free(self) -> bool:
+        """Whether switching depth is known to cost nothing: over ``_TRANSITION_KNOWN`` switches, the first
+        step after one took no longer than the next."""
+        return self._transition_n >= _TRANSITION_KNOWN and self._transition <= _TRANSITION_LONG
+
+    def _resume_unmeasured(self, b: int, i: int) -> bool:
+        """Whether a probe of depth index i in bucket b resumes speculation from off while that depth has not
+        been measured over a run there: its first step pays the drafter's catch-up (live: 1.5-2.8x a
+        steady step), so the probe runs ``probe_steps`` steps, which measure the depth."""
+        return (
+            self._arms[i] > 0
+            and self._cur >= 0
+            and self._arms[self._cur] == 0
+            and not self._run_measured[b][i]
+            and not self._switch_free()
+        )
+
     def _flush_time(self) -> None:
         """Queue the aggregated measurements of consecutive steps with the same batch size and depth."""
         if self._agg_n:
@@ -750,11 +780,25 @@ class CostModelPolicy:
             i = idx[k]
             if i < 0:
                 continue
+            cells = costs.cells
+            b = costs.bucket(batch)
+            first_run = count >= 2 and not self._run_measured[b][i]
+            before = cells.r[b][i] if first_run and cells.n[b][i] else 0.0
             b, changed = costs.add(batch, i, seq_len, t, step, count)
+            if first_run and b >= 0:
+                self._run_measured[b][i] = True
+                x = t / costs.base(batch, k, seq_len, b)
+                if before > x * _RUN_REPLACES:
+                    # the single steps before the depth's first run were cold or paid a switch: the run
+                    # replaces them
+                    cells.r[b][i] = cells.s1[b][i] = cells.s2[b][i] = x
             if changed:  # the bucket starts over: every other depth is to be measured again
                 row = seen[b]
                 for j in range(len(row)):
                     row[j] = -1
+                measured = self._run_measured[b]
+                for j in range(len(measured)):
+                    measured[j] = j == i and count >= 2
             if b >= 0:
                 self._clamp_votes[i] = 0  # it does run
                 if seen[b][i] < visits[b]:
@@ -770,6 +814,13 @@ class CostModelPolicy:
         if cur < 0 or not self._timed:
             return  # nothing to measure with: no probing until the engine reports step times
         samples = self._costs.cells.n[b]
+        if self._arms[cur] == 0 and not all(self._run_measured[b]):
+            # while off, a depth known from single steps only is confirmed soon, by a run (its single steps
+            # may be cold or a resume's)
+            samples = [
+                1 if n and not self._run_measured[b][i] and self._resume_unmeasured(b, i) else n
+                for i, n in enumerate(samples)
+            ]
         if self.cost_model is not None:  # a sample the profile agrees with needs no confirmation probe
             samples = [3 if ok else n for n, ok in zip(samples, self._costs.agrees(b), strict=True)]
         hope = None
