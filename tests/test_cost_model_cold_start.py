@@ -16,12 +16,12 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cost_model_transitions import ACCEPT, one_request_step
 
 from specpolicy.policies.cost_model import CostModelPolicy
 from specpolicy.registry import make_policy
 from specpolicy.stats import StepStats
 
-ACCEPT = 0.7
 ON_MS, OFF_MS = 5.04, 2.65
 #: the first speculative step of the engine's life
 COLD_FIRST_MS = 27.5
@@ -61,22 +61,9 @@ def _rate(
         if cold and i == 0 and k:
             ms = COLD_FIRST_MS
         prev = k
-        acc = None
-        if k:
-            n = 0
-            while n < k and rng.random() < ACCEPT:
-                n += 1
-            acc = [n]
-        tokens += 1 + (acc[0] if acc else 0)
+        n, stats = one_request_step(rng, k, i, ms)
+        tokens += n
         total_ms += ms
-        stats = StepStats(
-            batch_size=1,
-            mean_seq_len=128.0 + i,
-            last_num_steps=k,
-            accepted_draft_tokens=acc,
-            last_step_time_s=ms * 1e-3,
-            last_batch_size=1,
-        )
     steady_on = (1.0 + ACCEPT + ACCEPT**2 + ACCEPT**3) / on_ms
     return tokens / total_ms / steady_on
 

@@ -20,14 +20,31 @@ BATCH = 16
 ACCEPT = 0.7  # per draft: 1.53 accepted drafts of 3, 2.53 tokens per request and speculative step
 
 
-def _accepted(rng: random.Random, k: int) -> list[int]:
+def _accepted(rng: random.Random, k: int, batch: int = BATCH) -> list[int]:
     out = []
-    for _ in range(BATCH):
+    for _ in range(batch):
         n = 0
         while n < k and rng.random() < ACCEPT:
             n += 1
         out.append(n)
     return out
+
+
+def one_request_step(
+    rng: random.Random, k: int, i: int, ms: float, timed: bool = True
+) -> tuple[int, StepStats]:
+    """Step ``i`` of one request at depth ``k`` taking ``ms``: its tokens (each draft accepted with
+    probability ACCEPT) and the StepStats that report it to the next decide()."""
+    acc = _accepted(rng, k, 1) if k else None
+    stats = StepStats(
+        batch_size=1,
+        mean_seq_len=128.0 + i,
+        last_num_steps=k,
+        accepted_draft_tokens=acc,
+        last_step_time_s=ms * 1e-3 if timed else None,
+        last_batch_size=1,
+    )
+    return 1 + (acc[0] if acc else 0), stats
 
 
 def _run(
@@ -130,22 +147,9 @@ def _live_phase(seed: int, on_ms: float, steps: int = 170) -> float:
         if 0 <= prev != k:
             ms += 2.2 if k else 0.73
         prev = k
-        acc = None
-        if k:
-            n = 0
-            while n < k and rng.random() < ACCEPT:
-                n += 1
-            acc = [n]
-        tokens += 1 + (acc[0] if acc else 0)
+        n, stats = one_request_step(rng, k, i, ms, timed=i >= 2)
+        tokens += n
         total_ms += ms
-        stats = StepStats(
-            batch_size=1,
-            mean_seq_len=128.0 + i,
-            last_num_steps=k,
-            accepted_draft_tokens=acc,
-            last_step_time_s=None if i < 2 else ms * 1e-3,
-            last_batch_size=1,
-        )
     return tokens / total_ms * 2.27
 
 
