@@ -60,15 +60,30 @@ def ratio_name(num: str, dens: tuple[str, ...]) -> str:
     return f"{num} / {dens[0]}" if len(dens) == 1 else f"{num} / max({', '.join(dens)})"
 
 
-def section(res: dict[str, Any], device: str | None = None, only: list[str] | None = None) -> dict[str, Any]:
+def section(
+    res: dict[str, Any],
+    device: str | None = None,
+    only: list[str] | None = None,
+    leave_out: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents; ``only``: the variants to
-    take (a run that paired both worker paths reports each path's under its own key)."""
+    take (a run that paired both worker paths reports each path's under its own key); ``leave_out``: levels
+    (concurrency) not to report, each with the reason, which the entry keeps (``left_out``); their requests
+    still count in ``lossless``."""
     batches: dict[str, dict[str, list[dict[str, Any]]]] = res["batches"]
     if only is not None:
         missing = [v for v in only if v not in batches]
         if missing:
             raise ValueError(f"variants {missing} are not in the run (it has {sorted(batches)})")
         batches = {v: batches[v] for v in only}
+    checked = batches  # every batch's tokens were checked, a level left out included
+    if leave_out:
+        levels = {c for rows in batches.values() for c in rows}
+        unknown = sorted(set(leave_out) - levels, key=int)
+        if unknown:
+            have = sorted(levels, key=int)
+            raise ValueError(f"levels {unknown} to leave out are not in the run (it has {have})")
+        batches = {v: {c: r for c, r in rows.items() if c not in leave_out} for v, rows in batches.items()}
     variant_of: dict[str, str] = {}
     for v in batches:
         label = LABELS.get(v, v)
@@ -94,7 +109,7 @@ def section(res: dict[str, Any], device: str | None = None, only: list[str] | No
             "by_c": dict(sorted(by_c.items(), key=_level)),
             "met": bool(by_c) and all(r["median"] >= goal for r in by_c.values()),
         }
-    lossless = {label: paired.lossless_total(batches[v]) for label, v in variant_of.items()}
+    lossless = {label: paired.lossless_total(checked[v]) for label, v in variant_of.items()}
     engines = res.get("engines", {})
     host = {label: h for label, v in variant_of.items() if (h := host_per_step(batches[v]))}
     return {
@@ -110,6 +125,7 @@ def section(res: dict[str, Any], device: str | None = None, only: list[str] | No
             label: engines.get(v, {}).get("engine_up_s") for label, v in variant_of.items() if v in engines
         },
         "host_us_per_step": host,
+        **({"left_out": dict(leave_out)} if leave_out else {}),
     }
 
 
@@ -199,13 +215,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
     ap.add_argument("--key", required=True, help='"<path>/<attention backend>", e.g. v1/triton')
     ap.add_argument("--device", help="the GPU the run used, recorded with the section")
+    ap.add_argument("--commit", help="the specpolicy commit the run used, recorded with the section")
     ap.add_argument("--variants", help="comma-separated: report only these variants of the run")
+    ap.add_argument(
+        "--leave-out",
+        action="append",
+        default=[],
+        metavar="LEVEL=REASON",
+        help="a concurrency level not to report, and why (recorded with the section); repeatable",
+    )
     ap.add_argument("--report", type=Path, help="report.json to merge the section into")
     ap.add_argument("--md", type=Path, help="also write the Markdown here")
     args = ap.parse_args(argv)
     try:
         only = args.variants.split(",") if args.variants else None
-        sec = section(json.loads(args.paired_json.read_text()), args.device, only)
+        leave_out = {}
+        for item in args.leave_out:
+            level, sep, why = item.partition("=")
+            if not sep or not level.strip().isdigit() or not why.strip():
+                raise ValueError(f"--leave-out {item!r}: expected LEVEL=REASON, e.g. 128='the batch queued'")
+            leave_out[level.strip()] = why.strip()
+        sec = section(json.loads(args.paired_json.read_text()), args.device, only, leave_out)
+        if args.commit:
+            sec["specpolicy"] = args.commit
     except (OSError, ValueError, KeyError) as exc:
         print(f"paired_report: {args.paired_json}: {exc}", file=sys.stderr)
         return 2

@@ -119,6 +119,31 @@ def test_an_eagle3_off_engine_is_static_0_of_its_own_key() -> None:
     assert sec["ratios"]["static-0 / never"]["met"] is False
 
 
+def test_a_level_left_out_is_gone_from_every_table_and_its_reason_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run()
+    run["batches"]["off_v1"]["16"] = _rows(500, 1000, 500)  # a level that is not like for like
+    sec = PR.section(run, leave_out={"16": "queued"})
+    assert sec["ratios"]["static-0 / never"]["met"] is True  # the level would fail it
+    assert all("16" not in by_c for by_c in sec["perf"].values())
+    assert all("16" not in r["by_c"] for r in sec["ratios"].values())
+    assert sec["left_out"] == {"16": "queued"}
+    assert sec["lossless"]["never"]["requests"] == 24  # its requests were still checked against the oracle
+    with pytest.raises(ValueError, match=r"levels \['64'\] to leave out are not in the run"):
+        PR.section(run, leave_out={"64": "x"})
+    src = tmp_path / "ab-paired.json"
+    src.write_text(json.dumps(run))
+    assert PR.main([str(src), "--key", "v1/triton", "--leave-out", "16"]) == 2
+    assert "LEVEL=REASON" in capsys.readouterr().err
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    args = ["--leave-out", "16=the batch queued", "--commit", "abc1234", "--report", str(report)]
+    assert PR.main([str(src), "--key", "v1/triton", *args]) == 0
+    got = json.loads(report.read_text())["paired"]["v1/triton"]
+    assert got["left_out"] == {"16": "the batch queued"} and got["specpolicy"] == "abc1234"
+
+
 def _timed(steps: int, run_us: float, result_us: float) -> dict[str, Any]:
     return {
         "t": {
