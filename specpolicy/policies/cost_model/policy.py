@@ -817,10 +817,7 @@ class CostModelPolicy:
         if self._arms[cur] == 0 and not all(self._run_measured[b]):
             # while off, a depth known from single steps only is confirmed soon, by a run (its single steps
             # may be cold or a resume's)
-            samples = [
-                1 if n and not self._run_measured[b][i] and self._resume_unmeasured(b, i) else n
-                for i, n in enumerate(samples)
-            ]
+            samples = [1 if n and self._resume_unmeasured(b, i) else n for i, n in enumerate(samples)]
         if self.cost_model is not None:  # a sample the profile agrees with needs no confirmation probe
             samples = [3 if ok else n for n, ok in zip(samples, self._costs.agrees(b), strict=True)]
         hope = None

@@ -50,7 +50,7 @@ class OffPath:
     #: (int32 roots handed to SGLang, the same tokens as int64) of the last v1 off step: the next off step
     #: feeds the int64 ones when the batch's roots are still that tensor (no filter or merge in between)
     roots: tuple[Any, Any] | None = None
-    #: placeholder buffers of the lazy draft input, by (rows, width, dtype, device); sliced per step
+    #: placeholder buffers of the lazy draft input, by (width, dtype, device, zeroed); sliced per step
     scratch: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
 
     def counts(self, runtime: Any) -> dict[str, int]:
