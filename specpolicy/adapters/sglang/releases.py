@@ -53,6 +53,7 @@ _W1 = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
 _W2 = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 _DW2 = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 _SCHED = "sglang.srt.managers.scheduler.Scheduler"
+_FUTURE = "sglang.srt.managers.overlap_utils.FutureMap"
 _MIXIN = "sglang.srt.managers.scheduler_output_processor_mixin.SchedulerOutputProcessorMixin"
 _INFO = "sglang.srt.speculative.eagle_info"
 _RESULT = "sglang.srt.managers.utils.GenerationBatchResult"
@@ -69,6 +70,14 @@ def _legacy_common() -> tuple[Target, ...]:
         Target(f"{_DW2}.draft", ("self", "model_worker_batch"), why="v2 off step: one-token verify input"),
         Target(f"{_DW2}._draft_extend_for_decode", ("self", "batch", "batch_result"), why="draft catch-up"),
         Target(f"{_SCHED}.run_batch", ("self", "batch"), why="waiting-queue length"),
+        Target(
+            f"{_FUTURE}.store_to_map_for_new_batch",
+            ("self", "future_indices", "draft_input"),
+            why="v2 lazy off step: placeholders not stored",
+        ),
+        Target(
+            f"{_FUTURE}.resolve_future", ("self", "model_worker_batch"), why="v2 lazy off step: nor gathered"
+        ),
         Target(f"{_SCHED}.maybe_init_draft_worker", ("self",), why="attach to the built worker"),
         Target(
             f"{_MIXIN}.process_batch_result_decode", ("self", "batch", "result"), why="consumes the result"

@@ -223,6 +223,7 @@ def make_reqs(prompt_lens: list[int], first_tokens: list[int]) -> list[Any]:
         r.output_ids.append(tok)
         r.kv_committed_len = n
         r.kv_allocated_len = n
+        r.req_pool_idx = i  # the batches below hold request i in pool row i (``req_pool_indices``)
         reqs.append(r)
     return reqs
 

@@ -76,6 +76,7 @@ def test_field_names_follow_the_release(sglang_version: str) -> None:
 
 @LEGACY
 def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, clean: Any) -> None:
+    from sglang.srt.managers.overlap_utils import FutureMap
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
@@ -91,6 +92,8 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
             (EagleDraftWorker, "draft"),
             (Scheduler, "run_batch"),
             (Scheduler, "maybe_init_draft_worker"),
+            (FutureMap, "store_to_map_for_new_batch"),
+            (FutureMap, "resolve_future"),
         ]
     }
     info = legacy.install(_settings())

@@ -251,7 +251,7 @@ def test_v1_eagle_lazy_memory_is_bounded(names: FieldNames, wrapped: Any) -> Non
     assert v.window.nbytes == rows * W * ls.HIDDEN * 4
     for _ in range(5 * W + 1):
         v.step(0)
-    assert v.window.buf is buf and tuple(buf.shape) == (rows, W, ls.HIDDEN) and not v.window.resized
+    assert v.window.buf is buf and tuple(buf.shape) == (W, rows, ls.HIDDEN) and not v.window.resized
     assert all(max(e["lens"]) <= W for e in v.draft_runner.extends)
     v.resume()
     assert v.exact(PROMPTS)
@@ -423,7 +423,7 @@ def test_lazy_eagle_allocates_the_window_once_at_start_up(
     assert off.lag is not None and off.lag.hidden is not None
     h = off.lag.hidden
     assert (h.rows, h.window, h.width, h.dtype) == (10, 8, width, torch.bfloat16)
-    assert h.nbytes == 10 * 8 * width * 2 and tuple(h.buf.shape) == (10, 8, width)
+    assert h.nbytes == 10 * 8 * width * 2 and tuple(h.buf.shape) == (8, 10, width)
     assert off.draft_hidden == (16, torch.bfloat16)
     assert f"kept for 8 positions (10 x 8 x {width} bfloat16, {h.nbytes / 2**20:.1f} MiB)" in off.label
     auto = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
@@ -493,9 +493,9 @@ def test_window_returns_the_last_m_off_steps_of_each_row(
     if present == 0:
         return
     m = data.draw(st.integers(1, min(present, window)))
-    got = h.gather(now, torch.tensor([row]), [m]).tolist()
+    got = h.gather(now, [row], [m]).tolist()
     assert got == [written[row][s] for s in range(now - m + 1, now + 1)]
-    assert tuple(h.buf.shape) == (5, window, 2)
+    assert tuple(h.buf.shape) == (window, 5, 2)
 
 
 def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
@@ -503,13 +503,13 @@ def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
 ) -> None:
     h = HiddenWindow(rows=2, window=3, width=4, dtype=torch.float32, device="cpu")
     with pytest.raises(ValueError, match="exceed the hidden-state window of 3"):
-        h.gather(5, torch.tensor([0]), [4])
+        h.gather(5, [0], [4])
     with pytest.raises(ValueError, match="rows, window, width >= 1"):
         HiddenWindow(rows=0, window=3, width=4, dtype=torch.float32, device="cpu")
     with caplog.at_level("WARNING", logger="specpolicy.sglang.legacy"):
         h.write(1, torch.tensor([1]), torch.ones(1, 6))
-    assert h.resized and tuple(h.buf.shape) == (2, 3, 6) and "reallocated" in caplog.text
-    assert h.gather(1, torch.tensor([1]), [1]).tolist() == [[1.0] * 6]
+    assert h.resized and tuple(h.buf.shape) == (3, 2, 6) and "reallocated" in caplog.text
+    assert h.gather(1, [1], [1]).tolist() == [[1.0] * 6]
 
 
 @pytest.mark.parametrize(("mode", "refused"), [("auto", False), ("lazy", True)])
@@ -599,3 +599,226 @@ def test_auto_runs_the_per_step_extend_where_not_even_a_short_window_fits(
         off = install_mod.build_off_path(w, sa, AdapterSettings.build("static"), names)
     assert off.lag is None and off.label.endswith("one-token draft extend per step")
     assert any("no hidden-state window (MemoryError: 4 positions" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------- per-step host work
+
+
+def _dispatched(fn: Any) -> tuple[list[str], int]:
+    """The tensor ops ``fn()`` dispatches and how many of them allocate a tensor of their own."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: list[str] = []
+    allocs = 0
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            nonlocal allocs
+            out = func(*args, **(kwargs or {}))
+            ops.append(str(func.overloadpacket.__name__))
+            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() not in inputs:
+                allocs += 1
+            return out
+
+    with Count():
+        fn()
+    return ops, allocs
+
+
+def test_a_window_write_is_one_index_copy_into_a_column_made_at_start_up() -> None:
+    h = HiddenWindow(rows=6, window=3, width=4, dtype=torch.float32, device="cpu")
+    rows, hidden = torch.tensor([4, 1]), torch.tensor([[1.0] * 4, [2.0] * 4])
+    assert _dispatched(lambda: h.write(5, rows, hidden)) == (["index_copy_"], 0)
+    assert h.buf[1, 4].tolist() == [1.0] * 4 and h.buf[1, 1].tolist() == [2.0] * 4  # column (5 - 1) % 3
+    assert int(h.buf.count_nonzero()) == 8
+
+
+def test_the_catch_up_reads_nothing_back_from_the_device(
+    names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its indices are built on the host and cross in one copy: none of the ops that wait for a device value
+    (``repeat_interleave`` with a tensor of repeats, ``.item()``, ``nonzero``, ``any``) runs in the
+    adapter's catch-up (SGLang's ``ForwardBatch.init_new`` and the stand-in drafter are left out)."""
+    import sglang.srt.model_executor.forward_batch_info as fbi
+
+    v = V1Eagle(names)
+    for _ in range(W):
+        v.step(0)
+    inside = [False]
+
+    def excluded(fn: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            inside[0] = True
+            try:
+                return fn(*a, **kw)
+            finally:
+                inside[0] = False
+
+        return run
+
+    monkeypatch.setattr(fbi.ForwardBatch, "init_new", excluded(fbi.ForwardBatch.init_new))
+    monkeypatch.setattr(v.draft_runner, "forward", excluded(v.draft_runner.forward))
+    orig = DraftLag.catch_up
+    seen: list[str] = []
+
+    def catch_up(self: Any, **kw: Any) -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Watch(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if not inside[0]:
+                    seen.append(str(func.overloadpacket.__name__))
+                return func(*args, **(kwargs or {}))
+
+        with Watch():
+            return orig(self, **kw)
+
+    monkeypatch.setattr(DraftLag, "catch_up", catch_up)
+    v.resume()
+    assert seen and not {"repeat_interleave", "_local_scalar_dense", "nonzero", "any"} & set(seen)
+    assert seen.count("lift_fresh") + seen.count("tensor") <= 2  # the packed indices (and SGLang's lengths)
+    assert v.exact(PROMPTS) and v.seen == [v.expected_start()]
+
+
+def test_an_unrecoverable_request_takes_the_catch_ups_own_proposal() -> None:
+    """Only requests whose draft state was exact keep what they have; one the scheduler's ordering should
+    have ruled out (its tokens do not reach its missing positions) is recomputed at one position and takes
+    the catch-up's proposal, never a placeholder."""
+    from types import SimpleNamespace
+
+    from specpolicy.adapters.sglang.legacy.draft_lag import ATTR
+
+    lag = DraftLag(HiddenWindow(rows=4, window=4, width=2, dtype=torch.float32, device="cpu"))
+    reqs = [SimpleNamespace(origin_input_ids=[1, 2, 3], output_ids=[4, 5], req_pool_idx=i) for i in range(3)]
+    lag.on_extend(reqs)
+    lag.on_off_step(3)
+    lag.on_off_step(3)
+    setattr(reqs[1], ATTR, 2)  # exact: prefilled after both off steps
+    reqs[2].output_ids = []  # too short for its sequence length: unrecoverable
+    plan = lag.plan(reqs, [5, 5, 5])
+    assert plan is not None
+    assert plan.missing == (2, 1, 1) and plan.recomputed == (1, 2) and plan.exact == (1,)
+    assert plan.rows == (0, 1, 2) and lag.unrecoverable == 1
+
+
+def test_v1_off_steps_of_one_batch_hand_out_the_same_placeholders(names: FieldNames, wrapped: Any) -> None:
+    """No slicing per step: the same views while the batch keeps its size; proposal ids are token 0."""
+    v = V1Eagle(names)
+    v.step(0)
+    first = v.batch.spec_info
+    v.step(0)
+    second = v.batch.spec_info
+    assert second is not first
+    for field in ("topk_p", "topk_index", "hidden_states"):
+        assert getattr(second, field) is getattr(first, field)
+    assert second.topk_index.tolist() == [[0]] * 3
+    assert _dispatched(lambda: v.step(0))[0].count("slice") == 0
+
+
+# ---------------------------------------------------------------------------------- v2: the FutureMap
+
+
+def _store_counts(fm: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which FutureMap proposal and hidden-state buffers get written (by name), on every ``__setitem__``."""
+    written: list[str] = []
+    orig = torch.Tensor.__setitem__
+
+    class Spy(torch.Tensor):
+        spy_name = ""
+
+    def setitem(self: Any, key: Any, value: Any) -> None:
+        written.append(self.spy_name)
+        orig(self, key, value)
+
+    monkeypatch.setattr(Spy, "__setitem__", setitem)
+    for name in ("topk_p_buf", "topk_index_buf", "hidden_states_buf"):
+        spy = getattr(fm, name).as_subclass(Spy)
+        spy.spy_name = name
+        setattr(fm, name, spy)
+    return written
+
+
+def test_v2_lazy_off_steps_neither_store_nor_gather_their_placeholders(
+    names: FieldNames, wrapped_v2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of off steps stores only the root tokens and lengths in SGLang's FutureMap and, batch after
+    unchanged batch, gathers only those back: the draft input keeps the placeholder tensors it has (the
+    values the map would have returned). The resume is exact."""
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    fm = sched.future_map
+    written = _store_counts(fm, monkeypatch)
+    held = []
+    for _ in range(3):
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+        held.append(batch.spec_info.topk_p)
+    assert written == []  # no proposal or hidden state copied into the map
+    assert held[0] is held[1] is held[2]  # nor gathered from it
+    from specpolicy.adapters.sglang.legacy.off_step import PLACEHOLDERS
+
+    stored = getattr(batch.spec_info, PLACEHOLDERS)
+    assert stored[0] is batch.spec_info.future_indices
+    mwb = _v2_resume(names, s, sched, batch)
+    assert _v2_exact(batch, s, kv)
+    last = [r.output_ids[-1] for r in batch.reqs]
+    seq = [int(x) for x in batch.seq_lens]
+    assert mwb.spec_info.topk_index.view(-1).tolist() == [
+        ods.eagle_proposal(t, n - 1) for t, n in zip(last, seq, strict=True)
+    ]
+
+
+def test_v2_a_merged_or_filtered_batch_resolves_as_sglang_and_the_resume_stays_exact(
+    names: FieldNames, wrapped_v2: Any
+) -> None:
+    """After a merge (a new ``FutureIndices``) the map is read as SGLang reads it: the skipped entries give
+    whatever they held, and the catch-up rewrites every one before the drafter reads it."""
+    from sglang.srt.managers.overlap_utils import FutureIndices
+
+    s, sched, batch, off, kv, window = _v2_eagle(names)
+    fm = sched.future_map
+    for _ in range(2):
+        r = Scheduler.run_batch(sched, batch)
+        sched.process_batch_result_decode(batch, r)
+    fm.topk_p_buf.fill_(-1.0)  # the skipped entries: what SGLang would gather now
+    fm.topk_index_buf.fill_(10**9)
+    fm.hidden_states_buf.fill_(float("nan"))
+    spec = batch.spec_info
+    spec.future_indices = FutureIndices(indices=spec.future_indices.indices.clone())  # as merge_batch makes
+    r = Scheduler.run_batch(sched, batch)  # one more off step, on the stale entries
+    sched.process_batch_result_decode(batch, r)
+    mwb = _v2_resume(names, s, sched, batch)
+    assert _v2_exact(batch, s, kv)
+    assert not torch.isnan(mwb.spec_info.hidden_states).any()
+    last = [r.output_ids[-1] for r in batch.reqs]
+    seq = [int(x) for x in batch.seq_lens]
+    assert mwb.spec_info.topk_index.view(-1).tolist() == [
+        ods.eagle_proposal(t, n - 1) for t, n in zip(last, seq, strict=True)
+    ]
+
+
+def test_v2_future_map_hooks_leave_every_other_draft_input_to_sglang(
+    names: FieldNames, wrapped_v2: Any
+) -> None:
+    """A draft input not marked by an off step (a prefill's, a speculative step's) is stored and gathered
+    whole, exactly as SGLang's own methods do."""
+    from sglang.srt.managers.overlap_utils import FutureMap
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    fm = FutureMap(8, 0, 128, "cpu", SpeculativeAlgorithm.EAGLE)
+    first = EagleDraftInput(
+        **{names.root: torch.tensor([1, 2], dtype=torch.int32)},
+        topk_p=torch.tensor([[0.5], [0.25]]),
+        topk_index=torch.tensor([[3], [4]]),
+        hidden_states=torch.ones(2, ls.HIDDEN),
+        new_seq_lens=torch.tensor([7, 8]),
+    )
+    fi = fm.alloc_future_indices(2)
+    fm.store_to_map_for_new_batch(fi, first)
+    nxt = EagleDraftInput(future_indices=fi)
+    from types import SimpleNamespace
+
+    fm.resolve_future(SimpleNamespace(spec_info=nxt))
+    assert nxt.topk_index.tolist() == [[3], [4]] and nxt.topk_p.tolist() == [[0.5], [0.25]]
+    assert getattr(nxt, names.root).tolist() == [1, 2] and nxt.new_seq_lens.tolist() == [7, 8]
+    assert nxt.hidden_states.tolist() == first.hidden_states.tolist()

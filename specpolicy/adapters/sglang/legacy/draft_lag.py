@@ -64,6 +64,10 @@ class CatchUpPlan:
     stale: int  # requests that really missed positions (the others are recomputed at one position)
     recomputed: tuple[int, ...] = ()  # indices of the requests recomputed at one position
     now: int = 0  # the off-step number the plan catches up to
+    rows: tuple[int, ...] = ()  # each request's request-pool row (``req_pool_idx``): host-side indexing
+    #: indices of the recomputed requests whose draft state was exact (not ``unrecoverable``): they keep the
+    #: proposal and drafter hidden state they have
+    exact: tuple[int, ...] = ()
 
 
 class DraftLag:
@@ -139,6 +143,7 @@ class DraftLag:
         missing: list[int] = []
         known: list[int] = []
         recomputed: list[int] = []
+        exact: list[int] = []
         stale = 0
         for i, (r, seq_len) in enumerate(zip(reqs, seq_lens_cpu, strict=True)):
             m = max(now - getattr(r, ATTR, now), 0)
@@ -151,13 +156,18 @@ class DraftLag:
                     m = 0
                 else:
                     stale += 1
+            else:
+                exact.append(i)
             if m == 0:
                 recomputed.append(i)
             m = max(m, 1)
             missing.append(m)
             known.extend(tokens_between(r, seq_len - m + 1, seq_len))
         seqs = tuple(int(s) for s in seq_lens_cpu)
-        return CatchUpPlan(tuple(missing), seqs, tuple(known), stale, tuple(recomputed), now)
+        rows = tuple(int(r.req_pool_idx) for r in reqs)
+        return CatchUpPlan(
+            tuple(missing), seqs, tuple(known), stale, tuple(recomputed), now, rows, tuple(exact)
+        )
 
     def mark_caught_up(self, reqs: Sequence[Any], plan: CatchUpPlan) -> None:
         now = plan.now
@@ -197,33 +207,49 @@ class DraftLag:
         missing = list(plan.missing)
         seq_lens = list(plan.seq_lens)
         total = sum(missing)
-        ends = torch.tensor(missing, dtype=torch.int64).cumsum(0)
-        # Inputs: the known tokens, with each run's last slot left for the bonus token.
-        ids_cpu = torch.empty(total, dtype=torch.int64)
-        keep = torch.ones(total, dtype=torch.bool)
-        keep[ends - 1] = False
-        ids_cpu[keep] = torch.tensor(plan.known_tokens, dtype=torch.int64)
-        ids_cpu[ends - 1] = 0
-        input_ids = ids_cpu.to(device, non_blocking=True)
-        last = (ends - 1).to(device, non_blocking=True)
-        input_ids[last] = bonus_tokens.to(torch.int64)
-        # KV slots of the missing positions (already allocated by the target, shared with the drafter).
-        starts = [s - m for s, m in zip(seq_lens, missing, strict=True)]
-        runs = [torch.arange(a, a + m, dtype=torch.int64) for a, m in zip(starts, missing, strict=True)]
-        pos_cpu = torch.cat(runs)
-        rows = base_mwb.req_pool_indices.to(torch.int64).repeat_interleave(
-            torch.tensor(missing, dtype=torch.int64).to(device, non_blocking=True)
-        )
-        out_cache_loc = req_to_token[rows, pos_cpu.to(device, non_blocking=True)].to(torch.int64)
+        # Every index is built on the host and crosses to the device in one copy: the inputs (the known
+        # tokens, each run's last slot left for the bonus token), where each run ends, the flat
+        # ``req_to_token`` entries of the missing positions (KV slots the target allocated, shared with the
+        # drafter), the hidden-state window's rows, and the padding rows. Nothing waits for the GPU.
+        stride = int(req_to_token.shape[1])
+        known = plan.known_tokens
         window = self.hidden
+        recomputed = set(plan.recomputed)
+        ids: list[int] = []
+        last: list[int] = []
+        loc: list[int] = []
+        starts: list[int] = []
+        gathered: list[int] = []  # positions whose hidden states the window holds (none for recomputed)
+        pad: list[int] = []  # where the recomputed requests' inputs are: their KV goes to the padding slot
+        k = 0
+        for i, (row, s, m) in enumerate(zip(plan.rows, seq_lens, missing, strict=True)):
+            ids.extend(known[k : k + m - 1])
+            ids.append(0)
+            k += m - 1
+            last.append(len(ids) - 1)
+            starts.append(s - m)
+            loc.extend(range(row * stride + s - m, row * stride + s))
+            gathered.append(0 if i in recomputed else m)
+            if i in recomputed:
+                pad.append(len(ids) - 1)
+        hidden_idx: list[int] = []
+        blank: list[int] = []
+        if window is not None:
+            hidden_idx, blank = window.flat_index(plan.now, plan.rows, gathered)
+        else:
+            pad = []
+        sizes = [total, len(last), total, len(hidden_idx), len(blank), len(pad)]
+        packed = torch.tensor(ids + last + loc + hidden_idx + blank + pad, dtype=torch.int64)
+        input_ids, last_d, loc_d, hidden_d, blank_d, pad_d = packed.to(device, non_blocking=True).split(sizes)
+        input_ids[last_d] = bonus_tokens.to(torch.int64)
+        out_cache_loc = req_to_token.reshape(-1)[loc_d].to(torch.int64)
         hidden = None
         capture = fbi.CaptureHiddenMode.NULL
         if window is not None:
             capture = fbi.CaptureHiddenMode.LAST  # the drafter's last hidden state feeds its next draft step
-            gathered = [0 if i in plan.recomputed else m for i, m in enumerate(missing)]
-            hidden = window.gather(plan.now, base_mwb.req_pool_indices, gathered)
-            if plan.recomputed:  # no hidden state for these: write the padding slot, keep their proposal
-                out_cache_loc[ends[list(plan.recomputed)].to(device, non_blocking=True) - 1] = 0
+            hidden = window.take(hidden_d, blank_d if blank else None)
+            if pad:  # no hidden state for these: write the padding slot, keep their proposal
+                out_cache_loc[pad_d] = 0
         spec = EagleDraftInput(
             **{root_field: bonus_tokens},
             hidden_states=hidden,

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..request_ids import request_ids
 from .off_step import (
+    PLACEHOLDERS,
     OffPath,
     catch_up_v1,
     catch_up_v2,
@@ -311,6 +312,60 @@ def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
         return out
 
     return resolve
+
+
+# ---------------------------------------------------------------------------------------- v2 FutureMap
+
+
+def future_store(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    """``FutureMap.store_to_map_for_new_batch``: a lazy off step's draft input stores only its root tokens
+    and next lengths. Its proposals and hidden states are placeholders that nothing reads before a catch-up
+    rewrites them (every request of an off step has a missed position), so copying them into the map is
+    dead work: 3 copies on an EAGLE engine, 2 on a draft-model one (SGLang keeps no hidden states for
+    STANDALONE)."""
+    root_buf = f"{names.root}_buf"
+    root = names.root
+
+    def store_to_map_for_new_batch(self: Any, future_indices: Any, draft_input: Any) -> Any:
+        if getattr(draft_input, PLACEHOLDERS, None) is not True or not self.buf_initialized:
+            return orig(self, future_indices, draft_input)
+        intv = future_indices.interval
+        if self.is_empty_slice(intv):
+            return None
+        getattr(self, root_buf)[intv] = getattr(draft_input, root)
+        self.new_seq_lens_buf[intv] = draft_input.new_seq_lens
+        setattr(draft_input, PLACEHOLDERS, (future_indices, future_indices.indices))
+        return None
+
+    return store_to_map_for_new_batch
+
+
+def future_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    """``FutureMap.resolve_future``: the next batch of a lazy off step, unfiltered and unmerged (the same
+    ``FutureIndices`` and index tensor the store saw), gathers only its root tokens and lengths and keeps
+    the placeholders its draft input already holds, the values the map would have returned. Any other batch
+    (filtered, merged, speculative) resolves as SGLang does; rows whose store was skipped then read stale
+    map entries, which are placeholders too (the catch-up rewrites every one before a draft)."""
+    import torch
+
+    root_buf = f"{names.root}_buf"
+    root = names.root
+
+    def resolve_future(self: Any, model_worker_batch: Any) -> Any:
+        draft_input = model_worker_batch.spec_info
+        stored = getattr(draft_input, PLACEHOLDERS, None)
+        if type(stored) is not tuple:
+            return orig(self, model_worker_batch)
+        fi = draft_input.future_indices
+        indices = fi.indices
+        if stored[0] is not fi or stored[1] is not indices:
+            return orig(self, model_worker_batch)
+        indices.record_stream(torch.get_device_module(self.device).current_stream())  # as SGLang does
+        setattr(draft_input, root, getattr(self, root_buf)[indices])
+        draft_input.new_seq_lens = self.new_seq_lens_buf[indices]
+        return None
+
+    return resolve_future
 
 
 # ---------------------------------------------------------------------------------------------- scheduler

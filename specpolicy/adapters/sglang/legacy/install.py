@@ -120,6 +120,7 @@ def _patch(version: str, names: FieldNames) -> list[str]:
 
 def hook_plan(version: str, names: FieldNames) -> HookPlan:
     """(class, method, wrapper factory) of every SGLang method the adapter wraps on this release."""
+    from sglang.srt.managers.overlap_utils import FutureMap
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
@@ -138,6 +139,8 @@ def hook_plan(version: str, names: FieldNames) -> HookPlan:
         (Scheduler, "maybe_init_draft_worker", lambda o: hooks.scheduler_init_draft(o, attach)),
         # On Scheduler itself: the method is inherited from the output-processor mixin.
         (Scheduler, resolve_name, lambda o: hooks.v2_resolve(o, names)),
+        (FutureMap, "store_to_map_for_new_batch", lambda o: hooks.future_store(o, names)),
+        (FutureMap, "resolve_future", lambda o: hooks.future_resolve(o, names)),
     ]
 
 

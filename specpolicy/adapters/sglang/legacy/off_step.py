@@ -28,8 +28,13 @@ from .decode_target import DecodeTarget
 from .draft_lag import DraftLag
 from .one_token import FieldNames, OneTokenTarget, pad_v2_result
 
+#: on the draft input of a lazy v2 off step: its proposals and hidden states are placeholders. The FutureMap
+#: hooks replace ``True`` by ``(FutureIndices, indices)`` of the store that skipped them.
+PLACEHOLDERS = "_specpolicy_placeholders"
+
 __all__ = [
     "OffPath",
+    "PLACEHOLDERS",
     "catch_up_if_behind",
     "v1_off_step",
     "v2_off_step",
@@ -52,6 +57,9 @@ class OffPath:
     roots: tuple[Any, Any] | None = None
     #: placeholder buffers of the lazy draft input, by (width, dtype, device, zeroed); sliced per step
     scratch: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
+    #: (rows, proposal dtype, topk_p, topk_index, hidden_states) placeholders of the last v1 off step: the
+    #: next off step of as many requests hands out the same views (no slicing per step)
+    placeholders: tuple[int, Any, Any, Any, Any] | None = None
 
     def counts(self, runtime: Any) -> dict[str, int]:
         """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
@@ -119,18 +127,26 @@ def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     n = int(roots.shape[0])
-    device = roots.device
     roots32 = roots.to(torch.int32)
     off.roots = (roots32, roots)
-    hidden = None
-    if off.draft_hidden is not None:
-        width, dtype = off.draft_hidden
-        hidden = _scratch(off, n, width, dtype, device, zero=True)
+    dtype = off.prev_draft_dtype or torch.float32
+    ph = off.placeholders
+    if ph is None or ph[0] != n or ph[1] != dtype:
+        device = roots.device
+        hidden = None
+        if off.draft_hidden is not None:
+            width, hidden_dtype = off.draft_hidden
+            hidden = _scratch(off, n, width, hidden_dtype, device, zero=True)
+        # proposal ids zeroed once (token 0): even a placeholder read by mistake is a valid token id
+        topk_p = _scratch(off, n, off.topk, dtype, device, zero=False)
+        topk_index = _scratch(off, n, off.topk, torch.int64, device, zero=True)
+        ph = off.placeholders = (n, dtype, topk_p, topk_index, hidden)
+    _, _, topk_p, topk_index, hidden = ph
     return EagleDraftInput(
         **{off.names.root: roots32},
         hidden_states=hidden,
-        topk_p=_scratch(off, n, off.topk, off.prev_draft_dtype or torch.float32, device, zero=False),
-        topk_index=_scratch(off, n, off.topk, torch.int64, device, zero=False),
+        topk_p=topk_p,
+        topk_index=topk_index,
         capture_hidden_mode=CaptureHiddenMode.NULL if hidden is None else CaptureHiddenMode.LAST,
     )
 
@@ -191,8 +207,9 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     target = worker.target_worker
     out = dt.forward(target.forward_batch_generation, target.model_runner, mwb)
     next_ids = out.next_token_ids
-    if off.lag is not None:
-        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
+    lag = off.lag
+    if lag is not None and lag.hidden is not None:  # EAGLE: keep the hidden state of the position written
+        lag.hidden.write(lag.off_steps, mwb.req_pool_indices, out.logits_output.hidden_states)
     tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
     unfinished = _accept_one(reqs, tokens, batch.model_config)
     keep = (
@@ -339,8 +356,9 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         verify_done.record()
     out = dt.forward(target.forward_batch_generation, target.model_runner, decode_mwb)
     next_ids = out.next_token_ids
-    if off.lag is not None:
-        off.lag.record(mwb.req_pool_indices, out.logits_output.hidden_states)
+    lag = off.lag
+    if lag is not None and lag.hidden is not None:  # EAGLE: keep the hidden state of the position written
+        lag.hidden.write(lag.off_steps, mwb.req_pool_indices, out.logits_output.hidden_states)
     bs = int(mwb.seq_lens.shape[0])
     next_draft = EagleDraftInput(
         **{names.root: next_ids.to(torch.int32)},
@@ -360,9 +378,11 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
     )
     launch_tokens = int(worker.speculative_num_draft_tokens)
     if off.lag is not None:
-        # The proposals stay as they were (valid shapes for the FutureMap); the catch-up rewrites them.
+        # The proposals stay as they were (valid shapes for the FutureMap); the catch-up rewrites them. The
+        # FutureMap neither stores nor gathers them again (``hooks.future_store`` / ``future_resolve``).
         next_draft.topk_p, next_draft.topk_index = spec.topk_p, spec.topk_index
         next_draft.hidden_states = spec.hidden_states
+        setattr(next_draft, PLACEHOLDERS, True)
         if not names.has_result_stride:  # 0.5.10.post1 reads tokens at the launch stride
             pad_v2_result(result, launch_tokens, names)
         return result
@@ -442,8 +462,8 @@ def catch_up_if_behind(
             topk=off.topk,
             root_field=off.names.root,
         )
-    if hidden is not None and plan.recomputed:
-        _keep_exact_rows(plan.recomputed, spec_info, topk_p, topk_index, hidden)
+    if hidden is not None and plan.exact:
+        _keep_exact_rows(plan.exact, spec_info, topk_p, topk_index, hidden)
     spec_info.topk_p, spec_info.topk_index = topk_p, topk_index
     if hidden is not None:
         spec_info.hidden_states = hidden
@@ -453,7 +473,8 @@ def catch_up_if_behind(
 
 def _keep_exact_rows(rows: Any, spec_info: Any, topk_p: Any, topk_index: Any, hidden: Any) -> None:
     """Requests whose draft state was already exact keep the proposal and hidden state they have (the
-    catch-up had no target hidden state to recompute them with and wrote the padding slot)."""
+    catch-up had no target hidden state to recompute them with and wrote the padding slot). An
+    ``unrecoverable`` request takes the catch-up's own (valid token ids), not a placeholder."""
     import torch
 
     idx = torch.tensor(list(rows), dtype=torch.int64).to(topk_p.device, non_blocking=True)
