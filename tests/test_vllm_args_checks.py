@@ -175,3 +175,24 @@ def test_preflight_refuses_or_warns_as_the_settings_say(monkeypatch: pytest.Monk
     assert preflight(warn, "0.33.0") is None
     with pytest.raises(ConfigError, match="missing"):
         preflight(_vllm_config({}), "0.33.0")
+
+
+def test_a_v1_runner_held_to_piecewise_graphs_warns_that_depth_0_is_not_free() -> None:
+    """vLLM's V1 runner drops full CUDA graphs for a per-step speculative length (measured live: depth 0 at
+    0.28-0.56x a speculation-free engine); the warning names the cause only where it applies."""
+    v1 = dataclasses.replace(FACTS, version="0.26.0", use_v2_model_runner=False, async_scheduling=False)
+    (warning,) = check_engine(dataclasses.replace(v1, cudagraph_mode="PIECEWISE"), [0, 1, 3])
+    assert "piecewise CUDA graphs" in warning and "VLLM_USE_V2_MODEL_RUNNER=1" in warning
+    assert check_engine(dataclasses.replace(v1, cudagraph_mode="PIECEWISE"), [1, 3]) == []  # never off
+    assert check_engine(dataclasses.replace(v1, cudagraph_mode="FULL_AND_PIECEWISE"), [0, 1, 3]) == []
+    assert check_engine(dataclasses.replace(v1, cudagraph_mode="NONE"), [0, 1, 3]) == []  # eager, chosen
+    assert check_engine(dataclasses.replace(FACTS, cudagraph_mode="PIECEWISE"), [0, 1, 3]) == []  # V2
+
+
+def test_facts_read_the_cudagraph_mode_by_name() -> None:
+    mode = types.SimpleNamespace(name="PIECEWISE")
+    cfg = _vllm_config({"specpolicy": "static"})
+    cfg.compilation_config = types.SimpleNamespace(cudagraph_mode=mode)
+    assert facts_from_vllm_config(cfg, "0.33.0").cudagraph_mode == "PIECEWISE"
+    del cfg.compilation_config
+    assert facts_from_vllm_config(cfg, "0.33.0").cudagraph_mode is None

@@ -15,6 +15,7 @@ declared requirements:
 
 - ``PINS``: the wheels the path imports and the image lacks, each with the import that needs it;
 - ``LEFT_OUT``: every other requirement the image lacks, with why the path does without it;
+- ``OUTSIDE_REQUIREMENT``: pins outside vLLM's own requirement, each with why;
 - ``HELD``: the requirements the image holds at another version, and why that version stays;
 - ``DROPS``: what is cut from the 304 MB vLLM wheel (kernels and headers the path never loads);
 - ``ENGINE_ENV``: the environment every engine runs with (one switch keeps vLLM from importing FlashInfer).
@@ -49,6 +50,7 @@ __all__ = [
     "DROPS",
     "LEFT_OUT",
     "HELD",
+    "OUTSIDE_REQUIREMENT",
     "IMAGE_IMPORTS",
     "OPTIONAL_IMPORTS",
     "ENGINE_ENV",
@@ -170,6 +172,24 @@ PINS: tuple[Pin, ...] = (
         ("starlette",),
         "the same module imports starlette; vLLM 0.26.0 requires starlette>=1.0.1",
     ),
+    # Found missing by the first probe on the host (2026-12-06): the structured-output backends are lazy
+    # (LazyLoader) but their grammar dataclasses annotate fields with the backends' types, and the class
+    # body evaluates the annotation, which loads the module. vllm.v1.structured_output imports both backends
+    # at module level, and vllm.v1.request imports it: every engine needs them.
+    Pin(
+        "llguidance",
+        "1.7.6",
+        ("llguidance",),
+        "vllm.v1.structured_output.backend_guidance: `ll_matcher: llguidance.LLMatcher` in a class body, "
+        "reached from vllm.v1.request",
+    ),
+    Pin(
+        "xgrammar",
+        "0.2.8",
+        ("xgrammar",),
+        "vllm.v1.structured_output.backend_xgrammar: `matcher: xgr.GrammarMatcher` in a class body, likewise",
+    ),
+    Pin("apache-tvm-ffi", "0.1.11", ("tvm_ffi",), "xgrammar's module-level import of tvm_ffi", "xgrammar"),
 )
 
 #: Paths cut from the vLLM wheel (relative to its root; globs allowed), with why nothing on the path loads
@@ -204,10 +224,8 @@ LEFT_OUT: dict[str, str] = {
     "blake3": "hash of multimodal inputs only (vllm.multimodal.hasher, lazy)",
     "prometheus-fastapi-instrumentator": "the API server's /metrics middleware",
     "lm-format-enforcer": "structured-output backend: imported when a request asks for structured output",
-    "llguidance": "structured-output backend, likewise (vllm.v1.structured_output.backend_guidance)",
     "outlines_core": "structured-output backend, likewise",
     "lark": "structured-output grammars and the Mistral tool parser",
-    "xgrammar": "structured-output backend, likewise; only TYPE_CHECKING imports on the path",
     "jsonschema": "not imported by vLLM's own modules",
     "mistral_common": "Mistral tokenizers and models (vllm.tokenizers.hf imports it lazily for them)",
     "compressed-tensors": "compressed-tensors quantized checkpoints (lazy)",
@@ -230,7 +248,6 @@ LEFT_OUT: dict[str, str] = {
         "the top-k/top-p sampler's check, which imports the FlashInfer backend unless "
         "VLLM_USE_FLASHINFER_SAMPLER=0 (ENGINE_ENV sets it; greedy decoding never uses that sampler)"
     ),
-    "apache-tvm-ffi": "FlashInfer's and the CuTe FA4 interface's FFI, lazy behind them",
     "tilelang": "DeepSeek-V4 mHC kernels (vllm.model_executor.kernels.mhc), lazy",
     "nvidia-cudnn-frontend": "cuDNN paths of the vision encoders and the Ray executors",
     "nvtx": "profiling scopes with VLLM_NVTX_SCOPES_FOR_PROFILING only (lazy)",
@@ -248,6 +265,14 @@ HELD: dict[str, str] = {
     "numba": (
         "image 0.68.0 against ==0.65.0: only the ngram proposer and two model processors import numba; "
         "this path runs the draft-model and EAGLE proposers"
+    ),
+}
+
+#: Pins outside vLLM 0.26.0's own requirement, and why (the versions that ran live on the host).
+OUTSIDE_REQUIREMENT: dict[str, str] = {
+    "apache-tvm-ffi": (
+        "0.1.11 against ==0.1.10: xgrammar 0.2.8 (the version the CPU contract tests import) requires "
+        ">=0.1.11; vLLM pins 0.1.10 for FlashInfer, which this path leaves out"
     ),
 }
 
@@ -291,6 +316,11 @@ ENGINE_ENV: dict[str, str] = {
     # 0.26.0 runs the draft-model method on the V1 model runner only, and would pick V2 for a
     # speculation-free Llama: every engine of a comparison on the same runner.
     "VLLM_USE_V2_MODEL_RUNNER": "0",
+    # vLLM's default puts the engine core in a process of its own; on the GPU host (2026-12-06) such an
+    # engine made no progress in 240 s and printed nothing but c10d's "hostname of the client socket cannot
+    # be retrieved", while the same engine in-process started in 14 s. Every engine of the check runs its
+    # core in-process (the offline LLM loop is synchronous either way).
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",

@@ -46,6 +46,7 @@ import math
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -77,11 +78,16 @@ KV_CACHE_BYTES = 6 << 30
 GPU_MEMORY_UTILIZATION = 0.2
 MAX_MODEL_LEN = 2048
 ENGINE_NAMES: tuple[str, ...] = ("never", "vllm-k", "vllm-table", "sp")
+#: Controls run on request: the speculation-free and fixed-K engines held to the piecewise CUDA graphs that
+#: vLLM 0.26.0's V1 runner falls back to whenever the verify length may change per step (``sp``, the table).
+PIECEWISE_ENGINES: tuple[str, ...] = ("never-pw", "vllm-k-pw")
 SP_CHECKS: tuple[str, ...] = ("always-on", "always-off", "switch", "raise")
 #: perf label -> (engine, dispatcher label in that engine or None)
 PERF_LABELS: dict[str, tuple[str, str | None]] = {
     "never": ("never", None),
+    "never-pw": ("never-pw", None),
     "vllm-static": ("vllm-k", None),
+    "vllm-static-pw": ("vllm-k-pw", None),
     "vllm-table": ("vllm-table", None),
     "static": ("sp", "static"),
     "static-0": ("sp", "static-0"),
@@ -93,9 +99,10 @@ DEFAULT_PERF: tuple[str, ...] = ("never", "vllm-static", "vllm-table", "static",
 #: Labels whose step time the plan estimates with the SGLang reference rates (plan.REF_TOK_S) until vLLM
 #: rates exist: a guess, on the slow side for the speculative ones.
 REF_LABEL = {"never": "never", "vllm-static": "static", "vllm-table": "static", "static-0": "static-0"}
-#: Estimates (seconds), guesses until the first sitting measures them: four engines starting at once on a
-#: fresh host (imports, weights, torch.compile of target and draft, CUDA graphs), each shutdown, a profile.
-START_S, SHUTDOWN_S, PROFILE_S, WARMUP_BATCH_S, CHECK_BATCH_S = 240.0, 20.0, 15.0, 0.4, 2.0
+#: Estimates (seconds). Start: four engines at once on a fresh H100 host (imports, weights, torch.compile of
+#: target and draft, CUDA graphs) were all up 67-69 s after the command began (2026-12-06), 90 with margin.
+#: The doctor took 292 s there. Shutdown, profile and batch times are guesses on the slow side.
+START_S, SHUTDOWN_S, PROFILE_S, WARMUP_BATCH_S, CHECK_BATCH_S = 90.0, 20.0, 15.0, 0.4, 2.0
 DOCTOR_S = 420.0
 PROFILE_LABELS: tuple[str, ...] = ("static-0", "never", "static")
 #: The model facts the report carries (from models/meta.json).
@@ -172,6 +179,9 @@ def engine_kwargs(engine: str, models: Path, opts: Options, control: str = "", l
             "max_iterations": PROFILE_STEPS,
         },
     }
+    if engine in PIECEWISE_ENGINES:
+        kw["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+        engine = engine.removesuffix("-pw")
     if engine == "never":
         return kw
     spec: dict[str, Any] = {
@@ -276,8 +286,7 @@ def format_plan(opts: Options, batches: Sequence[Batch]) -> str:
     lines = [
         f"vllm_check plan: engines {', '.join(opts.engines)} ({PATH_KEY}, K={K}), "
         f"budget {opts.budget_s:.0f} s",
-        f"  start   all engines at once                       ~{est['start']:6.0f} s"
-        " (a guess until measured)",
+        f"  start   all engines at once                       ~{est['start']:6.0f} s",
         f"  warmup  {by_kind['warmup']:4d} batches                              ~{est['warmup']:6.1f} s",
         f"  check   {by_kind['check']:4d} batches ({', '.join(SP_CHECKS)} in sp; controls)"
         f"  ~{est['check']:6.1f} s",
@@ -409,6 +418,11 @@ def build_report(raw: dict[str, Any], device: str | None = None) -> dict[str, An
             ratios[f"{label}/max(never,vllm-static)"] = paired.ratios(batches, label, fixed)
     if "static" in batches and "vllm-static" in batches:
         ratios["static/vllm-static"] = paired.ratios(batches, "static", "vllm-static")
+    # The piecewise controls split the cost of "off": the graph mode vLLM forces (never-pw / never) and
+    # what is left with the same graphs (static-0 / never-pw); likewise for the speculative step.
+    for num, den in (("never-pw", "never"), ("static-0", "never-pw"), ("static", "vllm-static-pw")):
+        if num in batches and den in batches:
+            ratios[f"{num}/{den}"] = paired.ratios(batches, num, den)
     lossless = {label: paired.lossless_total(by_c) for label, by_c in batches.items()}
     checks = raw.get("checks", {})
     check_ok = [v.get("verdict", {}).get("ok") for v in checks.values() if "verdict" in v]
@@ -677,6 +691,24 @@ def _command(b: Batch) -> dict[str, Any]:
             "seed": b.seed, "min_s": b.min_s, "dispatch": b.dispatch, "steps": b.steps}  # fmt: skip
 
 
+#: A device call brings back at most 8 files: the engines' logs, the step trace and the dispatcher's files
+#: travel as one archive beside the results (the first sitting lost ``vllm-check.json`` to that limit).
+SIDE_ARCHIVE = "side-files.tgz"
+SIDE_PATTERNS: tuple[str, ...] = ("engine-*.log", "trace-*.jsonl", "dispatch-*.jsonl", "control-*.txt")
+
+
+def pack_side_files(out: Path) -> list[str]:
+    """Move the run's side files (``SIDE_PATTERNS``) of ``out`` into ``SIDE_ARCHIVE``; the names packed."""
+    files = sorted({p for pat in SIDE_PATTERNS for p in out.glob(pat) if p.is_file()})
+    if files:
+        with tarfile.open(out / SIDE_ARCHIVE, "w:gz") as tar:
+            for p in files:
+                tar.add(p, arcname=p.name)
+        for p in files:
+            p.unlink()
+    return [p.name for p in files]
+
+
 def _write(out: Path, raw: dict[str, Any]) -> None:
     (out / "vllm-check.json").write_text(json.dumps(raw, indent=1))
     (out / "report-vllm.json").write_text(json.dumps(build_report(raw), indent=1))
@@ -739,11 +771,12 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
     meta = json.loads((models / "meta.json").read_text())
     plan = build_plan(opts)
     print(format_plan(opts, plan), flush=True)
+    (out / SIDE_ARCHIVE).unlink(missing_ok=True)
     for f in (
         "trace-sp.jsonl",
         "dispatch-sp.jsonl",
         "control-sp.txt",
-        *(f"engine-{e}.log" for e in ENGINE_NAMES),
+        *(f"engine-{e}.log" for e in (*ENGINE_NAMES, *PIECEWISE_ENGINES)),
     ):
         (out / f).unlink(missing_ok=True)  # an earlier command's lines on the same host
     env = {**os.environ, **vllm_bundle.ENGINE_ENV, "PYTHONUNBUFFERED": "1"}
@@ -845,6 +878,8 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
         else:
             raw["skipped"].append(f"doctor --smoke: {left:.0f} s left")
     _write(out, raw)
+    packed = pack_side_files(out)
+    print(f"VC {len(packed)} side files in {out / SIDE_ARCHIVE}", flush=True)
     report = build_report(raw)
     print(json.dumps({k: report[k] for k in ("perf", "off_ratio", "ok")}), flush=True)
     print(f"VC done in {time.time() - t_start:.0f} s: ok={report['ok']}", flush=True)
@@ -904,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     opts = options_from(args)
     unknown = [p for p in opts.perf if p not in PERF_LABELS] + [
-        e for e in opts.engines if e not in ENGINE_NAMES
+        e for e in opts.engines if e not in (*ENGINE_NAMES, *PIECEWISE_ENGINES)
     ]
     if unknown:
         print(f"vllm_check: unknown labels or engines {unknown}", file=sys.stderr)

@@ -52,6 +52,58 @@ def _suppresses(node: ast.With) -> bool:
     return any("suppress(" in ast.unparse(item.context_expr) for item in node.items)
 
 
+def _lazy_loads(tree: ast.Module, module: str) -> list[Edge]:
+    """``x = LazyLoader("x", globals(), "mod")`` imports ``mod`` when an attribute of ``x`` is first read. A
+    read while the module is imported is a ``top`` import of ``mod``: in a module-level expression, or in
+    an annotation of a class body or of the module (evaluated there unless ``from __future__ import
+    annotations``). vLLM's structured-output grammars annotate fields so (``ll_matcher:
+    llguidance.LLMatcher``): the host's first probe found what the import statements alone had missed."""
+    loaders: dict[str, str] = {}
+    future = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            future = future or any(a.name == "annotations" for a in node.names)
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).endswith("LazyLoader")
+            and len(node.value.args) >= 3
+            and isinstance(node.value.args[2], ast.Constant)
+            and isinstance(node.value.args[2].value, str)
+        ):
+            loaders[node.targets[0].id] = node.value.args[2].value
+    if not loaders:
+        return []
+    out: list[Edge] = []
+
+    def reads(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in loaders:
+                out.append(Edge(loaders[sub.value.id], "top", module, sub.lineno))
+
+    def at_import(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(stmt, ast.ClassDef):
+                at_import(stmt.body)
+            elif isinstance(stmt, ast.AnnAssign):
+                if not future:
+                    reads(stmt.annotation)
+                if stmt.value is not None:
+                    reads(stmt.value)
+            elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
+                at_import([*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", [])])
+            elif not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+                      and ast.unparse(stmt.value.func).endswith("LazyLoader")):  # fmt: skip
+                reads(stmt)
+
+    at_import(tree.body)
+    return out
+
+
 class ImportGraph:
     """The import statements of every module of one top-level package under ``site`` (site-packages)."""
 
@@ -117,6 +169,7 @@ class ImportGraph:
             visit(stmt, kind)
 
         visit(tree, "top")
+        out.extend(_lazy_loads(tree, module))
         return tuple(out)
 
     def _own(self, name: str) -> bool:

@@ -28,6 +28,7 @@ every import and check passed (and the engine, when asked, was lossless), 1 othe
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import json
 import os
@@ -236,7 +237,8 @@ def engine_child(work: Path) -> dict[str, Any]:
 
 
 def run_engine(work: Path, timeout_s: float) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--engine-child", str(work)]
+    dump_s = str(max(timeout_s - 20, 1))  # the child dumps its threads' stacks before the timeout kills it
+    cmd = [sys.executable, __file__, "--engine-child", str(work), "--hang-dump-s", dump_s]
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -254,11 +256,12 @@ def run_engine(work: Path, timeout_s: float) -> dict[str, Any]:
         rec["missing"] = sorted(set(missing))[:5]
     rec["ok"] = rc == 0 and rec.get("lossless") == rec.get("requests") and bool(rec.get("requests"))
     rec["stderr_tail"] = stderr[-6000:]
+    rec["stdout_tail"] = stdout[-6000:]
     print(f"PROBE engine {'ok  ' if rec['ok'] else 'FAIL'} rc={rc} in {rec['s']} s: "
           f"{ {k: rec.get(k) for k in ('engine_up_s', 'requests', 'lossless', 'missing')} }",
           flush=True)  # fmt: skip
-    if not rec["ok"]:
-        print(stderr[-3000:], flush=True)
+    if not rec["ok"]:  # vLLM logs to stdout, a hang's tracebacks (below) go to stderr
+        print(stdout[-3000:], stderr[-3000:], sep="\n", flush=True)
     return rec
 
 
@@ -274,9 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-models", type=Path, metavar="WORK", help="then build the live check's models")
     ap.add_argument("--skip-install", action="store_true", help="import from the environment as it is")
     ap.add_argument("--engine-child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--hang-dump-s", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ.update(vllm_bundle.ENGINE_ENV)
     if args.engine_child:
+        if args.hang_dump_s > 0:  # a hang shows where every thread waits before the parent's timeout
+            faulthandler.dump_traceback_later(args.hang_dump_s, exit=False)
         sys.path.insert(0, str(args.site))
         print(json.dumps(engine_child(args.engine_child)), flush=True)
         return 0

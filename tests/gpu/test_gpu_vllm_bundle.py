@@ -76,8 +76,10 @@ def test_every_missing_requirement_is_pinned_or_left_out_with_a_reason(image: di
     assert not stale, f"LEFT_OUT names requirements the image does not lack: {stale}"
     for name, req in missing.items():
         if name in pinned:
-            assert req.specifier.contains(pinned[name].version, prereleases=True), (
-                f"{pinned[name].spec} is outside vLLM's requirement {req}"
+            inside = req.specifier.contains(pinned[name].version, prereleases=True)
+            assert inside != (name in vllm_bundle.OUTSIDE_REQUIREMENT), (
+                f"{pinned[name].spec} against vLLM's requirement {req}: outside it only with a reason in "
+                "OUTSIDE_REQUIREMENT, and listed there only when outside"
             )
     # held at another version: each has a note, none is bundled over the image's
     held = {canonicalize_name(Requirement(r).name) for r in plan.conflicting}
@@ -246,3 +248,54 @@ def test_probe_reports_the_missing_module_name() -> None:
     assert recs[1]["missing"] == "specpolicy_no_such_module_xyz"
     # the probe's own engine models have a head size the triton backend serves
     assert vllm_probe.PROBE_SHAPE["head_dim"] in (64, 128)
+
+
+def test_a_lazy_loader_read_while_importing_is_a_module_level_import(tmp_path: Path) -> None:
+    """The first probe on the host failed on llguidance: vLLM loads it through ``LazyLoader``, but a class
+    body's annotation reads an attribute of the loader at import time. The graph counts such reads as
+    ``top`` imports; reads inside functions, and annotations under ``from __future__ import annotations``,
+    stay lazy."""
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    loader = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import {m}\n"
+        'else:\n    {n} = LazyLoader("{n}", globals(), "{m}")\n'
+    )
+    (pkg / "eager.py").write_text(loader.format(n="g", m="gmod") + "class A:\n    x: g.Matcher\n")
+    (pkg / "value.py").write_text(loader.format(n="h", m="hmod") + "DEFAULT = h.VERSION\n")
+    (pkg / "later.py").write_text(loader.format(n="k", m="kmod") + "def f():\n    return k.Thing()\n")
+    (pkg / "future.py").write_text(
+        "from __future__ import annotations\n" + loader.format(n="q", m="qmod") + "class B:\n    y: q.T\n"
+    )
+    g = ImportGraph(tmp_path)
+    names = ("eager", "value", "later", "future")
+    top = {m: {e.target for e in g.edges(f"vllm.{m}") if e.kind == "top"} for m in names}
+    assert "gmod" in top["eager"] and "hmod" in top["value"]
+    assert "kmod" not in top["later"] and "qmod" not in top["future"]
+    assert g.external(["vllm.eager"], kinds=("top",)).keys() >= {"gmod"}
+
+
+def test_a_hung_probe_engine_reports_its_output_and_where_it_waits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The first probe's engine hung and the report held one line of stderr: vLLM logs to stdout, and the
+    child had no deadline of its own. Now the child is told to dump its stacks before the timeout, and a
+    failed run keeps and prints both streams."""
+    import vllm_probe
+
+    seen: dict[str, object] = {}
+
+    def run(cmd: list[str], **kw: object) -> object:
+        seen["cmd"] = cmd
+        out, err = b"INFO engine core starting\n", b"Thread 0x1 ...\n"
+        raise subprocess.TimeoutExpired(cmd, 240.0, output=out, stderr=err)
+
+    monkeypatch.setattr(vllm_probe.subprocess, "run", run)
+    rec = vllm_probe.run_engine(tmp_path, 240.0)
+    cmd = seen["cmd"]
+    assert isinstance(cmd, list) and cmd[cmd.index("--hang-dump-s") + 1] == "220.0"
+    assert rec["rc"] == -9 and not rec["ok"]
+    assert "engine core starting" in rec["stdout_tail"] and "Thread 0x1" in rec["stderr_tail"]
+    printed = capsys.readouterr().out
+    assert "engine core starting" in printed and "Thread 0x1" in printed

@@ -216,9 +216,13 @@ def test_serve_batch_counts_tokens_stats_and_the_oracle(monkeypatch: pytest.Monk
 
 
 # ----------------------------------------------------------------------------------------------- report
-def fake_raw(static0: float = 900.0, lossless_ok: bool = True, check_ok: bool = True) -> dict[str, Any]:
+def fake_raw(
+    static0: float = 900.0, lossless_ok: bool = True, check_ok: bool = True, controls: bool = False
+) -> dict[str, Any]:
     rates = {"never": 1000.0, "vllm-static": 1200.0, "vllm-table": 1150.0, "static": 1180.0,
              "static-0": static0, "cost_model": 1190.0}  # fmt: skip
+    if controls:
+        rates.update({"never-pw": 500.0, "vllm-static-pw": 800.0})
     perf: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for label, rate in rates.items():
         for c in (1, 16):
@@ -305,8 +309,7 @@ def test_unknown_labels_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_documented_commands_plan_within_their_budget() -> None:
-    text = DOC.read_text()
-    assert "not run yet" in text.lower()
+    text = DOC.read_text().replace("\\\n", " ")  # a command continued over lines is one command
     cmds = [
         line for line in text.splitlines() if "scripts/gpu/vllm_check.py" in line and "--budget-s" in line
     ]
@@ -314,8 +317,14 @@ def test_the_documented_commands_plan_within_their_budget() -> None:
     for line in cmds:
         args = line.split("vllm_check.py", 1)[1].split()
         budget = float(args[args.index("--budget-s") + 1])
-        conc = args[args.index("--concurrency") + 1] if "--concurrency" in args else None
-        opts = vc.Options(**({"concurrency": tuple(int(x) for x in conc.split(","))} if conc else {}))
+        given: dict[str, Any] = {}
+        for flag, field, cast in (("--concurrency", "concurrency", int), ("--engines", "engines", str),
+                                  ("--perf", "perf", str)):  # fmt: skip
+            if flag in args:
+                given[field] = tuple(cast(x) for x in args[args.index(flag) + 1].split(","))
+        if "--profile" in args and args[args.index("--profile") + 1] == '""':
+            given["profile"] = ()
+        opts = vc.Options(**given)
         assert vc.estimate(opts, vc.build_plan(opts))["total"] <= budget <= 580
 
 
@@ -338,3 +347,56 @@ def test_check_verdicts_read_the_trace_and_the_engine_log(tmp_path: Path) -> Non
     off = {"step_stats": steps_of([0] * 10)}
     assert vc._check_verdict("never:no-spec", off, tmp_path)["ok"]
     assert not vc._check_verdict("vllm-k:always-on", off, tmp_path)["ok"]
+
+
+def test_piecewise_controls_are_their_engines_held_to_piecewise_graphs(tmp_path: Path) -> None:
+    """``never-pw`` and ``vllm-k-pw`` are ``never`` and ``vllm-k`` with the CUDA-graph mode vLLM 0.26.0's V1
+    runner forces on a dynamic verify length: the same engine otherwise, so the ratio isolates the mode."""
+    opts = vc.Options(out=str(tmp_path / "out"))
+    for pw, plain in (("never-pw", "never"), ("vllm-k-pw", "vllm-k")):
+        kw = vc.engine_kwargs(pw, tmp_path, opts, "/c", "/l", "/t")
+        ref = vc.engine_kwargs(plain, tmp_path, opts, "/c", "/l", "/t")
+        assert kw.pop("compilation_config") == {"cudagraph_mode": "PIECEWISE"}
+        assert "compilation_config" not in ref
+        kw["profiler_config"]["torch_profiler_dir"] = ref["profiler_config"]["torch_profiler_dir"]
+        assert kw == ref
+    assert vc.PERF_LABELS["never-pw"] == ("never-pw", None)
+    assert vc.PERF_LABELS["vllm-static-pw"] == ("vllm-k-pw", None)
+
+
+def test_piecewise_controls_are_accepted_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = vc.main(["--dry-run", "--engines", "never,never-pw,vllm-k-pw,sp",
+                  "--perf", "never,never-pw,vllm-static-pw,static-0", "--concurrency", "1,16"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and "never-pw" in out and "vllm-static-pw" in out
+    assert vc.main(["--dry-run", "--engines", "never,never-xx"]) != 0
+
+
+def test_side_files_travel_as_one_archive(tmp_path: Path) -> None:
+    """A device call brings back at most 8 files: logs, traces and dispatcher files go into one archive,
+    the results stay beside it, and the archive holds every packed file's bytes."""
+    import tarfile
+
+    side = {"engine-never.log": "a", "engine-sp.log": "b", "trace-sp.jsonl": "{}\n", "dispatch-sp.jsonl": "x",
+            "control-sp.txt": "static"}  # fmt: skip
+    for name, text in {**side, "vllm-check.json": "{}", "report-vllm.json": "{}", "log.txt": "l"}.items():
+        (tmp_path / name).write_text(text)
+    packed = vc.pack_side_files(tmp_path)
+    assert sorted(packed) == sorted(side)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["vllm-check.json", "report-vllm.json", "log.txt", vc.SIDE_ARCHIVE])
+    with tarfile.open(tmp_path / vc.SIDE_ARCHIVE) as tar:
+        got = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert got == side
+    assert vc.pack_side_files(tmp_path) == []  # nothing left to pack: the archive is not rewritten empty
+    assert (tmp_path / vc.SIDE_ARCHIVE).stat().st_size > 0
+
+
+def test_report_splits_the_cost_of_off_with_the_piecewise_controls() -> None:
+    """With the controls the report gives, repeat by repeat, what the forced graph mode costs (never-pw /
+    never) and what is left with the same graphs (static-0 / never-pw, static / vllm-static-pw)."""
+    ratios = vc.build_report(fake_raw(controls=True))["ratios"][vc.PATH_KEY]
+    assert ratios["never-pw/never"]["16"]["median"] == 0.5
+    assert ratios["static-0/never-pw"]["1"] == {"median": 1.8, "min": 1.8, "max": 1.8, "n": 3}
+    assert ratios["static/vllm-static-pw"]["16"]["median"] == 1.475
+    assert "never-pw/never" not in vc.build_report(fake_raw())["ratios"][vc.PATH_KEY]

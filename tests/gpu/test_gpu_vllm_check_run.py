@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import bigram_model as bm
@@ -156,7 +157,13 @@ def test_the_check_runs_end_to_end_against_a_stand_in_vllm(tmp_path: Path) -> No
            "--out", str(out), "--concurrency", "1,4", "--repeats", "2", "--min-batch-s", "0",
            "--check-concurrency", "8", "--profile", "4", "--budget-s", "300"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+    # the side files travel as one archive (a device call returns at most 8 files)
+    assert not list(out.glob("engine-*.log")) and not (out / "control-sp.txt").exists()
+    if (out / vc.SIDE_ARCHIVE).exists():
+        with tarfile.open(out / vc.SIDE_ARCHIVE) as tar:
+            tar.extractall(out, filter="data")
     logs = {p.name: p.read_text()[-2000:] for p in out.glob("engine-*.log")}
+    assert {f"engine-{e}.log" for e in vc.ENGINE_NAMES} <= set(logs)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + json.dumps(logs)[-4000:]
     raw = json.loads((out / "vllm-check.json").read_text())
     report = json.loads((out / "report-vllm.json").read_text())

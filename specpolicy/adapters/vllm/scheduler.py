@@ -115,7 +115,11 @@ def install(vllm_config: Any) -> CoreBridge | None:
         default_steps=k_max,
         rank=int(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
         world_size=1,  # one scheduler per engine core; TP/PP ranks receive its SchedulerOutput
-        header={"model_runner": facts.model_runner, "async_scheduling": facts.async_scheduling},
+        header={
+            "model_runner": facts.model_runner,
+            "async_scheduling": facts.async_scheduling,
+            "cudagraph_mode": facts.cudagraph_mode,
+        },
     )
     for w in pre.warnings:
         log.warning("specpolicy: %s", w)
