@@ -15,6 +15,12 @@ with the global server arguments of its engine (``speculative_algorithm`` STANDA
 which decides what SGLang's v2 FutureMap carries). An EAGLE-3 drafter runs the EAGLE code path with a wider
 hidden-state window (the target's auxiliary layers): the same ops, larger copies.
 
+The first row is the control: what a speculation-free engine runs per decode step for the same batch, in
+the places the v1 off step does it (``ScheduleBatch.prepare_for_decode``, SGLang's own
+``get_model_worker_batch``, which the v1 rows run too, the same stand-in forward, then the tokens read and
+each request's append and finish check, which ``process_batch_result_decode`` does there). Each row's time
+is printed whole and less the stand-in forwards' own time.
+
 What it separates: the host work the adapter and SGLang's bookkeeping add to an off step for each drafter,
 from what the GPU forward costs (measured live instead). ``--ops`` also counts, per off step, the tensor
 ops dispatched (on a GPU most of them launch a kernel outside the CUDA graph; views do not), the tensors
@@ -39,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "engines" / "sglang"))
 
 ROWS = (
+    "speculation-free decode (v1 baseline)",
     "v1 draft model, lazy",
     "v1 EAGLE, lazy (hidden states kept)",
     "v1 EAGLE, per_step (extend stand-in)",
@@ -50,7 +57,7 @@ ROWS = (
 class _Row:
     """One configuration: ``make()`` builds a fresh worker and batch, ``step()`` runs one off step."""
 
-    def __init__(self, algorithm: str, build: Callable[[], Callable[[], Any]]) -> None:
+    def __init__(self, algorithm: str | None, build: Callable[[], Callable[[], Any]]) -> None:
         self.algorithm = algorithm
         self.build = build
         self.step: Callable[[], Any] = lambda: None
@@ -75,6 +82,7 @@ def _rows(names: Any) -> dict[str, _Row]:
     def v1(make: Callable[[], Any]) -> Callable[[], Callable[[], Any]]:
         def build() -> Callable[[], Any]:
             v = make()
+            v.batch.__dict__.pop("get_model_worker_batch", None)  # SGLang's own, as the live engine runs it
             w = v.setup.worker
             setattr(w, hooks.RT, tod._runtime(0))  # every step off: one runtime for the whole loop
             return lambda: w.forward_batch_generation(v.batch)
@@ -95,6 +103,37 @@ def _rows(names: Any) -> dict[str, _Row]:
 
         return build
 
+    def speculation_free() -> Callable[[], Any]:
+        """What a speculation-free engine runs per decode step for the same batch, in the same places:
+        ``ScheduleBatch.prepare_for_decode`` and ``get_model_worker_batch`` (the scheduler), the target
+        forward (the same stand-in, left out), then the tokens read and each request's append and finish
+        check (``process_batch_result_decode``, where a v1 off step does them inside its body)."""
+        import off_decode_support as ods
+        import torch
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        alloc = ls.FakeAllocator()
+        b = ls.make_v1_batch(names, tod.PROMPTS, tod.FIRST, alloc)
+        b.__dict__.pop("get_model_worker_batch", None)
+        b.spec_algorithm = SpeculativeAlgorithm.NONE
+        b.spec_info = None
+        b.seq_lens_sum = sum(tod.PROMPTS)
+        b.output_ids = torch.tensor(tod.FIRST, dtype=torch.int64)
+        b.orig_seq_lens = b.seq_lens.clone()
+        for req, first in zip(b.reqs, tod.FIRST, strict=True):
+            req.output_ids = [first]
+        target = ods.DecodingFakeTarget()
+
+        def step() -> None:
+            b.prepare_for_decode()
+            out = target.forward_batch_generation(b.get_model_worker_batch())
+            b.output_ids = out.next_token_ids
+            for req, tok in zip(b.reqs, out.next_token_ids.tolist(), strict=True):
+                req.output_ids.append(tok)
+                req.check_finished()
+
+        return step
+
     def v2_draft() -> tuple[Any, Any, Any]:
         s, sched, batch, _, _, _ = tod._v2(names, lazy=True)
         return s, sched, batch
@@ -107,6 +146,7 @@ def _rows(names: Any) -> dict[str, _Row]:
         zip(
             ROWS,
             (
+                _Row(None, speculation_free),
                 _Row("STANDALONE", v1(lambda: tod.V1(names, lazy=True))),
                 _Row("EAGLE", v1(lambda: tel.V1Eagle(names))),
                 _Row("EAGLE", v1(lambda: tod.V1(names, lazy=False))),
@@ -118,22 +158,30 @@ def _rows(names: Any) -> dict[str, _Row]:
     )
 
 
-def _medians(rows: dict[str, _Row], steps: int, repeats: int) -> dict[str, float]:
-    """Median seconds per off step of each row, the rows' loops interleaved (a drift hits them alike)."""
-    per_step: dict[str, list[float]] = {label: [] for label in rows}
+def _medians(rows: dict[str, _Row], steps: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """Median seconds per off step of each row, whole and less the stand-in forwards' own time, the rows'
+    loops interleaved (a drift hits them alike)."""
+    per_step: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
     for _ in range(repeats):
         for label, row in rows.items():
             step = row.make().step
-            t0 = time.perf_counter()
+            _STAND_IN_NS[0] = 0
+            t0 = time.perf_counter_ns()
             for _ in range(steps):
                 step()
-            per_step[label].append((time.perf_counter() - t0) / steps)
-    return {label: statistics.median(x) for label, x in per_step.items()}
+            whole = time.perf_counter_ns() - t0
+            per_step[label].append((whole / steps * 1e-9, (whole - _STAND_IN_NS[0]) / steps * 1e-9))
+    return {
+        label: (statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs))
+        for label, xs in per_step.items()
+    }
 
 
 #: set while a stand-in model forward runs: what it dispatches is not the off step's (on a GPU the target's
 #: decode forward is a CUDA graph replay, the drafter's catch-up extend its own forward)
 _IN_STAND_IN = [False]
+#: nanoseconds spent inside the stand-in forwards (left out of the "less stand-ins" figure)
+_STAND_IN_NS = [0]
 
 
 def _exclude_stand_ins(mp: Any) -> None:
@@ -143,9 +191,11 @@ def _exclude_stand_ins(mp: Any) -> None:
     def outside(fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
             _IN_STAND_IN[0] = True
+            t0 = time.perf_counter_ns()
             try:
                 return fn(*args, **kwargs)
             finally:
+                _STAND_IN_NS[0] += time.perf_counter_ns() - t0
                 _IN_STAND_IN[0] = False
 
         return run
@@ -258,7 +308,7 @@ def _catch_up_counts(rows: dict[str, _Row]) -> dict[str, Counts]:
     saved = tel.W
     tel.W = 4
     try:
-        for label in (ROWS[1], ROWS[4]):
+        for label in (ROWS[2], ROWS[5]):
             full, plain = Counts(), Counts()
             for count in (_count, _calls):
                 step = rows[label].make().step
@@ -326,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         f"sglang {sglang.__version__}, specpolicy from {Path(specpolicy.__file__).parent};"
         f" median of {args.repeats} loops of {args.steps} off steps"
     )
-    for label, s in out.items():
-        print(f"{label:38s} {s * 1e6:8.1f} us per off step")
+    for label, (whole, own) in out.items():
+        print(
+            f"{label:38s} {whole * 1e6:8.1f} us per off step, {own * 1e6:6.1f} us less the stand-in forwards"
+        )
     for label, c in ops.items():
         print(f"{label:38s} per off step: {_fmt(c, args.steps)}")
     for label, c in catch_ups.items():

@@ -265,31 +265,99 @@ def test_v1_lazy_off_step_drops_finished_requests_from_the_draft_input(
     assert middle.kv_committed_len == PROMPTS[1] + 1
 
 
-def test_v1_consecutive_off_steps_reuse_their_roots_and_placeholders(names: FieldNames, wrapped: Any) -> None:
-    """A run of off steps converts no token ids back and allocates no placeholders of its own: the next step
-    feeds the int64 tokens the last one sampled, unless the scheduler replaced the roots in between (a
-    filter), and then the replaced roots' values; the placeholders are views of one buffer."""
+def test_v1_consecutive_off_steps_feed_their_sampled_roots_and_refill_one_draft_input(
+    names: FieldNames, wrapped: Any
+) -> None:
+    """A run of off steps converts no token ids and builds no draft input of its own: the roots are the
+    tensor the sampler returned (int64 here, what the next decode forward reads), fed as they are, also
+    after the scheduler replaced them (a filter); the draft input is the last one, refilled, with the same
+    placeholder views."""
     v = V1(names, lazy=True)
     v.step(0)
-    sampled = v.off.roots
-    assert sampled is not None and sampled[1].dtype == torch.int64
     first = v.batch.spec_info
+    sampled = getattr(first, names.root)
+    assert sampled.dtype == torch.int64
+    assert v.off.draft_input is first
     v.step(0)
-    assert v.target.decode_calls[1]["input_ids_tensor"] is sampled[1]
-    second = v.batch.spec_info
-    assert second is not first
-    for field in ("topk_p", "topk_index"):
-        assert getattr(second, field).data_ptr() == getattr(first, field).data_ptr()
+    assert v.target.decode_calls[1]["input_ids_tensor"] is sampled
+    assert v.batch.spec_info is first and getattr(first, names.root) is not sampled
+    placeholders = (first.topk_p, first.topk_index)
     assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 2) for i, n in enumerate(PROMPTS)]
     # the scheduler filters the draft input as already filtered: its roots become a new tensor (a slice)
-    spec = v.batch.spec_info
-    setattr(spec, names.root, getattr(spec, names.root)[:3])
-    filtered = getattr(spec, names.root)
-    assert filtered is not v.off.roots[0]
+    setattr(first, names.root, getattr(first, names.root)[:3])
+    filtered = getattr(first, names.root)
     v.step(0)
-    fed = v.target.decode_calls[2]["input_ids_tensor"]
-    assert fed.dtype == torch.int64 and fed.tolist() == filtered.tolist()
+    assert v.target.decode_calls[2]["input_ids_tensor"] is filtered
+    assert v.batch.spec_info is first and (first.topk_p, first.topk_index) == placeholders
     assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 3) for i, n in enumerate(PROMPTS)]
+
+
+def test_v1_off_step_after_another_draft_input_builds_its_own(names: FieldNames, wrapped: Any) -> None:
+    """The refill is only for the draft input the last off step installed: one that the scheduler or a
+    speculative step put on the batch in between is left alone, and int32 roots are converted for the
+    forward."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    v = V1(names, lazy=True)
+    v.step(0)
+    ours = v.batch.spec_info
+    other = EagleDraftInput(**{names.root: getattr(ours, names.root).to(torch.int32)})
+    v.batch.spec_info = other
+    v.step(0)
+    assert v.batch.spec_info is not other and v.batch.spec_info is not ours
+    assert getattr(other, names.root).dtype == torch.int32  # untouched
+    fed = v.target.decode_calls[1]["input_ids_tensor"]
+    assert fed.dtype == torch.int64
+    assert [v.tokens(i)[PROMPTS[i] :] for i in range(3)] == [_oracle(i, n, 2) for i, n in enumerate(PROMPTS)]
+
+
+def test_v1_speculative_step_after_off_steps_drafts_from_int32_roots(names: FieldNames, wrapped: Any) -> None:
+    """The roots a lazy off step hands over keep the sampler's dtype; SGLang's draft, the next speculative
+    step, gets them as int32 (what its verify leaves), with the values the off steps sampled."""
+    v = V1(names, lazy=True)
+    v.step(0)
+    v.step(0)
+    assert getattr(v.batch.spec_info, names.root).dtype == torch.int64
+    seen: list[Any] = []
+
+    def on_step(worker: Any, batch: Any) -> str:
+        seen.append(getattr(batch.spec_info, names.root))
+        return "on"
+
+    setattr(v.setup.worker, hooks.RT, _runtime(STEPS))
+    hooks.v1_forward(on_step, names)(v.setup.worker, v.batch)
+    (roots,) = seen
+    assert roots.dtype == torch.int32
+    assert roots.tolist() == [v.tokens(i)[-1] for i in range(3)]
+    assert v.off.draft_input is None  # the next off step builds a fresh draft input
+
+
+def test_v1_off_step_after_a_speculative_step_sets_the_exact_seq_lens_sum(
+    names: FieldNames, wrapped: Any
+) -> None:
+    """SGLang's v1 verify lengthens ``seq_lens`` without updating ``seq_lens_sum`` (its draft recomputes it
+    every step); the off step's decode forward sizes attention buffers from it (triton's eager decode
+    allocates ``kv_indices`` of that length), so it is summed from the lengths, not incremented."""
+    v = V1(names, lazy=True)
+    v.step(0)
+    assert v.batch.seq_lens_sum == int(v.batch.seq_lens.sum())
+    # what a speculative step leaves: two tokens accepted per request, seq_lens_sum as its draft set it
+    v.batch.seq_lens.add_(2)
+    v.batch.seq_lens_cpu.add_(2)
+    stale = v.batch.seq_lens_sum
+    v.off.lag.on_extend(v.batch.reqs)  # (the drafter is exact: only the lengths matter here)
+    calls: list[Any] = []
+    orig = v.batch.get_model_worker_batch
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        mwb = orig(*a, **kw)
+        calls.append(mwb.seq_lens_sum)
+        return mwb
+
+    v.batch.get_model_worker_batch = spy
+    v.step(0)
+    assert calls == [int(v.batch.seq_lens.sum())] and calls[0] == stale + 6 + 3
+    assert v.batch.seq_lens_sum == int(v.batch.seq_lens_cpu.sum())
 
 
 @pytest.mark.parametrize("k", [1, 2, 7])
@@ -438,6 +506,32 @@ def test_v2_off_step_is_a_decode_with_the_engine_sampler(names: FieldNames, wrap
     sched.process_batch_result_decode(batch, result)
     assert [r.output_ids[-1] for r in batch.reqs] == expected
     assert [r.kv_committed_len for r in batch.reqs] == [n + 1 for n in PROMPTS]
+
+
+def test_v2_lazy_off_step_shares_its_lengths_and_keeps_its_accept_lengths(
+    names: FieldNames, wrapped_v2: Any
+) -> None:
+    """One ``seq_lens + 1`` per step: the decode forward's lengths are the draft input's next lengths; the
+    accept lengths (ones, which the scheduler only copies to the host) are one kept tensor while the batch
+    keeps its size."""
+    s, sched, batch, rt, off, kv = _v2(names, lazy=True)
+    fed: list[Any] = []
+    forward = s.target.forward_batch_generation
+
+    def spy(model_worker_batch: Any = None, **kwargs: Any) -> Any:
+        fed.append(model_worker_batch.seq_lens)
+        return forward(model_worker_batch, **kwargs)
+
+    s.target.forward_batch_generation = spy
+    results = []
+    for _ in range(2):
+        r = Scheduler.run_batch(sched, batch)
+        results.append((r.next_draft_input.new_seq_lens, r.accept_lens))
+        sched.process_batch_result_decode(batch, r)
+    assert all(new is seq for (new, _), seq in zip(results, fed, strict=True))
+    assert [t.tolist() for t in fed] == [[n + 1 for n in PROMPTS], [n + 2 for n in PROMPTS]]
+    assert results[0][1] is results[1][1] and results[0][1].tolist() == [1, 1, 1]
+    assert [r.output_ids[-2:] for r in batch.reqs] == [_oracle(i, n, 2)[-2:] for i, n in enumerate(PROMPTS)]
 
 
 def test_v2_lazy_resume_extends_the_missing_positions(names: FieldNames, wrapped_v2: Any) -> None:

@@ -52,11 +52,14 @@ class DecodeTarget:
         self._none = SpeculativeAlgorithm.NONE
         self._swap = AttrSwap()
 
-    def decode_batch(self, mwb: Any, *, input_ids: Any = None, out_cache_loc: Any = None) -> Any:
+    def decode_batch(
+        self, mwb: Any, *, input_ids: Any = None, out_cache_loc: Any = None, seq_lens: Any = None
+    ) -> Any:
         """A copy of ``mwb`` (a ModelWorkerBatch whose ``seq_lens`` exclude the new token) in decode form.
 
         ``input_ids`` (one token per request) and ``out_cache_loc`` (one KV slot per request) default to the
-        batch's own, which is what a one-token verify batch already holds.
+        batch's own, which is what a one-token verify batch already holds; ``seq_lens`` (the batch's plus
+        one) to a new tensor.
         """
         bs = int(mwb.seq_lens.shape[0])
         seq_cpu = mwb.seq_lens_cpu
@@ -66,7 +69,7 @@ class DecodeTarget:
             forward_mode=self._decode,
             input_ids=mwb.input_ids if input_ids is None else input_ids,
             out_cache_loc=mwb.out_cache_loc if out_cache_loc is None else out_cache_loc,
-            seq_lens=mwb.seq_lens + 1,
+            seq_lens=mwb.seq_lens + 1 if seq_lens is None else seq_lens,
             seq_lens_cpu=None if seq_cpu is None else seq_cpu + 1,
             seq_lens_sum=(int(mwb.seq_lens_sum) if mwb.seq_lens_sum is not None else 0) + bs,
             orig_seq_lens=None if orig is None else orig + 1,
@@ -94,12 +97,17 @@ class DecodeTarget:
 
     def forward(self, forward_fn: Any, model_runner: Any, decode_mwb: Any) -> Any:
         """Run ``forward_fn`` (the target worker's unbound-safe ``forward_batch_generation``) on the decode
-        batch with the decode backend and graphs in place; the engine's sampler picks the tokens."""
-        self.swap_in(model_runner)
+        batch with the decode backend and graphs in place; the engine's sampler picks the tokens.
+
+        The two attributes are exchanged directly (every step's path), not through ``swap_in``: a model
+        runner has both, and the old values are back when the forward returns or raises."""
+        mr = model_runner
+        attn, graphs = mr.attn_backend, mr.graph_runner
+        mr.attn_backend, mr.graph_runner = self.attn_backend, self.graph_runner
         try:
             return forward_fn(decode_mwb)
         finally:
-            self.swap_out()
+            mr.attn_backend, mr.graph_runner = attn, graphs
 
 
 def build_decode_target(

@@ -36,6 +36,7 @@ from .off_step import (
     OffPath,
     catch_up_v1,
     catch_up_v2,
+    root_ids_for_draft,
     v1_off_step,
     v2_off_step,
 )
@@ -103,41 +104,51 @@ def _capture_mode(worker: Any) -> Any:
 
 
 def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
     acc_field = names.accepted_per_req
+    decode_mode = ForwardMode.DECODE
 
     def forward_batch_generation(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         rt: StepRuntime | None = getattr(self, RT, None)
         if rt is None:
             return orig(self, batch, *args, **kwargs)
         off: OffPath = getattr(self, OT)
-        if not _is_decode(batch):
+        # a running batch's mode is DECODE: the general test only for other modes
+        if (batch.forward_mode is not decode_mode or batch.is_extend_in_batch) and not _is_decode(batch):
             rt.on_non_decode()
+            off.draft_input = None
             if off.lag is not None and not batch.forward_mode.is_idle():
                 off.lag.on_extend(batch.reqs)
             return orig(self, batch, *args, **kwargs)
         seq_cpu = batch.seq_lens_cpu
+        seq_sum = None if seq_cpu is None else int(seq_cpu.sum())
+        n = len(batch.reqs)
         skip = rt.begin_decode(
-            len(batch.reqs),
-            None if seq_cpu is None else int(seq_cpu.sum()),
+            n,
+            seq_sum,
             _forced_on(batch),
             request_ids(batch.reqs) if rt.wants_ids else None,
         )
         try:
             result = None
-            if skip and off.lag is not None:
-                off.lag.on_off_step(len(batch.reqs))
+            lag = off.lag
+            if skip and lag is not None:
+                lag.on_off_step(n)
                 topk_p = getattr(batch.spec_info, "topk_p", None)
                 if topk_p is not None:
                     off.prev_draft_dtype = topk_p.dtype
             if skip and off.decode is not None:
-                result = v1_off_step(self, batch, off)
-            elif off.lag is not None and off.lag.behind():  # speculating: the drafter catches up first
-                catch_up_v1(self, batch, off)
+                result = v1_off_step(self, batch, off, seq_sum)
+            elif lag is not None:  # speculating: the drafter reads int32 roots, caught up first
+                root_ids_for_draft(off, batch.spec_info)
+                if lag.behind():
+                    catch_up_v1(self, batch, off)
             if result is None:
                 result = orig(self, batch, *args, **kwargs)
         finally:
-            rt.end_decode()
-        rt.on_result(rt.current_step, getattr(result, acc_field, None))
+            rt.skip = False  # ``rt.end_decode()``, inlined
+        rt.on_result(rt.controller.step, getattr(result, acc_field, None))
         return result
 
     return forward_batch_generation

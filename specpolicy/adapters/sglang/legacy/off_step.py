@@ -36,6 +36,7 @@ __all__ = [
     "OffPath",
     "PLACEHOLDERS",
     "catch_up_if_behind",
+    "root_ids_for_draft",
     "v1_off_step",
     "v2_off_step",
 ]
@@ -52,14 +53,18 @@ class OffPath:
     topk: int = 1
     prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
     draft_hidden: tuple[int, Any] | None = None  # (width, dtype) of the drafter's own hidden state (EAGLE)
-    #: (int32 roots handed to SGLang, the same tokens as int64) of the last v1 off step: the next off step
-    #: feeds the int64 ones when the batch's roots are still that tensor (no filter or merge in between)
-    roots: tuple[Any, Any] | None = None
     #: placeholder buffers of the lazy draft input, by (width, dtype, device, zeroed); sliced per step
     scratch: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
     #: (rows, proposal dtype, topk_p, topk_index, hidden_states) placeholders of the last v1 off step: the
     #: next off step of as many requests hands out the same views (no slicing per step)
     placeholders: tuple[int, Any, Any, Any, Any] | None = None
+    #: the lazy draft input the last v1 off step installed, while no other decode or extend step has run
+    #: on the worker since (the hooks clear it): the next off step updates it in place instead of building
+    #: one (the scheduler's filter and merge change it in place; the off step rewrites every field they
+    #: touch)
+    draft_input: Any = None
+    #: (rows, device, int32 ones) of the last lazy v2 off step: its accept lengths (read, never written)
+    ones: tuple[int, Any, Any] | None = None
 
     def counts(self, runtime: Any) -> dict[str, int]:
         """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
@@ -120,16 +125,11 @@ def _scratch(off: OffPath, n: int, width: int, dtype: Any, device: Any, zero: bo
 
 
 def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
-    """An ``EagleDraftInput`` rooted at ``roots`` with placeholder proposals (and, for an EAGLE drafter,
+    """An ``EagleDraftInput`` rooted at ``roots`` (the sampled tokens as they are: a lazy drafter reads none
+    of them before ``root_ids_for_draft``) with placeholder proposals (and, for an EAGLE drafter,
     placeholder hidden states, so that SGLang's batch merges keep every field aligned)."""
-    import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
-
     n = int(roots.shape[0])
-    roots32 = roots.to(torch.int32)
-    off.roots = (roots32, roots)
-    dtype = off.prev_draft_dtype or torch.float32
+    dtype = off.prev_draft_dtype or _REFS.float32
     ph = off.placeholders
     if ph is None or ph[0] != n or ph[1] != dtype:
         device = roots.device
@@ -139,31 +139,69 @@ def _lazy_draft_input(off: OffPath, roots: Any) -> Any:
             hidden = _scratch(off, n, width, hidden_dtype, device, zero=True)
         # proposal ids zeroed once (token 0): even a placeholder read by mistake is a valid token id
         topk_p = _scratch(off, n, off.topk, dtype, device, zero=False)
-        topk_index = _scratch(off, n, off.topk, torch.int64, device, zero=True)
+        topk_index = _scratch(off, n, off.topk, _REFS.int64, device, zero=True)
         ph = off.placeholders = (n, dtype, topk_p, topk_index, hidden)
     _, _, topk_p, topk_index, hidden = ph
-    return EagleDraftInput(
-        **{off.names.root: roots32},
+    d = off.draft_input
+    if d is not None:  # the last off step's, still the batch's (``v1_off_step`` checked): refill it
+        setattr(d, off.names.root, roots)
+        d.topk_p, d.topk_index, d.hidden_states = topk_p, topk_index, hidden
+        return d
+    d = off.draft_input = _REFS.EagleDraftInput(
+        **{off.names.root: roots},
         hidden_states=hidden,
         topk_p=topk_p,
         topk_index=topk_index,
-        capture_hidden_mode=CaptureHiddenMode.NULL if hidden is None else CaptureHiddenMode.LAST,
+        capture_hidden_mode=_REFS.capture_null if hidden is None else _REFS.capture_last,
     )
+    return d
 
 
-def _root_ids(off: OffPath, spec_info: Any) -> Any:
-    """The batch's root tokens as int64 (what the decode forward reads): the last off step's own int64
-    tensor when the batch still holds its int32 roots, else a conversion."""
-    import torch
+def root_ids_for_draft(off: OffPath, spec_info: Any) -> None:
+    """Before SGLang's own draft (a speculative step after lazy off steps): the draft input's roots as
+    int32, the dtype SGLang's verify leaves them in. A lazy off step hands over the sampled tokens as they
+    are (int64 from a greedy sampler), so that the next off step feeds them without a conversion; besides
+    the off steps, only the catch-up inside a full-window off step reads them (as int64 ids)."""
+    off.draft_input = None
+    if spec_info is None:
+        return
+    roots = getattr(spec_info, off.names.root, None)
+    if roots is not None and roots.dtype != _REFS.int32:
+        setattr(spec_info, off.names.root, roots.to(_REFS.int32))
 
-    roots32 = getattr(spec_info, off.names.root)
-    kept = off.roots
-    if kept is not None and kept[0] is roots32:
-        return kept[1]
-    return roots32.to(torch.int64)
+
+class _Refs:
+    """SGLang and torch names the per-step code uses, imported on first use (not per step)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+        from sglang.srt.managers.utils import GenerationBatchResult
+        from sglang.srt.mem_cache.common import alloc_for_decode
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        refs = {
+            "int32": torch.int32,
+            "int64": torch.int64,
+            "float32": torch.float32,
+            "tensor": torch.tensor,
+            "ones": torch.ones,
+            "GenerationBatchResult": GenerationBatchResult,
+            "alloc_for_decode": alloc_for_decode,
+            "EagleDraftInput": EagleDraftInput,
+            "capture_null": CaptureHiddenMode.NULL,
+            "capture_last": CaptureHiddenMode.LAST,
+        }
+        self.__dict__.update(refs)
+        if name not in refs:
+            raise AttributeError(name)
+        return refs[name]
 
 
-def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
+_REFS: Any = _Refs()
+
+
+def v1_off_step(worker: Any, batch: Any, off: OffPath, seq_lens_sum: int | None = None) -> Any:
     """The whole decode step of an off step on the non-overlap worker; returns its result.
 
     ``batch`` is the running ``ScheduleBatch`` (``seq_lens`` exclude the root token, whose KV is not
@@ -171,57 +209,63 @@ def v1_off_step(worker: Any, batch: Any, off: OffPath) -> Any:
     the new token appended to each request, and a draft input for the unfinished requests only (the
     scheduler filters it as already filtered): placeholders with a lazy drafter, else the result of
     SGLang's draft extend over the new token (EAGLE drafters read the target's hidden state of every
-    token, captured by the decode forward).
+    token, captured by the decode forward). ``seq_lens_sum``: the sum of ``batch.seq_lens_cpu`` when the
+    caller has it (the batch's own ``seq_lens_sum`` is stale after a speculative step: SGLang's verify does
+    not update it); None sums them here.
     """
-    import torch
-    from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.mem_cache.common import alloc_for_decode
-
+    refs = _REFS
     dt = off.decode
     assert dt is not None
     names = off.names
     reqs = batch.reqs
     bs = len(reqs)
-    if off.lag is not None and off.lag.full():
-        catch_up_v1(worker, batch, off, now=off.lag.off_steps - 1)
-    root = _root_ids(off, batch.spec_info)
-    off.roots = None
+    lag = off.lag
+    if off.draft_input is not None and batch.spec_info is not off.draft_input:
+        off.draft_input = None  # the scheduler installed another draft input: build a fresh one
+    if lag is not None and lag.full():
+        catch_up_v1(worker, batch, off, now=lag.off_steps - 1)
+    # The decode forward reads int64 ids, as a speculation-free engine's ``prepare_for_decode`` makes them:
+    # a lazy off step's own roots already are when its sampler gave int64 (no conversion).
+    root = getattr(batch.spec_info, names.root)
+    if root.dtype != refs.int64:
+        root = root.to(refs.int64)
     # The bookkeeping of the draft's preprocessing (SWA eviction runs inside alloc_for_decode).
     for req in reqs:
         req.decode_batch_idx += 1
     penalizer = batch.sampling_info.penalizer_orchestrator
     if penalizer.is_required:
         penalizer.cumulate_output_tokens(root)
-    batch.out_cache_loc = alloc_for_decode(batch, token_per_req=1)  # also writes req_to_token[seq_len]
+    batch.out_cache_loc = refs.alloc_for_decode(batch, token_per_req=1)  # also writes req_to_token[seq_len]
     # What SGLang's verify leaves after one accepted token, done before the forward as a speculation-free
     # engine's prepare_for_decode does: the forward's decode lengths are the batch's own (no copy).
+    if seq_lens_sum is None:
+        seq_lens_sum = int(batch.seq_lens_cpu.sum())
     batch.seq_lens.add_(1)
     batch.seq_lens_cpu.add_(1)
-    orig = getattr(batch, "orig_seq_lens", None)
+    orig = batch.orig_seq_lens
     if orig is not None:
         orig.add_(1)
-    batch.seq_lens_sum = int(batch.seq_lens_sum or 0) + bs
+    batch.seq_lens_sum = seq_lens_sum + bs
     batch.input_ids = root
     batch.return_hidden_states = False
     mwb = dt.as_decode(batch.get_model_worker_batch())
     target = worker.target_worker
     out = dt.forward(target.forward_batch_generation, target.model_runner, mwb)
     next_ids = out.next_token_ids
-    lag = off.lag
     if lag is not None and lag.hidden is not None:  # EAGLE: keep the hidden state of the position written
         lag.hidden.write(lag.off_steps, mwb.req_pool_indices, out.logits_output.hidden_states)
     tokens = next_ids.tolist()  # v1 reads tokens on the CPU every step (verify does the same)
     unfinished = _accept_one(reqs, tokens, batch.model_config)
-    keep = (
-        None if len(unfinished) == bs else torch.tensor(unfinished, dtype=torch.int64, device=next_ids.device)
-    )
-    if off.lag is not None:
+    keep = None
+    if len(unfinished) != bs:
+        keep = refs.tensor(unfinished, dtype=refs.int64, device=next_ids.device)
+    if lag is not None:
         batch.spec_info = _lazy_draft_input(off, next_ids if keep is None else next_ids[keep])
     else:
         _v1_draft_extend_new_tokens(
             worker, batch, next_ids, out.logits_output.hidden_states, keep, unfinished
         )
-    return GenerationBatchResult(
+    return refs.GenerationBatchResult(
         logits_output=out.logits_output,
         next_token_ids=next_ids,
         can_run_cuda_graph=out.can_run_cuda_graph,
@@ -301,28 +345,44 @@ def _accept_one(reqs: Any, tokens: list[int], model_config: Any) -> list[int]:
     """Per request, what SGLang's v1 verify does for one accepted token and no correct draft; returns the
     indices of the requests still running."""
     think_end_id = getattr(model_config, "think_end_id", None)
-    unfinished = []
+    unfinished: list[int] = []
+    if not reqs:
+        return unfinished
+    # the spec-acceptance histogram's method, by release (0.5.12.post1 renamed it)
+    histogram = (
+        "update_spec_correct_drafts_histogram"
+        if hasattr(reqs[0], "update_spec_correct_drafts_histogram")
+        else "update_spec_acceptance_histogram"
+    )
     for i, (req, tok) in enumerate(zip(reqs, tokens, strict=True)):
         req.output_ids.append(tok)
-        if getattr(req, "require_reasoning", False) and think_end_id is not None:
+        if think_end_id is not None and getattr(req, "require_reasoning", False):
             req.update_reasoning_tokens(tok, think_end_id)
         req.check_finished()
-        if not req.finished() and req.grammar is not None:
+        if req.grammar is not None and not req.finished():
             req.grammar.accept_token(tok)
             req.check_finished()
         req.kv_committed_len += 1
         req.kv_allocated_len = req.kv_committed_len
         req.spec_verify_ct += 1
-        if hasattr(req, "update_spec_correct_drafts_histogram"):
-            req.update_spec_correct_drafts_histogram(0)
-        else:
-            req.update_spec_acceptance_histogram(0)
+        getattr(req, histogram)(0)
         if not req.finished():
             unfinished.append(i)
     return unfinished
 
 
 # ---------------------------------------------------------------------------------------------------- v2
+
+
+def _ones(off: OffPath, n: int, device: Any) -> Any:
+    """``n`` int32 ones kept across steps: a lazy v2 off step's accept lengths, which the scheduler only
+    copies to the host (with a per-step draft extend SGLang's own code reads them: those get fresh ones)."""
+    kept = off.ones
+    if kept is not None and kept[0] == n and kept[1] == device:
+        return kept[2]
+    ones = _REFS.ones(n, dtype=_REFS.int32, device=device)
+    off.ones = (n, device, ones)
+    return ones
 
 
 def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
@@ -344,13 +404,16 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         catch_up_v2(worker, mwb, off, now=off.lag.off_steps - 1)
     root = getattr(spec, names.root)
     out_loc = req_to_token[mwb.req_pool_indices, mwb.seq_lens].to(torch.int64)
-    decode_mwb = dt.decode_batch(mwb, input_ids=root.to(torch.int64), out_cache_loc=out_loc)
     # The next sequence lengths do not depend on this step's output. SGLang's scheduler waits on
     # ``verify_done`` before it prepares the next batch (a speculative step's lengths depend on its
     # acceptance); recording it before the forward lets the scheduler prepare the next batch while this
     # step's forward runs, as a speculation-free overlap engine does (measured live: the wait took 30% of an
-    # off step's wall time at 4 requests when it was recorded after the forward).
+    # off step's wall time at 4 requests when it was recorded after the forward). They are also the decode
+    # forward's lengths (one tensor: nothing writes either in place).
     new_seq_lens = mwb.seq_lens + 1
+    decode_mwb = dt.decode_batch(
+        mwb, input_ids=root.to(torch.int64), out_cache_loc=out_loc, seq_lens=new_seq_lens
+    )
     verify_done = device_module.Event() if mwb.seq_lens.is_cuda else None
     if verify_done is not None:
         verify_done.record()
@@ -368,12 +431,16 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
     result_kw: dict[str, Any] = {}
     if names.has_result_stride:
         result_kw["speculative_num_draft_tokens"] = 1
+    if off.lag is not None:  # the scheduler only copies them to the host: one kept tensor
+        accept_lens = _ones(off, bs, next_ids.device)
+    else:  # SGLang's draft extend reads them: fresh ones
+        accept_lens = torch.ones(bs, dtype=torch.int32, device=next_ids.device)
     result = GenerationBatchResult(
         logits_output=out.logits_output,
         next_token_ids=next_ids,
         can_run_cuda_graph=out.can_run_cuda_graph,
         next_draft_input=next_draft,
-        accept_lens=torch.ones(bs, dtype=torch.int32, device=next_ids.device),
+        accept_lens=accept_lens,
         **result_kw,
     )
     launch_tokens = int(worker.speculative_num_draft_tokens)
