@@ -763,7 +763,9 @@ class CostModelPolicy:
         self._E_pop = acc.expected_tokens(self._arms)
         rates = acc.rates
         a2 = rates[2] if len(rates) > 2 else rates[1]
-        self._pop = TwoPoint(rates[1], a2, acc.tries(2))
+        self._pop = TwoPoint(
+            rates[1], a2, acc.tries(2), [(rates[j], acc.tries(j)) for j in range(3, len(rates))]
+        )
         self._pop_sums.clear()
         self._reqs.set_population(rates[1], a2)
         self._acc_version = acc.version
