@@ -96,8 +96,7 @@ def _lazy_loads(tree: ast.Module, module: str) -> list[Edge]:
                     reads(stmt.value)
             elif isinstance(stmt, (ast.If, ast.Try, ast.With)):
                 at_import([*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", [])])
-            elif not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
-                      and ast.unparse(stmt.value.func).endswith("LazyLoader")):  # fmt: skip
+            else:  # (a loader's own assignment reads no attribute of it)
                 reads(stmt)
 
     at_import(tree.body)
