@@ -228,31 +228,37 @@ def _prompts(c: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(4, vocab) for _ in range(128)] for _ in range(c)]
 
 
-def _batch(eng: Any, prompts: list[list[int]], tokens: int, min_s: float, pi: Any = None) -> dict[str, Any]:
-    """Serve ``prompts`` greedily, again until ``min_s`` has passed. With the bigram map ``pi`` every
-    request's tokens are compared with the oracle's chain after the timed span (``requests``,
-    ``lossless``)."""
+def _batch(
+    eng: Any, prompts: list[list[int]], tokens: int, min_s: float, pi: Any = None, passes: int | None = None
+) -> dict[str, Any]:
+    """Serve ``prompts`` greedily, again until ``min_s`` has passed, or exactly ``passes`` times. With the
+    bigram map ``pi`` every request's tokens are compared with the oracle's chain after the timed span
+    (``requests``, ``lossless``).
+
+    A pass after the first finds its prompts in SGLang's prefix cache and skips their prefill, so a batch's
+    tokens/s depends on how many passes it made (one against two passes of the same 128 requests: 7%
+    apart, flashinfer, 2026-12-06): batches that are compared must make the same number (``passes``)."""
     sp = {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}
     wall0 = time.time()
     t0 = time.perf_counter()
-    out_tokens = verifies = passes = 0
+    out_tokens = verifies = done = 0
     served: list[Any] = []
-    while passes < 16:
+    while done < (16 if passes is None else passes):
         outs = eng.generate(input_ids=prompts, sampling_params=sp)
-        passes += 1
+        done += 1
         for o in outs:
             meta = o.get("meta_info", {})
             out_tokens += int(meta.get("completion_tokens") or 0)
             verifies += int(meta.get("spec_verify_ct") or 0)
         if pi is not None:
             served.append(outs)
-        if time.perf_counter() - t0 >= min_s:
+        if passes is None and time.perf_counter() - t0 >= min_s:
             break
     wall = time.perf_counter() - t0
     res: dict[str, Any] = {
         "tok_s": round(out_tokens / wall, 1),
         "wall_s": round(wall, 3),
-        "passes": passes,
+        "passes": done,
         "accept_len": round(out_tokens / verifies, 3) if verifies else None,
         "t0": round(wall0, 4),
         "t1": round(wall0 + wall, 4),
@@ -447,6 +453,16 @@ def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     return res
 
 
+def trace_path(args: argparse.Namespace, variant: str) -> Path | None:
+    """Where the variant's step trace goes: ``--trace-dir``, for the ``--trace-variants`` only (default
+    every variant; one that is not specpolicy's writes none)."""
+    trace_dir = getattr(args, "trace_dir", None)
+    only = getattr(args, "trace_variants", None)
+    if not trace_dir or (only and variant not in only.split(",")):
+        return None
+    return Path(trace_dir) / f"trace-{variant}.jsonl"
+
+
 def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str, Any], int, Any]:
     """The variant's engine, configured through the environment (and ``PAIRED_ENGINE_KW`` when it serves a
     ``--paired`` run); its description; the chain vocabulary; the bigram map (the oracle)."""
@@ -470,10 +486,10 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
         Path(timers_dir).mkdir(parents=True, exist_ok=True)
         paired_timers_path(timers_dir, variant).unlink(missing_ok=True)  # an earlier command's lines
         os.environ[TIMERS_ENV] = str(paired_timers_path(timers_dir, variant))
-    trace_dir = getattr(args, "trace_dir", None)
-    if trace_dir and env is not None:  # the adapter's step trace, one file per variant
-        env = {**env, "SPECPOLICY_TRACE": str(Path(trace_dir) / f"trace-{variant}.jsonl")}
-        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+    trace = trace_path(args, variant)
+    if trace is not None and env is not None:  # the adapter's step trace, one file per variant
+        env = {**env, "SPECPOLICY_TRACE": str(trace)}
+        trace.parent.mkdir(parents=True, exist_ok=True)
     os.environ.update(env or {})
     models = Path(args.work) / "models"
     meta = json.loads((models / "meta.json").read_text())
@@ -512,7 +528,8 @@ def serve(
     """The engine's side of ``paired``: one reply line per command line until ``quit``; returns the
     batches served. ``batch`` takes ``c``, ``tokens``, ``seed``, ``min_s`` and, for a dispatcher variant,
     ``label`` (the policy it selects first); an error is answered, not raised, so the run goes on. With
-    the bigram map ``pi`` each measured batch's reply counts its requests equal to the oracle."""
+    the bigram map ``pi`` each measured batch's reply counts its requests equal to the oracle. ``passes``
+    (optional) fixes the batch's passes instead of ``min_s``."""
     served = 0
     for line in commands:
         try:
@@ -533,7 +550,8 @@ def serve(
             if cmd.get("label"):
                 select_label(str(cmd["label"]))
             prompts = _prompts(c, vocab, int(cmd["seed"]))
-            reply = _batch(eng, prompts, int(cmd["tokens"]), float(cmd["min_s"]), pi)
+            n = None if cmd.get("passes") is None else int(cmd["passes"])
+            reply = _batch(eng, prompts, int(cmd["tokens"]), float(cmd["min_s"]), pi, n)
             served += 1
         except Exception as exc:  # answered: the coordinator records it and goes on
             reply = {"error": repr(exc)[:500]}
@@ -589,6 +607,8 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
             del children[v]
     levels = [int(c) for c in args.concurrency.split(",") if c]
 
+    passes: dict[str, int] = {}  # per level, once calibrated: every measured batch makes that many
+
     def command(
         r: int, c: int, v: str, tokens: int | None = None, min_s: float | None = None
     ) -> dict[str, Any]:
@@ -599,6 +619,8 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
             "seed": 100 * r + c,
             "min_s": args.min_s if min_s is None else min_s,
         }
+        if str(c) in passes and tokens is None:
+            cmd["passes"] = passes[str(c)]
         if v in PAIRED_LABEL:
             cmd["label"] = PAIRED_LABEL[v]
         if v in PAIRED_PRE_LABEL and tokens is None:  # measured batches only
@@ -610,6 +632,17 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     paired.paired_batches(
         children, warm, lambda r, c, v: command(7, c, v, 32, 0.0), timeout_s=args.batch_timeout_s
     )
+    # one batch of every engine at every level, passes chosen by min_s (seeds apart from the measured ones):
+    # the most passes any engine needed is what every measured batch of that level makes
+    calibration = paired.paired_batches(
+        children,
+        [(8, c, v) for c in levels for v in names],
+        command,
+        timeout_s=args.batch_timeout_s,
+        deadline=started + args.budget_s - 30,
+    )
+    passes.update(paired.fixed_passes(calibration))
+    print(f"paired: passes per level {passes}", flush=True)
     order = planmod.interleave(names, args.repeats, levels)
     batches = paired.paired_batches(
         children, order, command, timeout_s=args.batch_timeout_s, deadline=started + args.budget_s - 30
@@ -618,6 +651,8 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     res = {
         "variants": variants,
         "engines": ready,
+        "passes": passes,
+        "calibration": calibration,
         "batches": batches,
         "median_tok_s": {
             v: {c: paired.median(rows) for c, rows in by_c.items()} for v, by_c in batches.items()
@@ -659,6 +694,11 @@ def main() -> int:
         "--trace-dir",
         help="write each specpolicy variant's step trace to DIR/trace-<variant>.jsonl (which depth ran at"
         " which batch size, and each step's time)",
+    )
+    ap.add_argument(
+        "--trace-variants",
+        help="with --trace-dir: only these variants (comma-separated) write a trace; a trace costs its engine"
+        " 1-3%%, so leave out those whose ratios count",
     )
     ap.add_argument(
         "--host-timers-dir",

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Child", "ChildError", "lossless_total", "median", "paired_batches", "ratios"]
+__all__ = ["Child", "ChildError", "fixed_passes", "lossless_total", "median", "paired_batches", "ratios"]
 
 
 class ChildError(RuntimeError):
@@ -138,6 +138,18 @@ def paired_batches(
     return out
 
 
+def fixed_passes(calibration: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, int]:
+    """Per concurrency, the most passes any variant's calibration batch made (at least 1): with that many
+    every variant's batch runs at least as long as ``min_s`` asked of the fastest, and all make the same."""
+    out: dict[str, int] = {}
+    for by_c in calibration.values():
+        for c, rows in by_c.items():
+            for b in rows:
+                if isinstance(b.get("passes"), int):
+                    out[c] = max(out.get(c, 1), b["passes"])
+    return out
+
+
 def ratios(
     batches: dict[str, dict[str, list[dict[str, Any]]]],
     num: str,
@@ -147,17 +159,32 @@ def ratios(
     """Per concurrency, ``num`` over ``den`` of each repeat's batches (they ran next to each other), and
     their median and min-max: what a drift of the host cannot move. ``den`` may name several variants: the
     ratio is then to the best of them in the same repeat (a policy against the better fixed engine), and a
-    repeat where any of them is missing is left out."""
+    repeat where any of them is missing is left out. A repeat whose batches made different numbers of
+    passes (``_batch``: a later pass skips its prefill) is left out too, and counted (``unequal_passes``)."""
     dens = [den] if isinstance(den, str) else list(den)
     out: dict[str, dict[str, Any]] = {}
     for c, rows in batches.get(num, {}).items():
         by_rep: dict[int, list[float]] = {}
+        passes: dict[int, set[Any]] = {}
         for d in dens:
             for b in batches.get(d, {}).get(c, []):
                 if b.get(key):
                     by_rep.setdefault(b["repeat"], []).append(b[key])
+                    passes.setdefault(b["repeat"], set()).add(b.get("passes"))
         best = {r: max(v) for r, v in by_rep.items() if len(v) == len(dens)}
-        rs = sorted(b[key] / best[b["repeat"]] for b in rows if b.get(key) and b["repeat"] in best)
+        rs: list[float] = []
+        unequal = 0
+        for b in rows:
+            if not b.get(key) or b["repeat"] not in best:
+                continue
+            seen = passes[b["repeat"]] | {b.get("passes")}
+            if len(seen - {None}) > 1:
+                unequal += 1
+                continue
+            rs.append(b[key] / best[b["repeat"]])
+        rs.sort()
+        if rs or unequal:
+            out[c] = {"median": None, "min": None, "max": None, "n": 0}
         if rs:
             out[c] = {
                 "median": round(rs[len(rs) // 2], 4),
@@ -165,6 +192,8 @@ def ratios(
                 "max": round(rs[-1], 4),
                 "n": len(rs),
             }
+        if unequal:
+            out[c]["unequal_passes"] = unequal
     return out
 
 

@@ -107,7 +107,7 @@ def section(
         ratios[ratio_name(num, dens)] = {
             "goal": goal,
             "by_c": dict(sorted(by_c.items(), key=_level)),
-            "met": bool(by_c) and all(r["median"] >= goal for r in by_c.values()),
+            "met": bool(by_c) and all(r["median"] is not None and r["median"] >= goal for r in by_c.values()),
         }
     lossless = {label: paired.lossless_total(checked[v]) for label, v in variant_of.items()}
     engines = res.get("engines", {})
@@ -155,6 +155,14 @@ def _level(item: tuple[str, Any]) -> int:
     return int(item[0])
 
 
+def _ratio_cell(x: dict[str, Any] | None) -> str:
+    """A ratio's median (min-max), and how many repeats were left out for unequal passes."""
+    if x is None:
+        return "-"
+    cell = "-" if x["median"] is None else f"{x['median']:.3f} ({x['min']:.3f}-{x['max']:.3f})"
+    return cell + (f", {x['unequal_passes']} left out: unequal passes" if x.get("unequal_passes") else "")
+
+
 def markdown(key: str, sec: dict[str, Any]) -> str:
     """The section as two tables: tokens/s per policy and level, and the goal ratios."""
     levels = sorted({c for row in sec["perf"].values() for c in row}, key=int)
@@ -183,7 +191,7 @@ def markdown(key: str, sec: dict[str, Any]) -> str:
         cells = []
         for c in levels:
             x = r["by_c"].get(c)
-            cells.append("-" if x is None else f"{x['median']:.3f} ({x['min']:.3f}-{x['max']:.3f})")
+            cells.append(_ratio_cell(x))
         lines.append(f"| {name} | {r['goal']} | " + " | ".join(cells) + f" | {'yes' if r['met'] else 'no'} |")
     total = sum(x["requests"] for x in sec["lossless"].values())
     ok = sum(x["lossless"] for x in sec["lossless"].values())

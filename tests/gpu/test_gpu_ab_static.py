@@ -352,3 +352,14 @@ def test_host_timers_reach_every_variant_including_the_speculation_free_one(
     args.host_timers_dir = None  # type: ignore[attr-defined]
     ab_static.start_engine(args, "base_v1")
     assert fake_sglang[-1][1] is None  # no folder: the variable is cleared with the other SPECPOLICY_ ones
+
+
+def test_only_the_named_variants_write_a_trace(tmp_path: Path) -> None:
+    import argparse
+
+    every = argparse.Namespace(trace_dir=str(tmp_path), trace_variants=None)
+    some = argparse.Namespace(trace_dir=str(tmp_path), trace_variants="cm_v1,off_v2")
+    assert ab_static.trace_path(every, "off_v1") == tmp_path / "trace-off_v1.jsonl"
+    assert ab_static.trace_path(some, "cm_v1") == tmp_path / "trace-cm_v1.jsonl"
+    assert ab_static.trace_path(some, "off_v1") is None  # its ratio counts: no trace's cost
+    assert ab_static.trace_path(argparse.Namespace(trace_dir=None, trace_variants="cm_v1"), "cm_v1") is None

@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import ab_static
 import paired
@@ -209,3 +210,76 @@ def test_lossless_total_counts_requests_matches_and_failed_batches() -> None:
         "16": [{"requests": 32, "lossless": 31}],
     }
     assert paired.lossless_total(by_c) == {"requests": 34, "lossless": 33, "errors": 1}
+
+
+class _CountingEngine:
+    """Answers every request with ``max_new_tokens`` tokens and counts the generate() calls (passes)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(
+        self, input_ids: list[list[int]], sampling_params: dict[str, object]
+    ) -> list[dict[str, Any]]:
+        self.calls += 1
+        n = int(sampling_params["max_new_tokens"])  # type: ignore[call-overload]
+        return [{"meta_info": {"completion_tokens": n, "spec_verify_ct": n}} for _ in input_ids]
+
+
+@pytest.mark.parametrize("passes", [1, 3])
+def test_a_batch_with_fixed_passes_makes_exactly_that_many_whatever_min_s_says(passes: int) -> None:
+    eng = _CountingEngine()
+    # min_s alone would stop after one pass (0 s) or go on to 16 (an hour): passes decides
+    for min_s in (0.0, 3600.0):
+        eng.calls = 0
+        res = ab_static._batch(eng, [[5, 6]] * 2, 7, min_s, passes=passes)
+        assert eng.calls == passes and res["passes"] == passes
+    eng.calls = 0
+    assert ab_static._batch(eng, [[5, 6]], 7, 0.0)["passes"] == 1 == eng.calls  # min_s: one pass of >= 0 s
+
+
+def test_serve_passes_a_fixed_pass_count_to_the_batch() -> None:
+    eng = _CountingEngine()
+    lines = [
+        {"op": "batch", "c": 2, "tokens": 5, "seed": 1, "min_s": 3600.0, "passes": 2},
+        {"op": "quit"},
+    ]
+    out = io.StringIO()
+    ab_static.serve(eng, 64, io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out, None)
+    reply = json.loads(out.getvalue().splitlines()[0])
+    assert reply["passes"] == 2 and eng.calls == 2
+
+
+def test_fixed_passes_is_the_most_any_variant_needed_per_level() -> None:
+    calibration = {
+        "base": {"1": [{"passes": 3}], "128": [{"passes": 2}]},
+        "off": {"1": [{"passes": 2}], "128": [{"passes": 1}]},
+        "on": {"1": [{"passes": 4}], "128": [{"error": "boom"}]},
+    }
+    assert paired.fixed_passes(calibration) == {"1": 4, "128": 2}
+    assert paired.fixed_passes({"x": {"16": [{"error": "boom"}]}}) == {}  # nothing measured: no pin
+
+
+def test_a_repeat_whose_batches_made_different_passes_is_left_out_and_counted() -> None:
+    # measured 2026-12-06: the reference made 2 passes (the second without prefill), the off engine 1
+    batches = {
+        "base": {"128": [{"repeat": r, "tok_s": 27600.0, "passes": 2} for r in range(4)]},
+        "off": {
+            "128": [
+                {"repeat": 0, "tok_s": 25350.0, "passes": 1},
+                {"repeat": 1, "tok_s": 27245.0, "passes": 2},
+                {"repeat": 2, "tok_s": 25230.0, "passes": 1},
+                {"repeat": 3, "tok_s": 25270.0, "passes": 1},
+            ]
+        },
+    }
+    r = paired.ratios(batches, "off", "base")["128"]
+    assert r["n"] == 1 and r["unequal_passes"] == 3 and r["median"] == pytest.approx(27245 / 27600, abs=1e-4)
+    for b in batches["off"]["128"]:
+        b["passes"] = 1
+    none = paired.ratios(batches, "off", "base")["128"]
+    assert none["n"] == 0 and none["median"] is None and none["unequal_passes"] == 4
+    for rows in batches.values():  # rows without a pass count (older runs) pair as before
+        for b in rows["128"]:
+            b.pop("passes")
+    assert paired.ratios(batches, "off", "base")["128"]["n"] == 4

@@ -170,3 +170,17 @@ def test_host_time_per_step_is_per_scheduler_step_and_tabled_per_level() -> None
     md = PR.markdown("v1/triton", sec)
     assert "Host time per scheduler step at 1 requests" in md
     assert "| Scheduler.process_batch_result | 100.0 | 180.0 |" in md
+
+
+def test_a_level_whose_batches_all_made_unequal_passes_misses_its_goal_and_says_why() -> None:
+    run = _run()
+    for rows in run["batches"].values():
+        for b in rows["16"]:
+            b["passes"] = 2
+    for b in run["batches"]["off_v1"]["16"]:
+        b["passes"] = 1
+    sec = PR.section(run)
+    r = sec["ratios"]["static-0 / never"]
+    assert r["by_c"]["16"]["median"] is None and r["by_c"]["16"]["unequal_passes"] == 3
+    assert r["met"] is False  # a level with no comparable batch is not a pass
+    assert "| -, 3 left out: unequal passes |" in PR.markdown("v1/triton", sec)
