@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
@@ -67,6 +67,28 @@ def test_wrong_prior_is_overridden_by_measurements(lag: int) -> None:
         static.run_step(0)
     rate = (engine.tokens - tokens) / (engine.elapsed - elapsed)
     assert rate >= 0.99 * static.tokens / static.elapsed
+
+
+# -- the mirror case: a profile whose speculative steps are too dear ----------------------------------------
+@settings(max_examples=20, deadline=None)
+@given(st.floats(2.0, 10.0), st.sampled_from([8, 64, 128]), st.sampled_from([1, 2]))
+def test_a_prior_that_says_off_wrongly_is_found_out_within_a_few_steps(
+    factor: float, batch: int, lag: int
+) -> None:
+    """The profile prices speculation ``factor`` times dearer than the deployment runs it: it says off, the
+    truth says speculate (nearly 2x the tokens/s at batch 64). Off, the one kind run, is measured as the
+    profile says, so nothing it measures shows the profile wrong: only a probe of speculation does, and it
+    comes within ``update_interval`` steps (not after the ordinary exploration of a clear loser, up to
+    ``max_probe_interval`` times its price)."""
+    prior = spec_scaled(moderate, factor)
+    assert best_depth(prior, 0.7, batch, range(8)) == 0  # type: ignore[arg-type]
+    assert best_depth(moderate, 0.7, batch, range(8)) >= 2  # the premise
+    policy = make_cost_model(TableCost(prior))
+    engine = Engine(moderate, acceptance=0.7, batch=batch, lag=lag)
+    depths = engine.run(policy, 64 + 256)
+    assert depths[0] == 0  # it starts off, as the profile says
+    assert sum(d > 0 for d in depths[64:]) / 256 > 0.97, depths
+    assert policy.estimates()["prior_mismatch"] == 1.0
 
 
 def test_mismatch_is_reported_once_in_log_and_estimates(caplog: pytest.LogCaptureFixture) -> None:
