@@ -594,6 +594,15 @@ def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     started = time.time()
     for v in variants:
         children[v] = paired.Child(v, [*argv, "--serve", v])
+
+    def stop(signum: int, _frame: Any) -> None:
+        # a command cut short by `timeout` must not leave engines behind: each runs in a session of its own
+        # and would go on (compiling, serving) beside the next command's engines
+        for child in children.values():
+            child.kill()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     ready: dict[str, Any] = {}
     for v, child in list(children.items()):
         left = max(30.0, started + args.budget_s - time.time())

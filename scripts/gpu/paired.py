@@ -86,6 +86,13 @@ class Child:
         self.send(cmd)
         return self.recv(timeout_s)
 
+    def kill(self) -> None:
+        """Kill the child's whole process group now (the engine's scheduler processes too)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def close(self, timeout_s: float = 60.0) -> int:
         """Ask the child to quit; kill its process group if it does not exit in time. Returns its rc."""
         try:

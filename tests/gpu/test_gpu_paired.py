@@ -283,3 +283,12 @@ def test_a_repeat_whose_batches_made_different_passes_is_left_out_and_counted() 
         for b in rows["128"]:
             b.pop("passes")
     assert paired.ratios(batches, "off", "base")["128"]["n"] == 4
+
+
+def test_kill_ends_a_child_that_hangs_at_once(script: Path) -> None:
+    child = _child("hung", script, 1.0)
+    child.send({"op": "batch", "c": 1, "mode": "hang"})  # it sleeps 30 s and would outlive its parent
+    t0 = time.monotonic()
+    child.kill()
+    assert child.proc.wait(timeout=10) != 0 and time.monotonic() - t0 < 10
+    child.kill()  # a second kill of a gone child is harmless
