@@ -235,15 +235,14 @@ def _batch(
     bigram map ``pi`` every request's tokens are compared with the oracle's chain after the timed span
     (``requests``, ``lossless``).
 
-    A pass after the first finds its prompts in SGLang's prefix cache and skips their prefill, so a batch's
-    tokens/s depends on how many passes it made (one against two passes of the same 128 requests: 7%
-    apart, flashinfer, 2026-12-06): batches that are compared must make the same number (``passes``)."""
+    A pass after the first skips its prompts' prefill (``paired.more_passes``): one against two passes of
+    the same 128 requests measured 7% apart (flashinfer, 2026-12-06)."""
     sp = {"temperature": 0.0, "max_new_tokens": tokens, "ignore_eos": True}
     wall0 = time.time()
     t0 = time.perf_counter()
     out_tokens = verifies = done = 0
     served: list[Any] = []
-    while done < (16 if passes is None else passes):
+    while paired.more_passes(done, passes, t0, min_s):
         outs = eng.generate(input_ids=prompts, sampling_params=sp)
         done += 1
         for o in outs:
@@ -252,8 +251,6 @@ def _batch(
             verifies += int(meta.get("spec_verify_ct") or 0)
         if pi is not None:
             served.append(outs)
-        if passes is None and time.perf_counter() - t0 >= min_s:
-            break
     wall = time.perf_counter() - t0
     res: dict[str, Any] = {
         "tok_s": round(out_tokens / wall, 1),

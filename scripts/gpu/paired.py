@@ -25,7 +25,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Child", "ChildError", "fixed_passes", "lossless_total", "median", "paired_batches", "ratios"]
+__all__ = [
+    "Child",
+    "ChildError",
+    "fixed_passes",
+    "lossless_total",
+    "median",
+    "more_passes",
+    "paired_batches",
+    "ratios",
+]
+
+#: A batch served until ``min_s`` makes at most this many passes.
+MAX_PASSES = 16
 
 
 class ChildError(RuntimeError):
@@ -143,6 +155,16 @@ def paired_batches(
         reply.update(repeat=r, seq=seq)
         out[v].setdefault(str(c), []).append(reply)
     return out
+
+
+def more_passes(done: int, passes: int | None, started: float, min_s: float) -> bool:
+    """Whether a batch makes another pass: exactly ``passes`` when given, else at least one and more until
+    ``min_s`` has passed since ``started`` (``time.perf_counter()``), at most ``MAX_PASSES``. A pass after
+    the first finds its prompts in the engine's prefix cache and skips their prefill, so batches that are
+    compared must make the same number (``fixed_passes``)."""
+    if passes is not None:
+        return done < passes
+    return done == 0 or (done < MAX_PASSES and time.perf_counter() - started < min_s)
 
 
 def fixed_passes(calibration: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, int]:

@@ -494,8 +494,9 @@ def _generate(llm: Any, prompts: list[list[int]], lengths: Sequence[int]) -> tup
 
 
 def serve_batch(llm: Any, rec: SpecStatsLogger, cmd: dict[str, Any], vocab: int, pi: Any) -> dict[str, Any]:
-    """One batch, repeated until ``min_s`` (at most 16 passes); tokens/s over the whole, vLLM's spec-decode
-    stats summed (and per step when asked), every request against the oracle (outside the timed span)."""
+    """One batch, repeated until ``min_s`` or exactly ``passes`` times (``paired.more_passes``); tokens/s
+    over the whole, vLLM's spec-decode stats summed (and per step when asked), every request against the
+    oracle (outside the timed span)."""
     import ab_static
 
     c, lengths = int(cmd["c"]), [int(n) for n in cmd["lengths"]]
@@ -503,14 +504,13 @@ def serve_batch(llm: Any, rec: SpecStatsLogger, cmd: dict[str, Any], vocab: int,
     rec.take()
     wall0, t0 = time.time(), time.perf_counter()
     tokens = passes = 0
+    fixed = None if cmd.get("passes") is None else int(cmd["passes"])
     outputs: list[list[list[int]]] = []
-    while passes < 16:
+    while paired.more_passes(passes, fixed, t0, float(cmd.get("min_s", 0.0))):
         got, _ = _generate(llm, prompts, lengths)
         passes += 1
         tokens += sum(map(len, got))
         outputs.append(got)
-        if time.perf_counter() - t0 >= float(cmd.get("min_s", 0.0)):
-            break
     wall = time.perf_counter() - t0
     steps = rec.take()
     drafts, draft_tokens, accepted = (sum(s[i] for s in steps) for i in range(3))
@@ -691,6 +691,9 @@ def _command(b: Batch) -> dict[str, Any]:
             "seed": b.seed, "min_s": b.min_s, "dispatch": b.dispatch, "steps": b.steps}  # fmt: skip
 
 
+#: Added to a perf batch's seed for its calibration batch: prompts the measured batches do not share.
+CALIBRATION_SEED = 7919
+
 #: A device call brings back at most 8 files: the engines' logs, the step trace and the dispatcher's files
 #: travel as one archive beside the results (the first sitting lost ``vllm-check.json`` to that limit).
 SIDE_ARCHIVE = "side-files.tgz"
@@ -843,8 +846,25 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
         + (DOCTOR_S if opts.doctor_smoke else 0)
     )
     perf = [b for b in plan if b.kind == "perf"]
+    # one batch per engine and level first (other prompts): every measured batch of a level then makes the
+    # most passes any engine needed, so that batch and batch compare like for like
+    first = {(b.c, b.label): b for b in reversed(perf)}
+    raw["calibration"] = paired.paired_batches(
+        live,
+        [(0, c, label) for (c, label) in sorted(first)],
+        lambda r, c, v: {**_command(first[(c, v)]), "seed": first[(c, v)].seed + CALIBRATION_SEED},
+        timeout_s=180.0,
+        deadline=t_end - reserve,
+        log=lambda s: print("VC calibration: " + s, flush=True),
+    )
+    raw["calibration"] = {k: v for k, v in raw["calibration"].items() if v}
+    raw["passes"] = paired.fixed_passes(raw["calibration"])
+    print(f"VC passes per level {raw['passes']}", flush=True)
     order = [(b.repeat, b.c, b.label) for b in perf]
     cmd_of = {(b.repeat, b.c, b.label): _command(b) for b in perf}
+    for (_, c, _), cmd in cmd_of.items():
+        if str(c) in raw["passes"]:
+            cmd["passes"] = raw["passes"][str(c)]
     raw["perf"] = paired.paired_batches(
         live,
         order,

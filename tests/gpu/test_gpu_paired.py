@@ -292,3 +292,12 @@ def test_kill_ends_a_child_that_hangs_at_once(script: Path) -> None:
     child.kill()
     assert child.proc.wait(timeout=10) != 0 and time.monotonic() - t0 < 10
     child.kill()  # a second kill of a gone child is harmless
+
+
+def test_more_passes_gives_one_at_least_then_follows_min_s_up_to_the_cap_or_the_fixed_count() -> None:
+    now = time.perf_counter()
+    assert paired.more_passes(0, None, now, 0.0) is True  # every batch makes one pass
+    assert paired.more_passes(1, None, now, 0.0) is False  # min_s has passed
+    assert paired.more_passes(3, None, now, 3600.0) is True
+    assert paired.more_passes(paired.MAX_PASSES, None, now, 3600.0) is False
+    assert paired.more_passes(1, 2, now - 3600.0, 0.0) is True and paired.more_passes(2, 2, now, 3600.0) is False

@@ -180,6 +180,11 @@ def test_the_check_runs_end_to_end_against_a_stand_in_vllm(tmp_path: Path) -> No
     perf = report["perf"][vc.PATH_KEY]
     assert set(perf) == set(vc.DEFAULT_PERF) and all(set(v) == {"1", "4"} for v in perf.values())
     assert all(len(rows) == 2 for by_c in raw["perf"].values() for rows in by_c.values())
+    # one calibration batch per engine label and level first, then every measured batch of a level makes
+    # the passes it fixed (a later pass skips the prefill: unequal passes are not like for like)
+    assert all(set(by_c) == {"1", "4"} for by_c in raw["calibration"].values())
+    assert set(raw["calibration"]) == set(raw["perf"]) and raw["passes"] == {"1": 1, "4": 1}
+    assert {b["passes"] for by_c in raw["perf"].values() for rows in by_c.values() for b in rows} == {1}
     depth = report["depth_by_label"][vc.PATH_KEY]
     assert depth["static-0"] == {"1": 0.0, "4": 0.0} and depth["never"] == {"1": 0.0, "4": 0.0}
     assert depth["static"] == depth["vllm-static"] == {"1": 3.0, "4": 3.0}
