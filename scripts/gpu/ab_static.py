@@ -76,6 +76,7 @@ OFF = {"name": "static", "num_steps": 0}
 #: the live check's perf policies, each configured as the engine's only policy (no dispatcher, no resets)
 COST_MODEL = planmod.perf_policies()["cost_model"]
 HYSTERESIS = planmod.perf_policies()["hysteresis"]
+TREE = planmod.perf_policies(planmod.TREE_STEPS)  # the draft tree's engine launches at its own depth
 W512 = {"SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "512"}
 #: variant -> (engine path, environment; None = SGLang's own speculation)
 VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
@@ -117,6 +118,15 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "cm_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
     "hyst_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(HYSTERESIS)}),
     "hyst_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(HYSTERESIS)}),
+    # The same policies in the EAGLE-3 engines (topk 1, and the seed deployment's draft tree at its own
+    # launch depth): with base_v1 / base_v2 and off_eagle3_* every ratio of the EAGLE-3 keys side by side.
+    "on_eagle3_v1": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
+    "cm_eagle3_v1": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
+    "on_eagle3_v2": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
+    "cm_eagle3_v2": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
+    "off_eagle3tree_v1": ("eagle3tree_v1", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
+    "on_eagle3tree_v1": ("eagle3tree_v1", {"SPECPOLICY_POLICY": json.dumps(TREE["static"])}),
+    "cm_eagle3tree_v1": ("eagle3tree_v1", {"SPECPOLICY_POLICY": json.dumps(TREE["cost_model"])}),
 }
 #: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
 #: runs its engines (the dispatcher over a control file, the JSONL trace)

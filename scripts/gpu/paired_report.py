@@ -35,6 +35,13 @@ LABELS: dict[str, str] = {
     "off_v2": "static-0",
     "off_eagle3_v1": "static-0",  # an EAGLE-3 run: report it with --variants base_v1,off_eagle3_v1
     "off_eagle3_v2": "static-0",
+    "off_eagle3tree_v1": "static-0",  # the draft tree: --variants base_v1,off_eagle3tree_v1,... (its own key)
+    "on_eagle3_v1": "static",
+    "on_eagle3_v2": "static",
+    "on_eagle3tree_v1": "static",
+    "cm_eagle3_v1": "cost_model",
+    "cm_eagle3_v2": "cost_model",
+    "cm_eagle3tree_v1": "cost_model",
     "on_v1": "static",
     "on": "static",
     "plain_v1": "sglang-static",

@@ -217,6 +217,12 @@ def test_the_switched_run_measures_off_before_on_then_in_turn_then_in_a_row(
         ("cm_v2", "v2", "cost_model"),
         ("hyst_v1", "v1", "hysteresis"),
         ("hyst_v2", "v2", "hysteresis"),
+        ("on_eagle3_v1", "eagle3_v1", "static"),
+        ("cm_eagle3_v1", "eagle3_v1", "cost_model"),
+        ("on_eagle3_v2", "eagle3_v2", "static"),
+        ("cm_eagle3_v2", "eagle3_v2", "cost_model"),
+        ("on_eagle3tree_v1", "eagle3tree_v1", "static"),
+        ("cm_eagle3tree_v1", "eagle3tree_v1", "cost_model"),
     ],
 )
 def test_the_policy_variants_run_the_live_checks_policy_for_the_engines_life(
@@ -227,9 +233,10 @@ def test_the_policy_variants_run_the_live_checks_policy_for_the_engines_life(
     got_path, env = ab_static.VARIANTS[variant]
     assert got_path == path and env is not None
     cfg = json.loads(env["SPECPOLICY_POLICY"])
-    assert cfg == plan.perf_policies()[label]  # the policy itself, no dispatcher that resets it per phase
+    depth = plan.spec_shape(path).num_steps  # type: ignore[union-attr]  # the engine's launch depth
+    assert cfg == plan.perf_policies(depth)[label]  # the policy itself, no dispatcher resetting it per phase
     s = AdapterSettings.from_env(env)
-    assert s is not None and s.policy.candidate_steps() == (0, 3)
+    assert s is not None and s.policy.candidate_steps() == ((depth,) if label == "static" else (0, depth))
     assert variant not in ab_static.CHECKED and variant not in ab_static.MIXED
 
 

@@ -184,3 +184,21 @@ def test_a_level_whose_batches_all_made_unequal_passes_misses_its_goal_and_says_
     assert r["by_c"]["16"]["median"] is None and r["by_c"]["16"]["unequal_passes"] == 3
     assert r["met"] is False  # a level with no comparable batch is not a pass
     assert "| -, 3 left out: unequal passes |" in PR.markdown("v1/triton", sec)
+
+
+def test_the_eagle3_policy_engines_and_the_draft_tree_report_under_the_goal_labels() -> None:
+    run = _run()
+    tree = {
+        "base_v1": run["batches"]["base_v1"],
+        "off_eagle3tree_v1": {"1": _rows(96, 190, 97), "16": _rows(960, 1900, 950)},
+        "on_eagle3tree_v1": {"1": _rows(150, 300, 150), "16": _rows(700, 1400, 700)},
+        "cm_eagle3tree_v1": {"1": _rows(148, 297, 149), "16": _rows(940, 1880, 930)},
+    }
+    sec = PR.section({"batches": tree})
+    assert set(sec["variants"]) == {"never", "static-0", "static", "cost_model"}
+    r = sec["ratios"]
+    assert r["static-0 / never"]["by_c"]["16"] == {"median": 0.95, "min": 0.95, "max": 0.96, "n": 3}
+    # at 1 request against the tree's static, at 16 against never
+    assert r["cost_model / max(never, static)"]["by_c"]["1"]["median"] == pytest.approx(0.99)
+    assert r["cost_model / max(never, static)"]["by_c"]["16"]["median"] == pytest.approx(0.94)
+    assert r["cost_model / max(never, static)"]["met"] is False
