@@ -18,7 +18,7 @@ from typing import Any
 from ...mode import MAX_NUM_STEPS, SpecMode
 from ...profiles import StepCostModel
 from ...stats import StepStats, clean_count, clean_float, clean_sequence
-from .acceptance import AcceptanceEstimator, lower_bound
+from .acceptance import AcceptanceEstimator
 from .change import ChangeDetector
 from .choice import BIG_GAIN, Choice
 from .config import CostModelConfig
@@ -222,12 +222,7 @@ class CostModelPolicy:
         self._k_prev = -1
         #: the next refresh interval after a detected change (doubling up to update_interval).
         self._fast = c.update_interval
-        #: the best per-draft acceptance seen, with confidence: what a probe while off hopes to find again.
-        #: A running maximum of the estimate takes its luckiest moment (8 lucky requests on the first step:
-        #: 0.94 for a measured 0.70), so each estimate counts at its ``lower_bound`` from the tries behind
-        #: it: a few requests cannot raise it, a well-measured level does (to within two of its standard
-        #: deviations). Taking the estimate whole once its bound clears the best seen (a test, not a bound)
-        #: latches on noise too, one level up: 0.89 on ~40 tries for a true 0.81.
+        #: the best per-draft acceptance seen: what a probe while off hopes to find again.
         self._a_hi = c.prior_acceptance
         self._acc_steps = 0
         self._acc_folded = 0
@@ -789,11 +784,8 @@ class CostModelPolicy:
         self._acc_version = acc.version
         if self._chg_on:  # the detector's expectations (off by default: nothing reads them then)
             self._chg.expect(acc.rates)
-        a = acc.rates[1]
-        if a > self._a_hi:  # only as far as its tries support it (a running maximum latches on noise)
-            a = lower_bound(a, acc.tries(1))
-            if a > self._a_hi:
-                self._a_hi = a
+        if acc.rates[1] > self._a_hi:
+            self._a_hi = acc.rates[1]
 
     def _fold_times(self) -> None:
         idx, costs, seen, visits = self._idx, self._costs, self._probes.seen, self._visits
