@@ -162,6 +162,8 @@ class CostModelPolicy:
         "_agg_switch",
         "_transition",
         "_transition_n",
+        "_resume",
+        "_resume_n",
         "_probe_left",
         "_probe_run",
         "_clamp_votes",
@@ -240,13 +242,16 @@ class CostModelPolicy:
         self._agg_t = 0.0
         self._agg_n = 0
         self._agg_step = 0
-        #: the run began at a change of depth: its first step is a transition (discarded once a second
-        #: step shows the depth's own time)
-        self._agg_switch = False
+        #: the run began at a change of depth (2: from off into speculation, a resume): its first step is a
+        #: transition (discarded once a second step shows the depth's own time)
+        self._agg_switch = 0
         #: how much longer the first step after a switch is than the next (relative, an EWMA)
         self._transition = 0.0
         #: switches whose transition was measured (a run after a switch reached its second step)
         self._transition_n = 0
+        #: the same for the switches from off into speculation alone (the drafter's catch-up), and their count
+        self._resume = 0.0
+        self._resume_n = 0
         #: steps left of the probe being run, and its depth index
         self._probe_left = 0
         self._probe_run = 0
@@ -441,7 +446,10 @@ class CostModelPolicy:
         Returns the time when it continues the run being measured (the caller adds it), else None."""
         if t.__class__ is not float and t is not None:
             t = clean_float(t)
-        if t is None:
+        if t is None:  # an untimed step (after a prefill): it ends the run, and the next follows no switch
+            if self._agg_n:
+                self._flush_time()
+            self._agg_k = -1
             return None
         try:
             # the same time again: the same step re-reported
@@ -470,7 +478,7 @@ class CostModelPolicy:
             if nb == self._agg_batch and k_obs == self._agg_k:
                 return t  # type: ignore[no-any-return]
             self._flush_time()
-            self._agg_switch = 0 <= self._agg_k != k_obs
+            self._agg_switch = (0 <= self._agg_k != k_obs) + (self._agg_k == 0 < k_obs)  # 2: a resume
             self._agg_batch = nb
             self._agg_k = k_obs
             self._agg_len = context_length(seq_len if last_len is None else last_len)
@@ -490,16 +498,21 @@ class CostModelPolicy:
         # other work, a catch-up) or a stray: drop it
         if self._agg_switch and t * _AGG_OUTLIER >= self._agg_t:
             # a transition, not a stray step (those are 3x and more)
-            self._note_transition(self._agg_t / t - 1.0)  # in (-1, 2]
+            self._note_transition(self._agg_t / t - 1.0, self._agg_switch == 2)  # in (-1, 2]
         self._agg_t = t
-        self._agg_switch = False
+        self._agg_switch = 0
 
-    def _note_transition(self, r: float) -> None:
-        """One switch's first step measured against its second: ``r`` = how much longer it took."""
+    def _note_transition(self, r: float, resume: bool = False) -> None:
+        """One switch's first step measured against its second: ``r`` = how much longer it took
+        (``resume``: from off into speculation)."""
         n = self._transition_n = self._transition_n + 1
         self._transition += (r - self._transition) * (
             _TRANSITION_WEIGHT if n * _TRANSITION_WEIGHT >= 1.0 else 1.0 / n
         )
+        if resume:
+            n = self._resume_n = self._resume_n + 1
+            w = _TRANSITION_WEIGHT if n * _TRANSITION_WEIGHT >= 1.0 else 1.0 / n
+            self._resume += (r - self._resume) * w
 
     def _price_batch(self, b: int, ids: Any, step: int) -> None:
         """The coming batch's expected tokens from its requests' own acceptance, and bucket b's choice
@@ -829,7 +842,24 @@ class CostModelPolicy:
                 (1.0 - a ** (k + 1)) / (1.0 - a) / t if t > 0.0 else 0.0
                 for k, t in zip(self._arms, times, strict=True)
             ]
-        self._probes.plan(b, v, cur, self._disabled, samples, blind, self._arms[0], hope, times)
+        # what a probe's two switches cost beyond steady steps (relative): into the probed depth (from off, a
+        # resume: the drafter's catch-up) and back
+        tr = self._transition if self._transition > 0.0 else 0.0
+        into = self._resume if self._resume_n and hope is not None else tr
+        self._probes.plan(
+            b,
+            v,
+            cur,
+            self._disabled,
+            samples,
+            blind,
+            self._arms[0],
+            hope,
+            times,
+            self._probe_steps if tr > _TRANSITION_LONG else 1,
+            into if into > 0.0 else 0.0,
+            tr,
+        )
 
     def _prior_best(self) -> int:
         """The depth to start with: the best under the prior acceptance and the profile (or prior costs)."""

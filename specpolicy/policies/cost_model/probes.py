@@ -2,8 +2,9 @@
 
 Learning from the engine's own clock needs measurements of depths it is not running. Each bucket keeps a
 clock (its visits) and, per depth, the visit of its last measurement or probe. A measured depth is due again
-after ``loss / share`` visits (``loss``: its predicted shortfall against the running depth; ``share``: the
-probe budget split over the other depths), at least ``MIN_PROBE_INTERVAL`` and at most
+after ``cost / share`` visits (``cost``: what the whole probe loses in steps of the running depth, its steps'
+predicted shortfall against the running depth and its two switches, see ``plan``; ``share``: the probe
+budget split over the other depths), at least ``MIN_PROBE_INTERVAL`` and at most
 ``max_probe_interval``: a depth predicted 50% slower is re-measured rarely, a near-tie often, and every
 depth's estimate is refreshed eventually, so a change in costs or acceptance is noticed. A depth never
 measured in the bucket is first tried after ``loss**2 / (share * EXPLORE_SCALE)`` visits: near-ties at once,
@@ -86,11 +87,16 @@ class ProbeSchedule:
         first: int,
         hope: list[float] | None = None,
         times: list[float] | None = None,
+        steps: int = 1,
+        into: float = 0.0,
+        back: float = 0.0,
     ) -> None:
         """Bucket b's next probe from its values per depth index (``samples``: per cell, counted up to 3;
         ``first``: the shallowest depth, 0 when off is offered; ``hope``: while off runs, the values the
         depths would have at the best acceptance seen, see ``hope_due``; ``times``: the predicted step
-        times, see ``_price``)."""
+        times, see ``_price``; ``steps``: the steps of a probe of a near tie; ``into``, ``back``: what the
+        first step after the switch into the probed depth and after the one back cost beyond a steady step,
+        relative to it)."""
         n = len(v)
         vcur = v[cur] if v[cur] > 0.0 else 1e-300
         price = _price(times, cur, n)
@@ -110,8 +116,8 @@ class ProbeSchedule:
             if seen[i] >= 0:  # measured (or explored, its measurement lost): re-measure when due
                 if loss > CONFIRM_LOSS and samples[i] == 1:
                     due = seen[i] + CONFIRM_INTERVAL  # a loser on one sample: it may have been an outlier
-                else:
-                    x = loss * cost / share
+                else:  # the whole probe: its steps' loss and the two switches, in running steps
+                    x = ((steps if loss <= LONG_PROBE_LOSS else 1) * loss * cost + into * cost + back) / share
                     if MIN_PROBE_INTERVAL > x:
                         x = MIN_PROBE_INTERVAL
                     due = seen[i] + int(top if top < x else x)
