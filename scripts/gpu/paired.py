@@ -189,7 +189,8 @@ def ratios(
     their median and min-max: what a drift of the host cannot move. ``den`` may name several variants: the
     ratio is then to the best of them in the same repeat (a policy against the better fixed engine), and a
     repeat where any of them is missing is left out. A repeat whose batches made different numbers of
-    passes (``_batch``: a later pass skips its prefill) is left out too, and counted (``unequal_passes``)."""
+    passes (``more_passes``: a later pass skips its prefill) is left out too, and counted
+    (``unequal_passes``)."""
     dens = [den] if isinstance(den, str) else list(den)
     out: dict[str, dict[str, Any]] = {}
     for c, rows in batches.get(num, {}).items():
@@ -212,8 +213,6 @@ def ratios(
                 continue
             rs.append(b[key] / best[b["repeat"]])
         rs.sort()
-        if rs or unequal:
-            out[c] = {"median": None, "min": None, "max": None, "n": 0}
         if rs:
             out[c] = {
                 "median": round(rs[len(rs) // 2], 4),
@@ -221,6 +220,8 @@ def ratios(
                 "max": round(rs[-1], 4),
                 "n": len(rs),
             }
+        elif unequal:  # nothing comparable: the level stays, so that it cannot pass for met
+            out[c] = {"median": None, "min": None, "max": None, "n": 0}
         if unequal:
             out[c]["unequal_passes"] = unequal
     return out
