@@ -107,12 +107,15 @@ def budget(size: int, steps: int) -> float:
     return c.probe_budget + one / steps
 
 
-def test_probes_while_off_at_128_requests_keep_to_the_budget() -> None:
-    """Off is right at 128 requests (speculation gives 0.78x its tokens/s): the probes of speculation must
-    cost what the schedule budgets, not several times that (before: 1.1% on most seeds, against 0.27%).
-    Seeds 7 and 9 lose 3% to another cause, left open: the best acceptance seen, which the probes while off
-    hope for, latched at 0.94 from the first step's eight sampled requests, so speculation looks able to pay
-    at 64 and 128 requests and is probed every ~130 steps there."""
-    for seed in range(7):
-        lost, steps = replay(seed)[128]
-        assert 0.0 <= lost < budget(128, steps), (seed, lost, budget(128, steps))
+def test_probes_while_off_at_64_and_128_requests_keep_to_the_budget() -> None:
+    """Off is right at 64 and 128 requests (speculation gives 0.90x and 0.78x its tokens/s): the probes of
+    speculation must cost what the schedule budgets, not several times that (before: 1.1% at 128 on most
+    seeds, against 0.27%). Nor may the probes while off hope for an acceptance the data never showed: a
+    running maximum of the estimate latched at 0.94 (seeds 7 and 9) or 0.84 (seeds 1 and 3) from the first
+    step's eight sampled requests (measured: 0.70), so speculation looked able to pay and was probed every
+    ~130 steps (3% at 64 and 128 requests on seeds 7 and 9, 1.5% at 64 on seeds 1 and 3)."""
+    for seed in range(10):
+        out = replay(seed)
+        for size in (64, 128):
+            lost, steps = out[size]
+            assert 0.0 <= lost < budget(size, steps), (seed, size, lost, budget(size, steps))

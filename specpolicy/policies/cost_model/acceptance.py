@@ -21,9 +21,24 @@ from itertools import compress
 
 from ...mode import MAX_NUM_STEPS
 
-__all__ = ["AcceptanceEstimator"]
+__all__ = ["AcceptanceEstimator", "lower_bound"]
 #: A step reported only as a mean acceptance counts as this many requests (it hides the spread per position).
 MEAN_WEIGHT = 4.0
+#: Standard deviations below the estimate that ``lower_bound`` takes (one-sided, about 98%).
+BOUND_Z = 2.0
+
+
+def lower_bound(rate: float, tries: float, z: float = BOUND_Z) -> float:
+    """The Wilson score lower bound of an acceptance ``rate`` measured on ``tries`` attempts: the least rate
+    that the data still support at ``z`` standard deviations. Wilson's, not the normal approximation's,
+    because the rates that matter are near 1 on few tries (8 of 8 accepted: 0.67 at z=2, where
+    rate - z sd gives 1.0). Decayed counts are a conservative sample size (weights <= 1: the effective
+    size (sum w)^2 / sum w^2 is at least sum w)."""
+    if not tries > 0.0:
+        return 0.0
+    z2 = z * z
+    spread = z * math.sqrt(max(tries * rate * (1.0 - rate), 0.0) + 0.25 * z2)
+    return max((tries * rate + 0.5 * z2 - spread) / (tries + z2), 0.0)
 
 
 class AcceptanceEstimator:
