@@ -98,6 +98,12 @@ def _grid(per_octave: int) -> BucketGrid:
     return g
 
 
+def _transition_weight(n: int) -> float:
+    """The weight of the n-th measured transition: their plain mean until ``_TRANSITION_WEIGHT`` takes over
+    as an EWMA's."""
+    return _TRANSITION_WEIGHT if n * _TRANSITION_WEIGHT >= 1.0 else 1.0 / n
+
+
 class CostModelPolicy:
     """Goodput-maximising depth choice with an online step-cost model (docs/cost-model.md)."""
 
@@ -516,13 +522,10 @@ class CostModelPolicy:
         """One switch's first step measured against its second: ``r`` = how much longer it took
         (``resume``: from off into speculation)."""
         n = self._transition_n = self._transition_n + 1
-        self._transition += (r - self._transition) * (
-            _TRANSITION_WEIGHT if n * _TRANSITION_WEIGHT >= 1.0 else 1.0 / n
-        )
+        self._transition += (r - self._transition) * _transition_weight(n)
         if resume:
             n = self._resume_n = self._resume_n + 1
-            w = _TRANSITION_WEIGHT if n * _TRANSITION_WEIGHT >= 1.0 else 1.0 / n
-            self._resume += (r - self._resume) * w
+            self._resume += (r - self._resume) * _transition_weight(n)
 
     def _price_batch(self, b: int, ids: Any, step: int) -> None:
         """The coming batch's expected tokens from its requests' own acceptance, and bucket b's choice
