@@ -99,13 +99,12 @@ def section(
         variant_of[label] = v
     perf: dict[str, dict[str, float | None]] = {}
     spread: dict[str, dict[str, list[float]]] = {}
+    accept: dict[str, dict[str, list[float]]] = {}
     for label, v in variant_of.items():
         perf[label] = {c: paired.median(rows) for c, rows in sorted(batches[v].items(), key=_level)}
-        spread[label] = {
-            c: [min(vals), max(vals)]
-            for c, rows in sorted(batches[v].items(), key=_level)
-            if (vals := [b["tok_s"] for b in rows if b.get("tok_s") is not None])
-        }
+        spread[label] = _min_max(batches[v], "tok_s")
+        if row := _min_max(batches[v], "accept_len"):
+            accept[label] = row
     ratios: dict[str, Any] = {}
     for num, dens, goal in GOALS:
         if num not in variant_of or any(d not in variant_of for d in dens):
@@ -125,6 +124,7 @@ def section(
         "variants": variant_of,
         "perf": perf,
         "perf_spread": spread,
+        "accept_len_spread": accept,
         "ratios": ratios,
         "lossless": lossless,
         "lossless_all": all(x["requests"] > 0 and x["lossless"] == x["requests"] for x in lossless.values()),
@@ -162,6 +162,15 @@ def _level(item: tuple[str, Any]) -> int:
     return int(item[0])
 
 
+def _min_max(by_c: dict[str, list[dict[str, Any]]], key: str) -> dict[str, list[float]]:
+    """Per level, ``[min, max]`` of ``key`` over the batches that report it (levels without: absent)."""
+    return {
+        c: [min(vals), max(vals)]
+        for c, rows in sorted(by_c.items(), key=_level)
+        if (vals := [b[key] for b in rows if b.get(key) is not None])
+    }
+
+
 def _ratio_cell(x: dict[str, Any] | None) -> str:
     """A ratio's median (min-max), and how many repeats were left out for unequal passes."""
     if x is None:
@@ -171,7 +180,8 @@ def _ratio_cell(x: dict[str, Any] | None) -> str:
 
 
 def markdown(key: str, sec: dict[str, Any]) -> str:
-    """The section as two tables: tokens/s per policy and level, and the goal ratios."""
+    """The section as tables: tokens/s per policy and level, the speculative engines' acceptance, and the
+    goal ratios."""
     levels = sorted({c for row in sec["perf"].values() for c in row}, key=int)
     head = "| policy | " + " | ".join(levels) + " |"
     rule = "|---|" + "---:|" * len(levels)
@@ -189,6 +199,13 @@ def markdown(key: str, sec: dict[str, Any]) -> str:
                 "-" if med is None else f"{med:,.0f} ({mm[0]:,.0f}-{mm[1]:,.0f})" if mm else f"{med:,.0f}"
             )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    accept = sec.get("accept_len_spread") or {}
+    if accept:
+        # engines doing the same thing show the same acceptance: their ratio then measures the host
+        lines += ["", "Acceptance length per batch, min-max (1.00: every step off):", "", head, rule]
+        for label, row in accept.items():
+            cells = [f"{row[c][0]:.2f}-{row[c][1]:.2f}" if c in row else "-" for c in levels]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "| ratio, batch next to batch | goal | " + " | ".join(levels) + " | met |",

@@ -202,3 +202,23 @@ def test_the_eagle3_policy_engines_and_the_draft_tree_report_under_the_goal_labe
     assert r["cost_model / max(never, static)"]["by_c"]["1"]["median"] == pytest.approx(0.99)
     assert r["cost_model / max(never, static)"]["by_c"]["16"]["median"] == pytest.approx(0.94)
     assert r["cost_model / max(never, static)"]["met"] is False
+
+
+def test_the_acceptance_of_each_batch_shows_which_engines_did_the_same_thing() -> None:
+    run = _run()
+    for v, lens in (("on_v1", (2.52, 2.50, 2.51)), ("cm_v1", (2.49, 1.0, 2.52))):
+        for row, a in zip(run["batches"][v]["1"], lens, strict=True):
+            row["accept_len"] = a
+    run["batches"]["cm_v1"]["16"][0]["accept_len"] = 1.0
+    run["batches"]["base_v1"]["1"][0]["accept_len"] = None  # a speculation-free engine reports none
+    sec = PR.section(run)
+    assert sec["accept_len_spread"] == {
+        "static": {"1": [2.50, 2.52]},
+        "cost_model": {"1": [1.0, 2.52], "16": [1.0, 1.0]},
+    }
+    md = PR.markdown("v1/triton", sec)
+    assert "| static | 2.50-2.52 | - |" in md
+    assert "| cost_model | 1.00-2.52 | 1.00-1.00 |" in md
+    assert "| never |" not in md.split("Acceptance length")[1].split("| ratio")[0]
+    # a run without acceptance figures prints no such table
+    assert "Acceptance length" not in PR.markdown("v1/triton", PR.section(_run()))
