@@ -572,7 +572,11 @@ def serve_variant(args: argparse.Namespace, variant: str) -> int:
     commands = os.fdopen(args.cmd_fd, "r")
     replies = os.fdopen(args.reply_fd, "w")
     try:
+        if args.cpus:  # before the engine starts: its scheduler and detokenizer processes inherit the set
+            os.sched_setaffinity(0, [int(c) for c in args.cpus.split(",")])
         eng, res, vocab, pi = start_engine(args, variant)
+        if args.cpus:
+            res = {**res, "cpus": sorted(os.sched_getaffinity(0))}
     except Exception as exc:
         replies.write(json.dumps({"ready": False, "error": repr(exc)[:500]}) + "\n")
         replies.flush()
@@ -596,11 +600,13 @@ PAIRED_PRE_LABEL = {v: "static" for v in MIXED}
 def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
     """Every variant's engine at once, the batches rotating across them; the ratios of each variant to the
     first one, batch next to batch."""
-    argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a != "--paired"]]
+    argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a not in ("--paired", "--pin-cpus")]]
+    pins = paired.cpu_sets(len(variants), sorted(os.sched_getaffinity(0))) if args.pin_cpus else None
     children: dict[str, paired.Child] = {}
     started = time.time()
-    for v in variants:
-        children[v] = paired.Child(v, [*argv, "--serve", v])
+    for i, v in enumerate(variants):
+        pin = ["--cpus", ",".join(map(str, pins[i]))] if pins else []
+        children[v] = paired.Child(v, [*argv, "--serve", v, *pin])
 
     def stop(signum: int, _frame: Any) -> None:
         # a command cut short by `timeout` must not leave engines behind: each runs in a session of its own
@@ -727,6 +733,13 @@ def main() -> int:
         help="the engines' log level for every variant (info shows SGLang's batch lines: requests running,"
         " queued, KV use)",
     )
+    ap.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="with --paired: pin each engine's processes to its own CPUs (the host's cut into disjoint sets),"
+        " so that one engine's host work never shares a core with another's",
+    )
+    ap.add_argument("--cpus", help=argparse.SUPPRESS)
     ap.add_argument("--batch-timeout-s", type=float, default=120.0, help=argparse.SUPPRESS)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -736,12 +749,21 @@ def main() -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.serve:
         return serve_variant(args, args.serve)
+    if args.pin_cpus and not args.paired:
+        print("--pin-cpus needs --paired (engines side by side)", file=sys.stderr)
+        return 2
     if args.paired:
         variants = args.variants.split(",")
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown or len(variants) < 2:
             print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
             return 2
+        if args.pin_cpus:
+            try:
+                paired.cpu_sets(len(variants), sorted(os.sched_getaffinity(0)))
+            except ValueError as exc:
+                print(f"--pin-cpus: {exc}", file=sys.stderr)
+                return 2
         res = run_paired(args, variants)
         print(json.dumps({k: res[k] for k in ("median_tok_s", "ratio_to_first", "lossless")}), flush=True)
         return 0

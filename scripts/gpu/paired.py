@@ -28,6 +28,7 @@ from typing import Any, TextIO
 __all__ = [
     "Child",
     "ChildError",
+    "cpu_sets",
     "fixed_passes",
     "lossless_total",
     "median",
@@ -38,6 +39,32 @@ __all__ = [
 
 #: A batch served until ``min_s`` makes at most this many passes.
 MAX_PASSES = 16
+
+#: ``cpu_sets``: the fewest CPUs an engine's processes (scheduler, tokenizer, detokenizer) are pinned to.
+MIN_CPUS_PER_ENGINE = 2
+
+
+def cpu_sets(engines: int, cpus: Sequence[int]) -> list[list[int]]:
+    """``cpus`` cut into ``engines`` disjoint contiguous sets, the first ones a CPU larger where they do not
+    divide evenly: one per engine of a paired run, so that one engine's host work (a non-overlap worker's
+    step is mostly host work) never shares a core with another's. ValueError below ``MIN_CPUS_PER_ENGINE``
+    CPUs per engine."""
+    ids = sorted(cpus)
+    if engines < 1:
+        raise ValueError(f"engines must be >= 1, got {engines}")
+    if len(ids) < engines * MIN_CPUS_PER_ENGINE:
+        raise ValueError(
+            f"{engines} engines need {engines * MIN_CPUS_PER_ENGINE} CPUs or more to be pinned apart"
+            f" ({MIN_CPUS_PER_ENGINE} each); this process may use {len(ids)}"
+        )
+    size, extra = divmod(len(ids), engines)
+    out: list[list[int]] = []
+    start = 0
+    for i in range(engines):
+        n = size + (1 if i < extra else 0)
+        out.append(ids[start : start + n])
+        start += n
+    return out
 
 
 class ChildError(RuntimeError):

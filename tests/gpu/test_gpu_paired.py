@@ -302,3 +302,63 @@ def test_more_passes_gives_one_at_least_then_follows_min_s_up_to_the_cap_or_the_
     assert paired.more_passes(paired.MAX_PASSES, None, now, 3600.0) is False
     assert paired.more_passes(1, 2, now - 3600.0, 0.0) is True  # a fixed count ignores min_s both ways
     assert paired.more_passes(2, 2, now, 3600.0) is False
+
+
+@pytest.mark.parametrize(("engines", "n"), [(1, 2), (3, 16), (4, 16), (5, 11)])
+def test_cpu_sets_cut_the_cpus_into_disjoint_contiguous_sets_that_cover_them(engines: int, n: int) -> None:
+    cpus = [c * 2 + 1 for c in range(n)][::-1]  # any ids, in any order
+    sets = paired.cpu_sets(engines, cpus)
+    assert len(sets) == engines
+    assert sorted(c for s in sets for c in s) == sorted(cpus)  # disjoint and covering
+    assert max(map(len, sets)) - min(map(len, sets)) <= 1 and min(map(len, sets)) >= 2
+    ordered = sorted(cpus)
+    for s in sets:  # contiguous runs of the sorted ids
+        i = ordered.index(s[0])
+        assert s == ordered[i : i + len(s)]
+
+
+def test_cpu_sets_refuse_fewer_than_two_cpus_per_engine() -> None:
+    with pytest.raises(ValueError, match="4 engines need 8 CPUs or more .* may use 7"):
+        paired.cpu_sets(4, range(7))
+
+
+def test_a_served_engine_runs_on_its_cpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    mine = sorted(os.sched_getaffinity(0))
+    seen: list[list[int]] = []
+
+    class _Quiet:
+        def shutdown(self) -> None:
+            pass
+
+    def fake_start(args: Any, variant: str) -> tuple[Any, dict[str, Any], int, Any]:
+        seen.append(sorted(os.sched_getaffinity(0)))  # what the engine's processes would inherit
+        return _Quiet(), {"variant": variant}, 64, None
+
+    monkeypatch.setattr(ab_static, "start_engine", fake_start)
+    cmd_r, cmd_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    os.write(cmd_w, b'{"op": "quit"}\n')
+    os.close(cmd_w)
+    args = ab_static.argparse.Namespace(cmd_fd=cmd_r, reply_fd=rep_w, cpus=str(mine[0]), out=str(tmp_path))
+    try:
+        assert ab_static.serve_variant(args, "base_v1") == 0
+    finally:
+        os.sched_setaffinity(0, mine)
+    with os.fdopen(rep_r) as f:
+        replies = [json.loads(x) for x in f.read().splitlines()]
+    assert seen == [[mine[0]]]
+    assert replies[0] == {"ready": True, "variant": "base_v1", "cpus": [mine[0]]} and replies[1] == {
+        "bye": True
+    }
+
+
+def test_pin_cpus_without_paired_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    monkeypatch.setattr(
+        sys, "argv", ["ab_static.py", "--work", str(tmp_path), "--out", str(tmp_path), "--pin-cpus"]
+    )
+    assert ab_static.main() == 2
+    assert "--pin-cpus needs --paired" in capsys.readouterr().err
