@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from specpolicy.registry import parse_config
 from specpolicy.sim.comparators import policy_label
 from specpolicy.sim.matrix import POPULATIONS
-from specpolicy.sim.run import Simulation, SimulationSpec, run_simulation
+from specpolicy.sim.run import Simulation, SimulationSpec, resolve_profile, run_simulation
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--levels must be >= 1, got {args.levels!r}")
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
-    policy = json.loads(args.policy) if args.policy.lstrip().startswith("{") else args.policy
-    label = policy_label(parse_config(policy).model_dump(mode="json"))
+    try:
+        policy = json.loads(args.policy) if args.policy.lstrip().startswith("{") else args.policy
+        label = policy_label(parse_config(policy).model_dump(mode="json"))
+        for profile in args.profile:
+            resolve_profile(profile, None)
+    except ValueError as exc:  # ConfigError, ProfileError and a JSON error are ValueErrors
+        p.error(str(exc))
     runs: dict[tuple[str, str, int], list[LevelRun]] = {}
     for profile in args.profile:
         for population in args.population or POPULATIONS:

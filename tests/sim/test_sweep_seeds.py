@@ -56,6 +56,9 @@ def test_a_workload_that_is_not_a_sweep_is_refused() -> None:
         (["--levels", "0,8"], "--levels must be >= 1"),
         (["--levels", "a"], "comma-separated"),
         (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--profile", "nope"], "unknown profile 'nope'"),
+        (["--policy", "nosuch"], "unknown policy 'nosuch'"),
+        (["--policy", "{nojson"], "Expecting property name"),
     ],
 )
 def test_bad_arguments_name_the_option(args: list[str], message: str, capsys: Any) -> None:
