@@ -15,14 +15,18 @@ importable or SPECPOLICY_SGLANG_DIR names its package directory (docs/simulator.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from specpolicy.registry import parse_config
-from specpolicy.sim.comparators import policy_label
-from specpolicy.sim.matrix import POPULATIONS, SWEEP_LEVELS, WORKLOADS, format_matrix, run_matrix
+from specpolicy.sim.matrix import (
+    POPULATIONS,
+    SWEEP_LEVELS,
+    WORKLOADS,
+    command_inputs,
+    format_matrix,
+    run_matrix,
+)
 from specpolicy.sim.profile import available_profiles
 from specpolicy.sim.workloads import BUILTIN, DEFAULT_SWEEP_LEVELS
 
@@ -49,14 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.scale > 0:
         p.error(f"--scale must be > 0, got {args.scale!r}")
-    policy = json.loads(args.policy) if args.policy.lstrip().startswith("{") else args.policy
+    profiles = args.profile or available_profiles()
+    try:
+        policy, label = command_inputs(args.policy, profiles)
+    except ValueError as exc:
+        p.error(str(exc))
     base = DEFAULT_DURATIONS if args.durations == "default" else WORKLOADS
     levels = DEFAULT_SWEEP_LEVELS if args.durations == "default" else SWEEP_LEVELS
     workloads = {w: base[w] * args.scale for w in WORKLOADS if not args.workload or w in args.workload}
     pops = {n: m for n, m in POPULATIONS.items() if not args.population or n in args.population}
     with tempfile.TemporaryDirectory() as tmp:
         cells = run_matrix(
-            args.profile or available_profiles(),
+            profiles,
             workloads=workloads,
             populations=pops,
             policy=policy,
@@ -66,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep_levels=levels,
             on_cell=lambda c: print(f"  {c.profile} {c.workload} {c.population}", file=sys.stderr),
         )
-    print(format_matrix(cells, policy_label(parse_config(policy).model_dump(mode="json"))))
+    print(format_matrix(cells, label))
     return 0
 
 

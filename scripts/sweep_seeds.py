@@ -15,16 +15,13 @@ SGLang's rule appears when its class is importable or SPECPOLICY_SGLANG_DIR name
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specpolicy.registry import parse_config
-from specpolicy.sim.comparators import policy_label
-from specpolicy.sim.matrix import POPULATIONS
-from specpolicy.sim.run import Simulation, SimulationSpec, resolve_profile, run_simulation
+from specpolicy.sim.matrix import POPULATIONS, command_inputs
+from specpolicy.sim.run import Simulation, SimulationSpec, run_simulation
 
 
 @dataclass(frozen=True)
@@ -89,11 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
     try:
-        policy = json.loads(args.policy) if args.policy.lstrip().startswith("{") else args.policy
-        label = policy_label(parse_config(policy).model_dump(mode="json"))
-        for profile in args.profile:
-            resolve_profile(profile, None)
-    except ValueError as exc:  # ConfigError, ProfileError and a JSON error are ValueErrors
+        policy, label = command_inputs(args.policy, args.profile)
+    except ValueError as exc:
         p.error(str(exc))
     runs: dict[tuple[str, str, int], list[LevelRun]] = {}
     for profile in args.profile:

@@ -31,6 +31,7 @@ __all__ = [
     "POPULATIONS",
     "WORKLOADS",
     "Cell",
+    "command_inputs",
     "daily_cycle_file",
     "format_matrix",
     "run_matrix",
@@ -95,6 +96,17 @@ def daily_cycle_file(
             )
             fh.write("\n")
     return path
+
+
+def command_inputs(policy: str, profiles: Sequence[str]) -> tuple[str | dict[str, Any], str]:
+    """A script's ``--policy`` (a name or a JSON config) as the simulator takes it, and its label; every
+    profile named is checked first, so that a typo fails before minutes of runs, not after. Raises
+    ValueError (ConfigError, ProfileError, a JSON error) with the option's name."""
+    spec: str | dict[str, Any] = json.loads(policy) if policy.lstrip().startswith("{") else policy
+    label = policy_label(parse_config(spec).model_dump(mode="json"))
+    for name in profiles:
+        resolve_profile(name, None)
+    return spec, label
 
 
 def _ratio(values: Sequence[float | None]) -> float | None:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _benchmarks import load_script
 
+from specpolicy.errors import ConfigError
 from specpolicy.sim.acceptance import BetaAcceptance
-from specpolicy.sim.matrix import daily_cycle_file, format_matrix, run_matrix
+from specpolicy.sim.matrix import command_inputs, daily_cycle_file, format_matrix, run_matrix
 from specpolicy.sim.report import to_json
 from specpolicy.sim.run import SimulationSpec, resolve_profile, run_simulation
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_small_matrix_reports_the_simulations_own_ratios(tmp_path: Path) -> None:
@@ -71,12 +69,8 @@ def test_the_daily_cycle_peaks_mid_day_and_keeps_its_mean_rate(tmp_path: Path) -
     assert all(r["prompt_tokens"] >= 1 and r["output_tokens"] >= 1 and "acceptance" not in r for r in reqs)
 
 
-def test_the_script_prints_the_matrix(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = importlib.util.spec_from_file_location("goals_matrix", ROOT / "scripts" / "goals_matrix.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "goals_matrix", mod)
-    spec.loader.exec_module(mod)
+def test_the_script_prints_the_matrix(capsys: Any) -> None:
+    mod = load_script("goals_matrix")
     argv = ["--profile", "seed-k25-tp8-pcie", "--workload", "daily", "--population", "mixed-0.9/0.2"]
     assert mod.main([*argv, "--scale", "0.2", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
@@ -100,11 +94,7 @@ def test_a_configured_policy_is_found_among_the_simulations_rows(tmp_path: Path)
 
 
 def test_default_durations_are_the_simulators_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = importlib.util.spec_from_file_location("goals_matrix", ROOT / "scripts" / "goals_matrix.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "goals_matrix", mod)
-    spec.loader.exec_module(mod)
+    mod = load_script("goals_matrix")
     seen: dict[str, Any] = {}
 
     def fake_run_matrix(profiles: Any, **kw: Any) -> list[Any]:
@@ -126,3 +116,26 @@ def test_default_durations_are_the_simulators_own(monkeypatch: pytest.MonkeyPatc
     assert tuple(seen["sweep_levels"]) == DEFAULT_SWEEP_LEVELS
     assert mod.main(["--profile", "h200-llama8b", "--workload", "ramp"]) == 0
     assert seen["workloads"] == {"ramp": 60.0} and tuple(seen["sweep_levels"]) == (1, 8, 64)
+
+
+def test_command_inputs_label_a_config_and_refuse_unknown_names_before_any_run() -> None:
+    policy, label = command_inputs('{"name": "cost_model", "switch_margin": 0.03}', ["h200-llama8b"])
+    assert policy == {"name": "cost_model", "switch_margin": 0.03} and label != "cost_model"
+    assert "0.03" in label  # the simulator labels a config by what differs from the defaults
+    assert command_inputs("static", []) == ("static", "static")
+    with pytest.raises(ConfigError, match="unknown policy 'nosuch'"):
+        command_inputs("nosuch", [])
+    with pytest.raises(ValueError, match="unknown profile 'nope'"):
+        command_inputs("cost_model", ["h200-llama8b", "nope"])
+
+
+def test_the_script_refuses_an_unknown_profile_before_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    mod = load_script("goals_matrix")
+    ran: list[Any] = []
+    monkeypatch.setattr(mod, "run_matrix", lambda *a, **kw: ran.append(a) or [])
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--profile", "h200-llama8b", "--profile", "nope"])
+    assert exc.value.code == 2 and ran == []
+    assert "unknown profile 'nope'" in capsys.readouterr().err
