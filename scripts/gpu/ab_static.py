@@ -597,11 +597,12 @@ PAIRED_LABEL = {v: "static-0" for v in MIXED}
 PAIRED_PRE_LABEL = {v: "static" for v in MIXED}
 
 
-def run_paired(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
+def run_paired(
+    args: argparse.Namespace, variants: list[str], pins: list[list[int]] | None = None
+) -> dict[str, Any]:
     """Every variant's engine at once, the batches rotating across them; the ratios of each variant to the
-    first one, batch next to batch."""
+    first one, batch next to batch. ``pins``: each variant's CPUs (``paired.cpu_sets``), or None."""
     argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a not in ("--paired", "--pin-cpus")]]
-    pins = paired.cpu_sets(len(variants), sorted(os.sched_getaffinity(0))) if args.pin_cpus else None
     children: dict[str, paired.Child] = {}
     started = time.time()
     for i, v in enumerate(variants):
@@ -758,13 +759,14 @@ def main() -> int:
         if unknown or len(variants) < 2:
             print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
             return 2
+        pins = None
         if args.pin_cpus:
             try:
-                paired.cpu_sets(len(variants), sorted(os.sched_getaffinity(0)))
+                pins = paired.cpu_sets(len(variants), sorted(os.sched_getaffinity(0)))
             except ValueError as exc:
                 print(f"--pin-cpus: {exc}", file=sys.stderr)
                 return 2
-        res = run_paired(args, variants)
+        res = run_paired(args, variants, pins)
         print(json.dumps({k: res[k] for k in ("median_tok_s", "ratio_to_first", "lossless")}), flush=True)
         return 0
     if args.one:
