@@ -284,7 +284,7 @@ def attach(
             settings,
             engine="sglang",
             engine_version=version,
-            path=worker_path(version, _overlap_on(worker)),
+            path=worker_path(version, overlap_on(worker)),
             allowed_steps=sorted(set(settings.policy.candidate_steps()) | {initial}),
             default_steps=initial,
             rank=rank,
@@ -315,7 +315,7 @@ def _before_run_batch(scheduler: Any, batch: Any = None, *args: Any, **kwargs: A
     return None
 
 
-def _overlap_on(worker: Any) -> bool:
+def overlap_on(worker: Any) -> bool:
     try:
         from sglang.srt.runtime_context import get_schedule
 

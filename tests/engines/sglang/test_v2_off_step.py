@@ -16,7 +16,7 @@ import torch
 import v2_support as vs
 from conftest import requires_version
 
-pytestmark = requires_version("0.5.17")
+pytestmark = requires_version("0.5.17", "0.5.23")
 
 STRIDE = 100  # req_to_token[row, p] = row * STRIDE + p
 
@@ -26,8 +26,18 @@ def _single_process() -> Any:
     """No process groups on CPU: SGLang's own override says this process is its whole parallel world."""
     from sglang.srt.runtime_context import get_parallel
 
-    with get_parallel().override(moe_ep_size=1):
+    widths = {"moe_ep_size": 1, "attn_dcp_size": 1}  # 0.5.17 knows the first only
+    try:
+        override = get_parallel().override(**widths)
+        override.__enter__()
+    except (ValueError, KeyError, TypeError):
+        widths.pop("attn_dcp_size")
+        override = get_parallel().override(**widths)
+        override.__enter__()
+    try:
         yield
+    finally:
+        override.__exit__(None, None, None)
 
 
 def _slot(row: int, p: int) -> int:
@@ -255,3 +265,77 @@ def test_switching_every_step_stays_exact() -> None:
         ran, spec = e.catch_up()
         assert ran and e.expected_kv_problems() == []
         e.topk_p, e.topk_index, e.hidden = spec.topk_p, spec.topk_index, spec.hidden_states
+
+
+class _Script:
+    """A policy that plays a fixed list of depths and records what it was told."""
+
+    def __init__(self, depths: list[int]) -> None:
+        self.depths = depths
+        self.seen: list[Any] = []
+
+    def decide(self, stats: Any) -> Any:
+        from specpolicy import SpecMode
+
+        self.seen.append(stats)
+        return SpecMode.of(self.depths[(len(self.seen) - 1) % len(self.depths)])
+
+    def reset(self) -> None:
+        pass
+
+
+def test_the_worker_wrappers_route_each_decision_and_feed_acceptance_back() -> None:
+    """``forward_batch_generation``: depth 0 runs the off step (SGLang's own step never runs), any other
+    depth catches the drafter up first and then runs SGLang's own step with the depth activated; the
+    scheduler's ``on_verify_complete_cpu`` reaches the policy as that step's acceptance."""
+    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
+    from specpolicy.adapters.sglang.v2 import step
+
+    e = Engine(eagle=False, prompts={1: 5, 2: 7})
+    policy = _Script([0, 0, 3, 0, 3])
+    rt = AdapterRuntime(
+        AdapterSettings.build({"name": "alternate", "depths": [0, 3]}, metrics=False),
+        engine="sglang",
+        engine_version="test",
+        path="test",
+        allowed_steps=(0, 3),
+        default_steps=3,
+        policy=policy,
+    )
+    e.st.params = SpecPolicyParams(rt, 3, engine_candidates=[3])
+    setattr(e.worker, step.ATTR, e.st)  # what ``install.attach`` leaves on the worker
+    activated: list[int] = []
+    e.st.controller = SimpleNamespace(_activate=activated.append)
+    e.worker.speculative_num_steps = 1  # the controller's live state differs from the decided depth
+    ran_own: list[list[int]] = []
+
+    def sglang_step(worker: Any, batch: Any, **kwargs: Any) -> Any:
+        step.activate_wrapper(lambda *a: None)(worker, int(batch.seq_lens.shape[0]))
+        ran_own.append(list(e.seq))
+        assert e.expected_kv_problems() == [], "the drafter is exact before SGLang's own step"
+        return "sglang-result"
+
+    forward = step.forward_wrapper(sglang_step)
+    feedback = step.feedback_wrapper(lambda *a, **k: None)
+    kinds = []
+    for _ in range(5):
+        batch = e.batch()
+        out = forward(e.worker, batch, on_publish=lambda lens: None)
+        if out == "sglang-result":
+            kinds.append("spec")
+            feedback(e.worker, [2, 1], batch_size=2)
+        else:
+            kinds.append("off")
+            e.seq = out.new_seq_lens.tolist()
+            e.bonus = out.next_draft_input.bonus_tokens.tolist()
+            for r, t in zip(e.reqs, out.next_token_ids.tolist(), strict=True):
+                r.output_ids.append(t)
+            feedback(e.worker, [0, 0], batch_size=2)
+    assert kinds == ["off", "off", "spec", "off", "spec"]
+    assert activated == [3, 3]
+    assert len(ran_own) == 2 and e.st.lag.catch_ups == 2
+    # each decision after the first saw the previous step's depth and acceptance
+    last = [(s.last_num_steps, s.accepted_draft_tokens) for s in policy.seen[1:]]
+    assert last[0] == (0, None) and last[2] == (3, [2, 1])

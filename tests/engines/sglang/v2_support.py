@@ -66,9 +66,28 @@ class Req:
     token_type_ids: Any = None
 
 
+def _kv_index_translator(is_draft: bool) -> Any:
+    """0.5.23+: the runner's real translator of KV ids, for a plain (non-translating) pool; None before."""
+    try:
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        return None
+    return KVIndexTranslator(
+        req_to_token=torch.zeros(1, 1, dtype=torch.int32),
+        token_to_kv_pool_allocator=object(),
+        token_to_kv_pool=object(),
+        page_size=1,
+        device="cpu",
+        is_draft_worker=is_draft,
+    )
+
+
 def model_runner(*, is_draft: bool, spec: Any) -> Any:
     """The model-runner attributes ``ForwardBatch.init_new`` reads on CPU."""
     return SimpleNamespace(
+        kv_index_translator=_kv_index_translator(is_draft),
+        lora_manager=None,
+        prefill_attention_backend_str="torch_native",
         device="cpu",
         is_draft_worker=is_draft,
         spec_algorithm=spec,
@@ -78,7 +97,9 @@ def model_runner(*, is_draft: bool, spec: Any) -> Any:
             return_hidden_states_mode=None,
             enable_return_hidden_states=False,
         ),
-        model_config=SimpleNamespace(model_is_mrope=False, is_encoder_decoder=False, hidden_size=HIDDEN),
+        model_config=SimpleNamespace(
+            model_is_mrope=False, is_encoder_decoder=False, hidden_size=HIDDEN, requires_mm_token_modalities=False
+        ),
         ngram_embedding_manager=SimpleNamespace(enabled=False),
         dcp_size=1,
         attn_backend=SimpleNamespace(name="verify-attn"),
@@ -168,8 +189,17 @@ class KVDraftRunner:
 
 
 class DraftWorker:
+    """The draft worker's placement: 0.5.20+ resolves a ``parallel_layout`` (no TP group here), earlier
+    releases enter ``draft_tp_context`` with the runner's group."""
+
     def __init__(self, runner: KVDraftRunner) -> None:
+        import inspect
+
+        import sglang.srt.speculative.spec_utils as su
+
         self.draft_runner = runner
+        if "layout" in inspect.signature(su.draft_tp_context).parameters:
+            self.parallel_layout = SimpleNamespace(tp_group=None, disable_cp=False)
 
     def draft_tp_context(self, group: Any) -> Any:
         return nullcontext()

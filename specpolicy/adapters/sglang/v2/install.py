@@ -22,7 +22,7 @@ from ..._support import installed_version, refuse_or_warn
 from ...runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
-from ..adaptive import SpecPolicyParams, tp_info
+from ..adaptive import SpecPolicyParams, overlap_on, tp_info
 from ..legacy import hooks as patching
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
@@ -171,7 +171,7 @@ def _bridge(worker: Any, settings: AdapterSettings) -> Bridge | None:
     engine_steps = sorted(set(controller.candidate_steps) - {0}) if controller is not None else [launch]
     version = installed_version("sglang") or "unknown"
     rank, world, cpu_group = tp_info()
-    overlap = not bool(getattr(worker.server_args, "disable_overlap_schedule", False))
+    overlap = overlap_on(worker)
     path = f"{type(worker).__name__}, {'overlap' if overlap else 'non-overlap'}"
     attached: list[step.V2State] = []  # filled by ``attach``; the metrics read its totals
     try:

@@ -257,6 +257,7 @@ def catch_up(worker: Any, batch: Any, st: V2State, now: int | None = None) -> bo
     view.top_logprobs_nums = None
     view.token_ids_logprobs = None
     view.is_extend_in_batch = True
+    view.decoding_reqs = view.reqs  # running requests, not a prefill's last chunk (0.5.23 asks)
     view.spec_info = EagleDraftExtendInput(
         hidden_states=inputs.hidden, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1
     )
@@ -308,8 +309,15 @@ class _draft_context:
         )
 
         self._stack = ExitStack()
+        layout = getattr(draft_worker, "parallel_layout", None)
+        if layout is not None:  # 0.5.20+: a module function over the draft's resolved placement
+            from sglang.srt.speculative.spec_utils import draft_tp_context
+
+            tp = draft_tp_context(layout)
+        else:  # 0.5.13 - 0.5.19: the draft worker's own method over its runner's TP group
+            tp = draft_worker.draft_tp_context(draft_worker.draft_runner.tp_group)
         self._parts = (
-            draft_worker.draft_tp_context(draft_worker.draft_runner.tp_group),
+            tp,
             speculative_moe_backend_context(),
             speculative_moe_a2a_backend_context(),
         )
