@@ -98,7 +98,10 @@ def model_runner(*, is_draft: bool, spec: Any) -> Any:
             enable_return_hidden_states=False,
         ),
         model_config=SimpleNamespace(
-            model_is_mrope=False, is_encoder_decoder=False, hidden_size=HIDDEN, requires_mm_token_modalities=False
+            model_is_mrope=False,
+            is_encoder_decoder=False,
+            hidden_size=HIDDEN,
+            requires_mm_token_modalities=False,
         ),
         ngram_embedding_manager=SimpleNamespace(enabled=False),
         dcp_size=1,
