@@ -159,10 +159,19 @@ class Bridge:
     attached: list[step.V2State]
 
 
+def settings_problem(settings: AdapterSettings) -> str | None:
+    """Settings of the legacy route that this route does not offer."""
+    if settings.off_step != "decode":
+        return f"off_step={settings.off_step!r}: on SGLang 0.5.13+ the off step is the target's decode"
+    if settings.draft_catch_up == "per_step":
+        return "draft_catch_up='per_step': on SGLang 0.5.13+ the drafter is caught up on resume (auto, lazy)"
+    return None
+
+
 def _bridge(worker: Any, settings: AdapterSettings) -> Bridge | None:
     """The policy bridge for ``worker``, installed in its adaptive controller when it has one; None (after
     refusing or warning) when the worker is one the adapter cannot drive."""
-    reason = unsupported_reason(worker)
+    reason = unsupported_reason(worker) or settings_problem(settings)
     if reason is not None:
         _fail(settings, reason)
         return None
