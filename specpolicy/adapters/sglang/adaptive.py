@@ -1,23 +1,23 @@
-"""SGLang 0.5.20+ (tested: 0.5.23): a specpolicy policy drives SGLang's own ``AdaptiveController``.
+"""The policy bridge to SGLang's ``AdaptiveController`` (0.5.13+), and the settings it may carry.
 
-SGLang already owns the hard part here: one prebuilt runtime state (draft/verify/extend backends and CUDA
-graphs)
-per candidate depth, swapped between rounds, and a native steps=0 "trivial verify" that keeps the draft
-model's
-KV cache and EAGLE-3 hidden states in step. Its controller accepts any object with the ``AdaptiveSpecPolicy``
-members; ``SpecPolicyParams`` is that object, backed by an ``AdapterRuntime``.
+``SpecPolicyParams`` has the members of SGLang's ``AdaptiveSpecPolicy`` (a Protocol from 0.5.20; the same
+members the controller calls on 0.5.13 to 0.5.19), backed by an ``AdapterRuntime``. The v2 route
+(``v2/install.py``) puts it into the controller's params slot, so the controller builds runtime states for
+the policy's speculative depths only, and calls it from its own wrappers of the worker's decision and
+feedback points; depth 0 is the v2 route's decode step, never a controller state.
 
 Where each StepStats field comes from (all CPU data the engine already has; nothing adds a GPU sync):
 
-* batch size: ``get_steps_for_batch(batch_size)``, called by ``activate_step_by_batch`` on every decode
-  round before drafting; the decision is applied there.
+* batch size: ``get_steps_for_batch(batch_size)``, called once per decode round before drafting; the
+  decision is applied there.
 * accepted drafts: ``on_verify_complete(num_correct_drafts_per_req, batch_size)``, fed by the scheduler after
   its asynchronous copy of ``accept_lens``. With overlap scheduling it arrives one round late, so the
   depth each round ran with is kept in a FIFO and matched to its feedback (``last_num_steps`` is that round's
   depth).
-* waiting queue and context lengths: a BEFORE hook on ``Scheduler.run_batch`` (same thread, just before the
-  worker runs the batch) reads ``len(waiting_queue)`` and, every ``SEQ_LEN_EVERY`` rounds or when the batch
-  size changes, the mean of ``req.seqlen`` (an O(batch) Python sum, so it is sampled, not done every round).
+* waiting queue and context lengths: ``note_batch``, called from the v2 route's wrapper of
+  ``Scheduler.run_batch`` (same thread, just before the worker runs the batch), reads ``len(waiting_queue)``
+  and, every ``SEQ_LEN_EVERY`` rounds or when the batch size changes, the mean of ``req.seqlen`` (an
+  O(batch) Python sum, so it is sampled, not done every round).
 * step time (``last_step_time_s``): the interval between the feedback of the previous decode round and the
   feedback of the round it is reported with (``time.perf_counter`` in ``on_verify_complete``). SGLang calls
   that right after its own wait for the round's results, so the interval runs from the end of the round
@@ -41,18 +41,17 @@ from collections import deque
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
+from ..runtime import AdapterRuntime
 from ..settings import AdapterSettings
-from ..tp import BroadcastSync
 from .request_ids import request_ids
 
 __all__ = [
     "SpecPolicyParams",
     "CONFIG_KEY",
-    "HOOK_TARGETS",
-    "install",
     "settings_from_adaptive_config",
-    "active_params",
+    "resolve_settings",
+    "tp_info",
+    "overlap_on",
 ]
 
 log = logging.getLogger("specpolicy.sglang")
@@ -62,26 +61,6 @@ _clock = time.perf_counter  # module-level so tests can drive a simulated clock
 #: non-integer top-level keys for routing).
 CONFIG_KEY = "specpolicy"
 SEQ_LEN_EVERY = 16
-
-WORKER_INIT = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.__init__"
-RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"
-#: Every engine attribute the adapter hooks or calls, for the contract tests and ``specpolicy doctor``.
-HOOK_TARGETS: tuple[str, ...] = (
-    WORKER_INIT,
-    RUN_BATCH,
-    "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.activate_step_by_batch",
-    "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.on_verify_complete",
-    "sglang.srt.speculative.adaptive_spec_params.resolve_candidate_steps_from_config",
-    "sglang.srt.speculative.adaptive_spec_params.adaptive_unsupported_reason",
-    "sglang.srt.plugins.hook_registry.HookRegistry.register",
-)
-
-_ACTIVE: SpecPolicyParams | None = None
-
-
-def active_params() -> SpecPolicyParams | None:
-    """The bridge installed in this process, if any."""
-    return _ACTIVE
 
 
 class SpecPolicyParams:
@@ -189,7 +168,7 @@ class SpecPolicyParams:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Installation (runs in every process where SGLang loads plugins; the hooks act only in scheduler processes)
+# Settings and the process's place (read when the v2 route attaches to a worker)
 
 
 def settings_from_adaptive_config(cfg_path: str | None) -> AdapterSettings | None:
@@ -240,81 +219,6 @@ def tp_info() -> tuple[int, int, Any]:
     return dp_rank * tp_size + tp_rank, tp_size, cpu_group
 
 
-def _after_worker_init(result: Any, worker: Any, *args: Any, **kwargs: Any) -> None:
-    from sglang.srt.runtime_context import get_spec
-
-    spec = get_spec()
-    cfg_path = getattr(spec, "speculative_adaptive_config", None)
-    settings = resolve_settings(cfg_path)
-    if settings is not None:
-        attach(worker, settings, cfg_path, adaptive_on=bool(getattr(spec, "speculative_adaptive", False)))
-    return None
-
-
-def attach(
-    worker: Any, settings: AdapterSettings, cfg_path: str | None, *, adaptive_on: bool = True
-) -> SpecPolicyParams | None:
-    """Put the policy into ``worker.adaptive_controller`` (an EAGLEWorkerV2 right after its ``__init__``).
-
-    Refuses (AdapterInstallError, or an error log with ``on_install_failure="warn"``) when SGLang runs no
-    adaptive controller or when the policy may choose a depth outside the configured candidate steps.
-    """
-    global _ACTIVE
-    controller = getattr(worker, "adaptive_controller", None)
-    if controller is None:
-        if not getattr(worker, "_hosts_draft", True):
-            return None  # pipeline parallelism: only the last stage drafts and decides
-        _refuse_or_warn(settings, _why_no_controller(worker, adaptive_on))
-        return None
-    from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
-
-    from .versions import installed_version, worker_path
-
-    version = installed_version() or "unknown"
-    engine_steps = resolve_candidate_steps_from_config(cfg_path)
-    initial = int(worker.speculative_num_steps)
-    try:
-        check_candidate_steps(
-            settings.policy.candidate_steps(),
-            engine_steps,
-            where="the candidate steps of --speculative-adaptive-config",
-        )
-        rank, world, cpu_group = tp_info()
-        runtime = AdapterRuntime(
-            settings,
-            engine="sglang",
-            engine_version=version,
-            path=worker_path(version, overlap_on(worker)),
-            allowed_steps=sorted(set(settings.policy.candidate_steps()) | {initial}),
-            default_steps=initial,
-            rank=rank,
-            world_size=world,
-            sync_factory=(lambda: BroadcastSync(cpu_group)) if cpu_group is not None else None,
-            header={"adaptive_config": cfg_path, "engine_candidate_steps": engine_steps},
-        )
-    except AdapterInstallError as exc:
-        _refuse_or_warn(settings, str(exc))
-        return None
-    params = SpecPolicyParams(runtime, initial)
-    controller.params = params
-    _ACTIVE = params
-    line = runtime.startup_line()
-    if rank == 0:
-        log.info(line)
-    else:
-        log.debug(line)
-    return params
-
-
-def _before_run_batch(scheduler: Any, batch: Any = None, *args: Any, **kwargs: Any) -> None:
-    params = _ACTIVE
-    if params is not None:
-        batch = kwargs.get("batch", batch)
-    if params is not None and batch is not None:
-        params.note_batch(scheduler, batch)
-    return None
-
-
 def overlap_on(worker: Any) -> bool:
     try:
         from sglang.srt.runtime_context import get_schedule
@@ -322,36 +226,3 @@ def overlap_on(worker: Any) -> bool:
         return not bool(get_schedule().disable_overlap_schedule)
     except Exception:
         return not bool(getattr(getattr(worker, "server_args", None), "disable_overlap_schedule", False))
-
-
-def _why_no_controller(worker: Any, adaptive_on: bool) -> str:
-    if not adaptive_on:
-        reason = "SGLang's adaptive speculation is off"
-        try:
-            from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
-
-            why = adaptive_unsupported_reason(worker.server_args)
-            if why:
-                reason = f"SGLang disabled its adaptive speculation: {why}"
-        except Exception:
-            pass
-        return (
-            f"{reason}. On SGLang 0.5.20+ specpolicy drives SGLang's AdaptiveController, so the server needs "
-            "--speculative-adaptive and a --speculative-adaptive-config whose candidate steps include the "
-            "policy's (specpolicy-sglang adds both when they are missing)"
-        )
-    return "the speculative worker has no adaptive controller"
-
-
-def _refuse_or_warn(settings: AdapterSettings, reason: str) -> None:
-    if settings.on_install_failure == "refuse":
-        raise AdapterInstallError(f"specpolicy cannot run the policy: {reason}")
-    log.error("specpolicy: NOT ACTIVE, the server runs without the policy: %s", reason)
-
-
-def install() -> None:
-    """Register the hooks with SGLang's HookRegistry (applied by ``load_plugins``)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(WORKER_INIT, _after_worker_init, HookType.AFTER)
-    HookRegistry.register(RUN_BATCH, _before_run_batch, HookType.BEFORE)

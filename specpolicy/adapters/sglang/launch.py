@@ -6,10 +6,13 @@ one exits non-zero naming the field whether or not SGLang is installed. The vali
 SGLang's spawned scheduler processes in the environment (``SPECPOLICY_CONFIG``), where the plugin entry point
 picks them up.
 
-On 0.5.20+ the policy drives SGLang's AdaptiveController, so the launcher adds ``--speculative-adaptive``
+On 0.5.13+ (the v2 route) a policy with more than one speculative depth on an EAGLE / EAGLE-3 chain
+(topk 1) drives SGLang's AdaptiveController for those depths, so the launcher adds ``--speculative-adaptive``
 and, when the user gave no ``--speculative-adaptive-config``, writes one whose candidate steps are the
-policy's (plus the launch depth). A user-given config is checked now: the policy's depths must be among its
-candidate steps.
+policy's positive depths plus the launch depth (depth 0 is the decode step, never a controller state). A
+user-given config is checked now: the policy's positive depths must be among its candidate steps. Any other
+setup (a draft model, an EAGLE-3 tree, a policy with one speculative depth) passes through unchanged and the
+policy runs on/off at the launch depth.
 """
 
 from __future__ import annotations
@@ -203,21 +206,19 @@ def _config_steps(path: str) -> list[int]:
 
 
 def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str]) -> list[str]:
-    """Make SGLang run its AdaptiveController with candidate steps that cover the policy's."""
-    algo = _opt(argv, "--speculative-algorithm") or ""
-    if algo.upper() not in ("EAGLE", "EAGLE3", "NEXTN"):
-        raise AdapterInstallError(
-            f"--speculative-algorithm {algo}: SGLang's adaptive controller, which specpolicy drives on this "
-            "release, supports EAGLE and EAGLE3 (MTP via NEXTN) only"
-        )
-    topk = _opt(argv, "--speculative-eagle-topk")
-    if topk is not None and topk != "1":
-        raise AdapterInstallError(
-            f"--speculative-eagle-topk {topk}: SGLang's adaptive controller needs topk=1 (it would "
-            "silently turn itself off); drop the option or pass 1"
-        )
+    """Make SGLang run its AdaptiveController with candidate steps that cover the policy's positive depths,
+    where the policy has several and SGLang's controller can run them; else ``argv`` unchanged."""
     out = list(argv)
-    policy_steps = set(settings.policy.candidate_steps())
+    policy_steps = {s for s in settings.policy.candidate_steps() if s > 0}
+    algo = (_opt(argv, "--speculative-algorithm") or "").upper()
+    topk = _opt(argv, "--speculative-eagle-topk")
+    if len(policy_steps) < 2 or algo not in ("EAGLE", "EAGLE3", "NEXTN") or topk not in (None, "1"):
+        if len(policy_steps) > 1:
+            notes.append(
+                f"the policy's depths {sorted(policy_steps)} run on/off at the launch depth: SGLang's "
+                "adaptive controller serves EAGLE / EAGLE3 chains (topk 1) only"
+            )
+        return out
     if "--speculative-adaptive" not in out:
         out.append("--speculative-adaptive")
         notes.append("added --speculative-adaptive")
@@ -229,8 +230,7 @@ def _adaptive_argv(argv: list[str], settings: AdapterSettings, notes: list[str])
         )
         return out
     if launch is None:
-        positive = sorted(s for s in policy_steps if s > 0)
-        launch = str(positive[-1] if positive else 1)
+        launch = str(max(policy_steps))
         out += ["--speculative-num-steps", launch]
         notes.append(f"added --speculative-num-steps {launch} (the launch depth, also the fallback)")
     steps = sorted(policy_steps | {int(launch)})
@@ -259,7 +259,7 @@ def prepare(argv: Sequence[str]) -> PreparedLaunch:
             )
         version = check_version(installed_version(), settings.allow_untested)
         route = route_for(version)
-        sglang_argv = _adaptive_argv(rest, settings, notes) if route == "adaptive" else list(rest)
+        sglang_argv = _adaptive_argv(rest, settings, notes) if route == "v2" else list(rest)
     except AdapterInstallError as exc:
         if settings.on_install_failure == "refuse":
             raise

@@ -4,7 +4,8 @@ Scheduler processes are spawned, so a patch made in the launching process never 
 does, because SGLang's ``load_plugins()`` runs at the top of every scheduler process. ``register`` checks the
 installed release and hands over to the hook module for it. With specpolicy installed but not configured (no
 ``SPECPOLICY_*`` variable, no ``"specpolicy"`` key in the adaptive config) the hooks find nothing to do and
-SGLang runs exactly as without it.
+SGLang runs exactly as without it. On 0.5.13+ the hooks are installed even then, because the adaptive config
+(read when the worker is built) may carry the settings; on legacy releases only for a configured policy.
 """
 
 from __future__ import annotations
@@ -38,21 +39,19 @@ def register() -> None:
             return
         _refuse_or_warn(settings, exc)
         return
-    if route_for(version) == "adaptive":
-        from . import v0_5_23
-
-        v0_5_23.install()
-        return
-    if settings is None:
-        return  # legacy and v2 hooks are installed only for a configured policy
     if route_for(version) == "v2":
         from . import v2
 
         try:
-            v2.install(settings)
+            v2.install(settings)  # None: the adaptive config may carry them (resolved at attach time)
         except Exception as exc:  # the plugin loader would swallow it
+            if settings is None:
+                log.error("specpolicy: NOT ACTIVE, cannot install the hooks: %s", exc)
+                return
             _refuse_or_warn(settings, exc)
         return
+    if settings is None:
+        return  # the legacy hooks are installed only for a configured policy
     from . import legacy
 
     try:

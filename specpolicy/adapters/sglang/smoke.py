@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -171,13 +170,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if policy is not None:
         settings = AdapterSettings.build(policy, metrics=False)
         os.environ.update(settings.to_env())
-        if route_for(version) == "adaptive":
-            steps = sorted(set(settings.policy.candidate_steps()) | {int(spec["num_steps"])})
-            fd, cfg = tempfile.mkstemp(suffix=".json")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"1": {"candidate_steps": steps}}, fh)
-            kwargs.update(speculative_adaptive=True, speculative_adaptive_config=cfg)
-        elif route_for(version) == "legacy":
+        # 0.5.13+ (v2 route): the plugin reads the settings from the environment in the scheduler; every
+        # run's policy has one positive depth, so no adaptive controller is needed
+        if route_for(version) == "legacy":
             from . import legacy
 
             plan = legacy.prepare_launch(settings)

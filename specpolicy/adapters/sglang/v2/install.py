@@ -1,12 +1,13 @@
 """Installing the 0.5.13+ hooks in a scheduler process; attaching a policy to the worker SGLang builds there.
 
 ``install`` patches classes (idempotent; nothing happens per step until a worker is attached). The worker's
-``init_cuda_graphs`` then attaches: before SGLang captures its graphs the policy bridge takes the adaptive
-controller's params slot (so the controller builds states for the policy's speculative depths only); after
-it, the decode attention backend and CUDA graphs of the off step are built beside SGLang's, the memory they
-take is logged, and the start-up line says which path is live. A problem found there stops the scheduler
-with the reason (``on_install_failure="refuse"``, default) or is logged as an error and SGLang runs
-unchanged (``"warn"``).
+``init_cuda_graphs`` then attaches, with the settings ``install`` was given or, failing those, the ones the
+worker's adaptive config carries under ``"specpolicy"`` (none of either: SGLang runs unchanged). Before
+SGLang captures its graphs the policy bridge takes the adaptive controller's params slot (so the controller
+builds states for the policy's speculative depths only, never for depth 0); after it, the decode attention
+backend and CUDA graphs of the off step are built beside SGLang's, the memory they take is logged, and the
+start-up line says which path is live. A problem found there stops the scheduler with the reason
+(``on_install_failure="refuse"``, default) or is logged as an error and SGLang runs unchanged (``"warn"``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..._support import installed_version, refuse_or_warn
 from ...runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
-from ..adaptive import SpecPolicyParams, overlap_on, tp_info
+from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy import hooks as patching
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
@@ -88,11 +89,8 @@ def hook_plan() -> HookPlan:
 
 
 def install(settings: AdapterSettings | None = None) -> InstallInfo:
-    """Patch SGLang's v2 workers and scheduler in this process (see the module docstring)."""
-    if settings is None:
-        settings = AdapterSettings.from_env()
-        if settings is None:
-            raise ConfigError("policy: missing (pass settings, or set SPECPOLICY_POLICY / SPECPOLICY_CONFIG)")
+    """Patch SGLang's v2 workers and scheduler in this process (see the module docstring). Without
+    ``settings`` they are read at attach time: the environment, then the worker's adaptive config."""
     version = installed_version("sglang") or "unknown"
     _STATE.settings = settings
     if _STATE.info is not None and _STATE.info.installed:
@@ -106,8 +104,10 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
 
 def _init_cuda_graphs_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     def init_cuda_graphs(self: Any, *args: Any, **kwargs: Any) -> Any:
-        settings = _STATE.settings
-        if settings is None or getattr(self, step.ATTR, None) is not None:
+        if getattr(self, step.ATTR, None) is not None:
+            return orig(self, *args, **kwargs)
+        settings = _STATE.settings or _config_settings(self)
+        if settings is None:  # nothing configured: SGLang runs as without specpolicy
             return orig(self, *args, **kwargs)
         bridge = _bridge(self, settings)  # before SGLang builds the controller's states
         out = orig(self, *args, **kwargs)
@@ -116,6 +116,26 @@ def _init_cuda_graphs_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
         return out
 
     return init_cuda_graphs
+
+
+def adaptive_config_path(worker: Any) -> str | None:
+    """The worker's ``--speculative-adaptive-config`` (SGLang's resolved spec config, else its args)."""
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        path = getattr(get_spec(), "speculative_adaptive_config", None)
+    except Exception:
+        path = None
+    return path or getattr(getattr(worker, "server_args", None), "speculative_adaptive_config", None)
+
+
+def _config_settings(worker: Any) -> AdapterSettings | None:
+    """Settings from the environment, else from the adaptive config; an invalid one stops the scheduler."""
+    path = adaptive_config_path(worker)
+    try:
+        return resolve_settings(path)
+    except ConfigError as exc:
+        raise ConfigError(f"specpolicy settings in {path or 'the environment'} are invalid:\n{exc}") from None
 
 
 # ------------------------------------------------------------------------------------------------- attach
@@ -177,7 +197,9 @@ def _bridge(worker: Any, settings: AdapterSettings) -> Bridge | None:
         return None
     launch = int(worker.speculative_num_steps)
     controller = getattr(worker, "adaptive_controller", None)
+    # the depths the adaptive config prepares, less 0 (the decode step serves it, never a controller state)
     engine_steps = sorted(set(controller.candidate_steps) - {0}) if controller is not None else [launch]
+    policy_steps = sorted(set(settings.policy.candidate_steps()) - {0})
     version = installed_version("sglang") or "unknown"
     rank, world, cpu_group = tp_info()
     overlap = overlap_on(worker)
@@ -186,10 +208,11 @@ def _bridge(worker: Any, settings: AdapterSettings) -> Bridge | None:
     try:
         if controller is not None:
             check_candidate_steps(
-                sorted(set(settings.policy.candidate_steps()) - {0}),
-                engine_steps,
-                where="the candidate steps of --speculative-adaptive-config",
+                policy_steps, engine_steps, where="the candidate steps of --speculative-adaptive-config"
             )
+            # states for the policy's depths and the launch depth only: a configured depth the policy
+            # never chooses would cost its graphs and backends for nothing
+            engine_steps = sorted(set(policy_steps) | {launch})
         runtime = AdapterRuntime(
             settings,
             engine="sglang",
