@@ -62,7 +62,10 @@ def _time(step: Callable[[int], None], steps: int, repeats: int, best: bool = Fa
 
 
 def sglang_adaptive(settings: AdapterSettings, batch: int) -> Callable[[int], None]:
-    from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams  # the module's name at 1f76902 too
+    try:
+        from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
+    except ImportError:  # its name at 1f76902
+        from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams  # type: ignore[no-redef]
 
     params = SpecPolicyParams(_runtime(settings, ALLOWED), DEPTH)
     get, feed = params.get_steps_for_batch, params.on_verify_complete

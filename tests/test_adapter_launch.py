@@ -83,11 +83,11 @@ def test_version_rules() -> None:
     assert [
         route_for(v)
         for v in ("0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.19", "0.5.20", "0.5.23", "0.6.0")
-    ] == ["legacy", "legacy", "v2", "v2", "adaptive", "adaptive", "adaptive"]
+    ] == ["legacy", "legacy", "v2", "v2", "v2", "v2", "v2"]
     assert worker_path("0.5.17", overlap=False) == "v2 (EAGLEWorkerV2, non-overlap)"
     assert worker_path("0.5.12.post1", overlap=False).startswith("v1 (EAGLEWorker")
     assert worker_path("0.5.12.post1", overlap=True).startswith("v2 (EAGLEWorkerV2")
-    assert worker_path("0.5.23", overlap=False) == "adaptive-controller (EAGLEWorkerV2, non-overlap)"
+    assert worker_path("0.5.23", overlap=False) == "v2 (EAGLEWorkerV2, non-overlap)"
 
 
 def test_equals_syntax_and_order_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:

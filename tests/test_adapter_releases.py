@@ -62,31 +62,31 @@ def test_an_untested_release_runs_as_the_layout_it_has(version: str | None, layo
 
 
 def test_rows_are_checked_when_written() -> None:
-    adaptive = releases.release("0.5.23")
-    assert adaptive is not None
+    newest = releases.release("0.5.23")
+    assert newest is not None
     with pytest.raises(ValueError, match="since 0.5.24 is newer"):
-        dataclasses.replace(adaptive, since="0.5.24")
+        dataclasses.replace(newest, since="0.5.24")
     with pytest.raises(ValueError, match="PEP 440"):
-        dataclasses.replace(adaptive, version="latest")
+        dataclasses.replace(newest, version="latest")
     with pytest.raises(ValueError, match="overlap_resolve must name one of its hooks"):
-        dataclasses.replace(adaptive, route="legacy", overlap_resolve="_resolve_nothing")
+        dataclasses.replace(newest, route="legacy", overlap_resolve="_resolve_nothing")
 
 
 def _with_rows(monkeypatch: pytest.MonkeyPatch, *rows: Release) -> None:
     monkeypatch.setattr(releases, "RELEASES", (*releases.RELEASES, *rows))
 
 
-def test_a_new_adaptive_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_v2_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
     newest = releases.RELEASES[-1]
     _with_rows(monkeypatch, dataclasses.replace(newest, version="0.5.30", since="0.5.30"))
     assert versions.check_version("0.5.30") == "0.5.30"  # tested now: no allow_untested needed
     with pytest.raises(versions.UnsupportedVersion, match=r"0\.5\.29 is not supported.*0\.5\.23, 0\.5\.30"):
         versions.check_version("0.5.29")
-    assert versions.route_for("0.5.31") == "adaptive"
-    # the launcher accepts it and takes the adaptive route
+    assert versions.route_for("0.5.31") == "v2"
+    # the launcher accepts it and takes the v2 route (SGLang's controller for several EAGLE depths)
     monkeypatch.setattr(launch, "installed_version", lambda: "0.5.30")
-    plan = launch.prepare([*ALGO, "--spec-policy", "static"])
-    assert plan.route == "adaptive" and "--speculative-adaptive" in plan.sglang_argv
+    plan = launch.prepare([*ALGO, "--spec-policy", '{"name": "alternate", "depths": [0, 1, 3]}'])
+    assert plan.route == "v2" and "--speculative-adaptive" in plan.sglang_argv
     # the doctor lists it as tested and checks its hooks
     checked: list[str] = []
 

@@ -1,4 +1,5 @@
-"""SpecPolicyParams (the 0.5.23 bridge) without SGLang: feedback is matched to the round that produced it.
+"""SpecPolicyParams (the policy in SGLang's AdaptiveController, 0.5.13+) without SGLang: feedback is
+matched to the round that produced it.
 
 With overlap scheduling SGLang decides round N+1 before round N's acceptance reaches the CPU, so decisions and
 feedback interleave arbitrarily (feedback never outruns decisions). Whatever the interleaving, the policy must
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 from specpolicy import SpecMode, StepStats
 from specpolicy.adapters.runtime import AdapterRuntime
 from specpolicy.adapters.settings import AdapterSettings
-from specpolicy.adapters.sglang import v0_5_23
-from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams
+from specpolicy.adapters.sglang import adaptive
+from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
 
 DEPTHS = (0, 1, 3)
 
@@ -66,8 +67,8 @@ def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list
     fed_at: list[float] = []  # when each round's feedback arrived
     expected_last: int | None = None  # depth of the newest round with feedback
     clock = [10.0]
-    saved = v0_5_23._clock
-    v0_5_23._clock = lambda: clock[0]
+    saved = adaptive._clock
+    adaptive._clock = lambda: clock[0]
     try:
         for i, is_decision in enumerate(events):
             clock[0] += 0.001 * (1 + i % 7) + 0.0001 * i
@@ -95,7 +96,7 @@ def test_feedback_is_attributed_to_its_own_round(script: list[int], events: list
                 fed_at.append(clock[0])
                 expected_last = depth
     finally:
-        v0_5_23._clock = saved
+        adaptive._clock = saved
     assert params.candidate_steps == list(DEPTHS)
 
 

@@ -62,54 +62,63 @@ def test_our_options_are_removed_and_sglangs_pass_untouched(monkeypatch: pytest.
     assert env["policy"] == {"name": "static", "num_steps": 3}
 
 
-@requires_version("0.5.23")
-def test_adaptive_options_are_added_and_sglang_parses_them(tmp_path: Path) -> None:
+DEPTHS = '{"name": "alternate", "depths": [0, 1, 3]}'  # several speculative depths, and off
+
+
+@requires_version("0.5.17", "0.5.23")
+def test_adaptive_options_are_added_for_several_eagle_depths_and_sglang_parses_them() -> None:
     from sglang.srt.server_args import ServerArgs
 
-    plan = launch.prepare([*EAGLE, "--spec-policy", '{"name":"static","num_steps":0}'])
-    assert plan.route == "adaptive"
+    plan = launch.prepare([*EAGLE, "--spec-policy", DEPTHS])
+    assert plan.route == "v2"
     cfg_path = launch._opt(plan.sglang_argv, "--speculative-adaptive-config")
     assert cfg_path is not None
     cfg = json.loads(Path(cfg_path).read_text())
-    assert cfg == {"1": {"candidate_steps": [0, 1]}}  # policy depth 0 plus the launch depth 1
+    # the policy's speculative depths, the deepest the launch depth; no 0: the decode step serves it
+    assert cfg == {"1": {"candidate_steps": [1, 3]}}
     import argparse
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     ns = parser.parse_args(plan.sglang_argv)
-    assert ns.speculative_adaptive is True and ns.speculative_num_steps == 1
+    assert ns.speculative_adaptive is True and ns.speculative_num_steps == 3
     assert ns.speculative_adaptive_config == cfg_path
 
 
-@requires_version("0.5.23")
-def test_user_adaptive_config_must_cover_the_policy(tmp_path: Path) -> None:
-    cfg = tmp_path / "a.json"
-    cfg.write_text(json.dumps({"1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [1]}}))
-    with pytest.raises(AdapterInstallError, match=r"\[0\].*\[1, 3\]"):
-        launch.prepare(
-            [
-                *EAGLE,
-                "--speculative-adaptive-config",
-                str(cfg),
-                "--spec-policy",
-                '{"name":"static","num_steps":0}',
-            ]
-        )
-    ok = launch.prepare([*EAGLE, "--speculative-adaptive-config", str(cfg), "--spec-policy", "static"])
-    assert launch._opt(ok.sglang_argv, "--speculative-adaptive-config") == str(cfg)
-
-
-@requires_version("0.5.23")
+@requires_version("0.5.17", "0.5.23")
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("extra", "policy", "why"),
     [
-        (["--speculative-eagle-topk", "4"], "topk=1"),
-        (["--speculative-algorithm", "STANDALONE"], "EAGLE and EAGLE3"),
+        ([], '{"name": "static", "num_steps": 0}', None),
+        ([], "static", None),
+        (["--speculative-eagle-topk", "4"], DEPTHS, "on/off at the launch depth"),
+        (["--speculative-algorithm", "STANDALONE"], DEPTHS, "on/off at the launch depth"),
     ],
+    ids=["off-only", "one-depth", "eagle3-tree", "draft-model"],
 )
-def test_setups_sglang_adaptive_cannot_run_are_refused_before_launch(extra: list[str], message: str) -> None:
-    with pytest.raises(AdapterInstallError, match=message):
-        launch.prepare([*EAGLE, *extra, "--spec-policy", "static"])
+def test_one_depth_trees_and_draft_models_pass_through(
+    extra: list[str], policy: str, why: str | None
+) -> None:
+    """No adaptive controller where the policy has one speculative depth or SGLang's controller cannot
+    run (trees, draft models): SGLang's arguments pass unchanged, the policy runs on/off at the launch
+    depth."""
+    argv = [*EAGLE, *extra]
+    plan = launch.prepare([*argv, "--spec-policy", policy])
+    assert plan.route == "v2" and plan.sglang_argv == argv
+    said = [n for n in plan.notes if "on/off at the launch depth" in n]
+    assert bool(said) == (why is not None), plan.notes
+
+
+@requires_version("0.5.17", "0.5.23")
+def test_user_adaptive_config_must_cover_the_policys_speculative_depths(tmp_path: Path) -> None:
+    cfg = tmp_path / "a.json"
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [1, 2]}, "32": {"candidate_steps": [1]}}))
+    with pytest.raises(AdapterInstallError, match=r"\[3\].*\[1, 2\]"):
+        launch.prepare([*EAGLE, "--speculative-adaptive-config", str(cfg), "--spec-policy", DEPTHS])
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [0, 1, 3]}}))  # 0 in the user's config is fine
+    ok = launch.prepare([*EAGLE, "--speculative-adaptive-config", str(cfg), "--spec-policy", DEPTHS])
+    assert launch._opt(ok.sglang_argv, "--speculative-adaptive-config") == str(cfg)
+    assert "--speculative-adaptive" in ok.sglang_argv
 
 
 def test_no_speculation_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +126,7 @@ def test_no_speculation_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--speculative-algorithm" in capsys.readouterr().err
 
 
-@requires_version("0.5.23")
+@requires_version("0.5.17", "0.5.23")
 def test_main_hands_sglang_its_argv_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     called: dict[str, Any] = {}
 
@@ -185,10 +194,7 @@ def test_legacy_main_starts_sglang_with_the_scheduler_function(monkeypatch: pyte
     argv = [*EAGLE, "--speculative-num-steps", "3", "--spec-policy", "static"]
     assert launch.main(argv) == 0
     assert called["args"].speculative_algorithm == "EAGLE3" and called["args"].speculative_num_steps == 3
-    assert (
-        called["func"]
-        is legacy.prepare_launch(AdapterSettings.build("static")).run_scheduler_process_func
-    )
+    assert called["func"] is legacy.prepare_launch(AdapterSettings.build("static")).run_scheduler_process_func
     assert json.loads(called["env"])["policy"]["name"] == "static"
     monkeypatch.delenv("SPECPOLICY_CONFIG")
 

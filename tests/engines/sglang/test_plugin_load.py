@@ -39,29 +39,37 @@ def test_entry_point_is_installed_for_sglang() -> None:
     assert eps.get("specpolicy") == "specpolicy.adapters.sglang.plugin:register"
 
 
-@requires_version("0.5.23")
-def test_load_plugins_installs_the_hooks_on_0523() -> None:
+@requires_version("0.5.17", "0.5.23")
+@pytest.mark.parametrize("env", [{"SPECPOLICY_POLICY": "static"}, {}], ids=["configured", "not-configured"])
+def test_load_plugins_installs_the_v2_hooks(env: dict[str, str]) -> None:
+    """Installed with or without a policy in the environment (the adaptive config may carry one, read when
+    the worker is built); nothing goes through SGLang's HookRegistry."""
     proc = _run(
         """
         from sglang.srt.plugins import load_plugins
-        from sglang.srt.plugins.hook_registry import HookRegistry
         load_plugins()
         from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
         from sglang.srt.managers.scheduler import Scheduler
-        from specpolicy.adapters.sglang import v0_5_23
-        assert v0_5_23.WORKER_INIT in HookRegistry._patched, HookRegistry._patched
-        assert v0_5_23.RUN_BATCH in HookRegistry._patched
-        assert EAGLEWorkerV2.__init__.__wrapped__.__qualname__ == "EAGLEWorkerV2.__init__"
-        assert Scheduler.run_batch.__wrapped__ is not None
-        print("HOOKED")
+        for name in ("forward_batch_generation", "activate_step_by_batch", "on_verify_complete_cpu",
+                     "init_cuda_graphs"):
+            assert hasattr(getattr(EAGLEWorkerV2, name), "__specpolicy_wrapped__"), name
+        assert hasattr(Scheduler.run_batch, "__specpolicy_wrapped__")
+        try:
+            from sglang.srt.plugins.hook_registry import HookRegistry
+        except ImportError:
+            pass
+        else:
+            assert not any("specpolicy" in repr(v) for v in vars(HookRegistry).values()), vars(HookRegistry)
+        from specpolicy.adapters.sglang.v2 import install
+        print("HOOKED", install._STATE.settings is not None)
         """,
-        {"SPECPOLICY_POLICY": "static"},
+        env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "HOOKED" in proc.stdout
+    assert f"HOOKED {bool(env)}" in proc.stdout
 
 
-@requires_version("0.5.23", "0.5.12.post1")
+@requires_version("0.5.23", "0.5.17", "0.5.12.post1")
 def test_bad_policy_in_the_environment_stops_the_process_naming_the_field() -> None:
     proc = _run(
         "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('SERVED ANYWAY')\n",
@@ -72,9 +80,9 @@ def test_bad_policy_in_the_environment_stops_the_process_naming_the_field() -> N
     assert "static.num_steps" in proc.stderr and "greater than or equal to 0" in proc.stderr
 
 
-@requires_version("0.5.23")
+@requires_version("0.5.17", "0.5.23")
 def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) -> None:
-    """The BEFORE hook on Scheduler.run_batch, given SGLang's own ForwardMode values."""
+    """The v2 route's wrapper of Scheduler.run_batch, given SGLang's own ForwardMode values."""
     from types import SimpleNamespace
 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -82,7 +90,8 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
     from specpolicy import SpecMode, StepStats
     from specpolicy.adapters.runtime import AdapterRuntime
     from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.sglang import v0_5_23
+    from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
+    from specpolicy.adapters.sglang.v2 import step
 
     seen: list[StepStats] = []
 
@@ -103,30 +112,29 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
         default_steps=3,
         policy=Seeing(),
     )
-    params = v0_5_23.SpecPolicyParams(rt, 3)
+    params = SpecPolicyParams(rt, 3)
     reqs = [SimpleNamespace(seqlen=n) for n in (10, 20, 60)]
-    sched = SimpleNamespace(waiting_queue=[object()] * 5)
-    old = v0_5_23._ACTIVE
-    v0_5_23._ACTIVE = params
-    try:
-        v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.DECODE, reqs=reqs))
-        assert params.num_waiting == 5 and params.mean_seq_len == pytest.approx(30.0)
-        for _ in range(2):  # two consecutive decode rounds with their results
-            params.get_steps_for_batch(3)
-            params.on_verify_complete([1, 1, 1], 3)
-        assert rt.policy is not None
-        # a prefill between two decode rounds: the next round's interval holds it, so it has no step time
-        v0_5_23._before_run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.EXTEND, reqs=reqs))
-        params.get_steps_for_batch(3)  # reports the second round, which followed the first directly
-        assert seen[-1].last_step_time_s is not None and seen[-1].num_waiting == 5
-        params.on_verify_complete([1, 1, 1], 3)
-        params.get_steps_for_batch(3)  # reports the round after the prefill
-        assert seen[-1].last_step_time_s is None and seen[-1].last_num_steps == 3
-        params.on_verify_complete([1, 1, 1], 3)
+    worker = SimpleNamespace(**{step.ATTR: SimpleNamespace(params=params)})
+    sched = SimpleNamespace(waiting_queue=[object()] * 5, model_worker=worker)
+    ran: list[object] = []
+    run_batch = step.run_batch_wrapper(lambda self, batch: ran.append(batch))
+    run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.DECODE, reqs=reqs))
+    assert params.num_waiting == 5 and params.mean_seq_len == pytest.approx(30.0)
+    for _ in range(2):  # two consecutive decode rounds with their results
         params.get_steps_for_batch(3)
-        assert seen[-1].last_step_time_s is not None
-    finally:
-        v0_5_23._ACTIVE = old
+        params.on_verify_complete([1, 1, 1], 3)
+    assert rt.policy is not None
+    # a prefill between two decode rounds: the next round's interval holds it, so it has no step time
+    run_batch(sched, SimpleNamespace(forward_mode=ForwardMode.EXTEND, reqs=reqs))
+    params.get_steps_for_batch(3)  # reports the second round, which followed the first directly
+    assert seen[-1].last_step_time_s is not None and seen[-1].num_waiting == 5
+    params.on_verify_complete([1, 1, 1], 3)
+    params.get_steps_for_batch(3)  # reports the round after the prefill
+    assert seen[-1].last_step_time_s is None and seen[-1].last_num_steps == 3
+    params.on_verify_complete([1, 1, 1], 3)
+    params.get_steps_for_batch(3)
+    assert seen[-1].last_step_time_s is not None
+    assert len(ran) == 2  # SGLang's own run_batch ran for both batches
 
 
 @requires_version("0.5.12.post1")

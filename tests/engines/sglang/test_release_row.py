@@ -17,11 +17,9 @@ def _row(version: str) -> releases.Release:
 def test_the_row_matches_the_installed_package(sglang_version: str) -> None:
     row = _row(sglang_version)
     assert row.plugins == (importlib.util.find_spec("sglang.srt.plugins") is not None)
-    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
-
-    # the adaptive route needs SGLang's steps=0 round (a trivial verify), which arrived in 0.5.20
-    adaptive = hasattr(EAGLEWorkerV2, "_build_trivial_verify_input")
-    assert row.route == ("adaptive" if adaptive else "legacy")
+    # the v2 route serves the releases without the v1 worker (0.5.13+: EAGLEWorkerV2 for both schedulers)
+    v2_only = importlib.util.find_spec("sglang.srt.speculative.eagle_worker") is None
+    assert row.route == ("v2" if v2_only else "legacy")
     assert all(why is None for why in check_targets(row.hooks).values()), check_targets(row.hooks)
     if row.route == "legacy":
         from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin

@@ -1,4 +1,5 @@
-"""Contract: every SGLang attribute the 0.5.23 route hooks or calls exists, with the signature it expects.
+"""Contract: what the v2 route relies on in SGLang 0.5.23's AdaptiveController, worker and scheduler, beyond
+the names in the release's hook table (``test_release_row`` resolves those).
 
 If an SGLang release renames or reshapes one of these, this file fails before any server does.
 """
@@ -6,7 +7,8 @@ If an SGLang release renames or reshapes one of these, this file fails before an
 from __future__ import annotations
 
 import inspect
-import pkgutil
+import json
+from pathlib import Path
 
 import pytest
 from conftest import requires_version
@@ -18,18 +20,10 @@ def _params(obj: object) -> list[str]:
     return list(inspect.signature(obj).parameters)  # type: ignore[arg-type]
 
 
-def test_every_hook_target_resolves() -> None:
-    from specpolicy.adapters.sglang.v0_5_23 import HOOK_TARGETS
-
-    for target in HOOK_TARGETS:
-        owner, attr = target.rsplit(".", 1)
-        assert hasattr(pkgutil.resolve_name(owner), attr), target
-
-
 def test_adaptive_policy_protocol_is_what_the_bridge_implements() -> None:
     from sglang.srt.speculative.adaptive_runtime_state import AdaptiveSpecPolicy
 
-    from specpolicy.adapters.sglang.v0_5_23 import SpecPolicyParams
+    from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
 
     members = {n for n in vars(AdaptiveSpecPolicy) if not n.startswith("_")}
     assert members == {
@@ -57,6 +51,11 @@ def test_controller_calls_the_policy_where_the_bridge_expects() -> None:
     src = inspect.getsource(AdaptiveController)
     assert "self.params.get_steps_for_batch(batch_size)" in src
     assert "self.params = policy" in src or "self.params: AdaptiveSpecPolicy = policy" in src
+    # the states built are the params' candidate steps (the bridge's: the policy's speculative depths and
+    # the launch depth, never 0), read when init_states runs, after the bridge took the params slot
+    assert "return self.params.candidate_steps" in inspect.getsource(AdaptiveController.candidate_steps.fget)
+    init = inspect.getsource(AdaptiveController.init_states)
+    assert "for steps in self.candidate_steps:" in init and "build_adaptive_runtime_state(" in init
 
 
 def test_worker_hooks_and_decision_point() -> None:
@@ -71,10 +70,12 @@ def test_worker_hooks_and_decision_point() -> None:
     ]
     src = inspect.getsource(EAGLEWorkerV2.__init__)
     assert "self.adaptive_controller" in src and "AdaptiveController(" in src
+    # the controller's states are built in init_cuda_graphs (wrapped: the bridge is in place before it)
+    assert "self.adaptive_controller.init_states(" in inspect.getsource(EAGLEWorkerV2.init_cuda_graphs)
     fwd = inspect.getsource(EAGLEWorkerV2.forward_batch_generation)
-    # the decision is applied before drafting, and steps=0 has the trivial verify path
+    # SGLang's own decode step applies the depth before drafting: the route's wrapper has decided by then,
+    # and a depth-0 step never reaches it (SGLang's trivial verify is not run)
     assert fwd.index("self.activate_step_by_batch(") < fwd.index("self.draft_worker.draft(batch)")
-    assert "_build_trivial_verify_input" in fwd
     assert _params(EAGLEWorkerV2.on_verify_complete_cpu) == [
         "self",
         "num_correct_drafts_per_req",
@@ -92,12 +93,16 @@ def test_scheduler_feeds_acceptance_from_cpu_and_run_batch_takes_the_batch() -> 
     assert "self.model_worker.on_verify_complete_cpu(" in src
 
 
-def test_adaptive_config_helpers() -> None:
+def test_the_launchers_reading_of_an_adaptive_config_is_sglangs(tmp_path: Path) -> None:
+    """``launch._config_steps`` repeats SGLang's rule (the launcher must not import SGLang early)."""
     from sglang.srt.speculative import adaptive_spec_params as asp
 
+    from specpolicy.adapters.sglang import launch
+
     assert _params(asp.resolve_candidate_steps_from_config) == ["cfg_path"]
-    assert _params(asp.adaptive_unsupported_reason) == ["server_args"]
-    assert _params(asp.AdaptiveSpeculativeParams.__init__) == ["self", "initial_steps", "cfg_path"]
+    cfg = tmp_path / "a.json"
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [0, 3]}, "16": {"candidate_steps": [1]}, "x": 2}))
+    assert launch._config_steps(str(cfg)) == asp.resolve_candidate_steps_from_config(str(cfg)) == [0, 1, 3]
 
 
 @pytest.mark.parametrize("req_attr", ["seqlen"])
@@ -105,10 +110,3 @@ def test_request_exposes_context_length_on_cpu(req_attr: str) -> None:
     from sglang.srt.managers.schedule_batch import Req
 
     assert isinstance(inspect.getattr_static(Req, req_attr), property)
-
-
-def test_hook_registry_api() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    assert {"BEFORE", "AFTER"} <= set(HookType.__members__)
-    assert _params(HookRegistry.register)[:3] == ["target", "hook", "hook_type"]
