@@ -60,7 +60,7 @@ def test_load_plugins_installs_the_v2_hooks(env: dict[str, str]) -> None:
             pass
         else:
             assert not any("specpolicy" in repr(v) for v in vars(HookRegistry).values()), vars(HookRegistry)
-        from specpolicy.adapters.sglang.v2 import install
+        install = sys.modules["specpolicy.adapters.sglang.v2.install"]
         print("HOOKED", install._STATE.settings is not None)
         """,
         env,
