@@ -198,6 +198,13 @@ _V2_HOOKS = (
     Target("sglang.srt.speculative.spec_utils.renorm_draft_probs"),
     Target("sglang.srt.plugins.load_plugins", ()),
 )
+# 0.5.13 - 0.5.19: the draft worker's TP context is entered over its runner's group (0.5.20+: its layout)
+_V2_HOOKS_0_5_17 = (
+    *_V2_HOOKS,
+    Target(
+        "sglang.srt.speculative.spec_utils.draft_tp_context", ("tp_group",), why="the catch-up's TP context"
+    ),
+)
 
 #: The tested releases, oldest first.
 RELEASES: tuple[Release, ...] = (
@@ -217,12 +224,18 @@ RELEASES: tuple[Release, ...] = (
         plugins=True,
         overlap_resolve="_resolve_spec_overlap_tokens",
     ),
-    Release("0.5.17", since="0.5.13", route="v2", hooks=_V2_HOOKS, plugins=True),
+    Release("0.5.17", since="0.5.13", route="v2", hooks=_V2_HOOKS_0_5_17, plugins=True),
     Release(
         "0.5.23",
         since="0.5.20",
         route="adaptive",
-        hooks=tuple(Target(t) for t in _ADAPTIVE_HOOKS),
+        hooks=(
+            *(Target(t) for t in _ADAPTIVE_HOOKS),
+            Target(
+                "sglang.srt.speculative.adaptive_runtime_state.AdaptiveSpecPolicy",
+                why="the bridge's Protocol",
+            ),
+        ),
         plugins=True,
     ),
 )
