@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import ab_static
+import gpu_check
 import pytest
+from fakes.sglang.srt.server_args import FIELDS as FAKE_FIELDS
 from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
 
 from specpolicy.adapters.settings import AdapterSettings
@@ -299,7 +301,10 @@ def fake_sglang(
     seen: list[tuple[dict[str, object], str | None]] = []
     fake = types.ModuleType("sglang")
     fake.Engine = lambda **kw: seen.append((kw, os.environ.get(ENV))) or object()  # type: ignore[attr-defined]
+    fake.__version__ = "0.5.12.post1"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sglang", fake)
+    # the ServerArgs names of 0.5.12.post1 (tests/gpu/fakes; held to the real ones in tests/engines/sglang)
+    monkeypatch.setattr(gpu_check, "server_arg_fields", lambda: frozenset(FAKE_FIELDS))
     return seen
 
 
