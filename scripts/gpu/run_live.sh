@@ -4,7 +4,7 @@
 # wheels, then run scripts/gpu_check.py device.
 # Environment:
 #   GC_BUNDLE  folder holding the bundle written by scripts/gpu/make_bundle.sh (sglang-bundle.tar, or its
-#              split parts part.*); not needed once GC_SITE holds sglang
+#              split parts part.*, there or one per folder p1/, p2/, ...); not needed once GC_SITE holds sglang
 #   GC_WHEELS  folder holding specpolicy-*.whl and specpolicy_gpucheck-*.whl (pip wheel --no-deps), or
 #              "none" with ENGINES=install: SGLang alone (its own engines only; no specpolicy plugin)
 #   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
@@ -26,7 +26,10 @@ if [ ! -d "$SITE/sglang" ]; then
   B=${GC_BUNDLE:?GC_BUNDLE: folder with the offline SGLang bundle}
   mkdir -p /tmp/gc-bundle
   if [ -f "$B/sglang-bundle.tar" ]; then tar xf "$B/sglang-bundle.tar" -C /tmp/gc-bundle || exit 3
-  else cat "$B"/part.* | tar xf - -C /tmp/gc-bundle || exit 3; fi
+  else  # the parts, in $B or one per folder ($B/p1/part.00, ...), joined in the order of their names
+    find "$B" -maxdepth 2 -name 'part.*' -printf '%f %p\n' | sort | cut -d' ' -f2- | xargs cat \
+      | tar xf - -C /tmp/gc-bundle || exit 3
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" /tmp/gc-bundle/wheels/*.whl || exit 4
   tar xzf /tmp/gc-bundle/kslim.tar.gz -C "$SITE" || exit 5
   rm -rf /tmp/gc-bundle
