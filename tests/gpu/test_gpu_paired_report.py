@@ -227,7 +227,13 @@ def test_the_acceptance_of_each_batch_shows_which_engines_did_the_same_thing() -
 def _v2_run() -> dict[str, Any]:
     """A v2-only release's overlap run with the EAGLE-3 head: SGLang's adaptive mode beside ours."""
     return {
-        "variants": ["never_ov", "sglang_eagle3_ov", "adaptive_eagle3_ov", "static_eagle3_ov", "cm_eagle3_ov"],
+        "variants": [
+            "never_ov",
+            "sglang_eagle3_ov",
+            "adaptive_eagle3_ov",
+            "static_eagle3_ov",
+            "cm_eagle3_ov",
+        ],
         "engines": {},
         "batches": {
             "never_ov": {"1": _rows(100, 100, 100), "64": _rows(1000, 1000, 1000)},
