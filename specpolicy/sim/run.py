@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -45,6 +45,10 @@ __all__ = [
 DEFAULT_PROFILE = "seed-k25-tp8-pcie"
 DEFAULT_WORKLOAD = "sweep"
 DEFAULT_CONCURRENCY = (1, 10, 70, 250)
+#: The command line's decide() charge per decode step, in microseconds: a round bound above the measured
+#: median of every shipped policy (cost_model, the dearest, 0.6 us on a 2-core host, docs/performance.md), so
+#: that a report is the same on every run and host. ``--measure-decide-cost`` charges the measured one.
+DEFAULT_DECIDE_COST_US = 1.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,11 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
     )
+    if profile.off_cost == "lazy":
+        # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each (docs/simulator.md).
+        comparators = [
+            replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators
+        ]
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
@@ -213,7 +222,8 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,
             )
-            tasks.append(_Task(spec.profile, spec.off_cost, sc, comp, cfg, spec.track_requests))
+            off = comp.off_cost if comp.off_cost is not None else spec.off_cost
+            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests))
     results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
     outcomes = tuple(
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)

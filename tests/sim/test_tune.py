@@ -150,5 +150,5 @@ def test_tune_cli_prints_json_that_check_config_accepts(capsys: Any) -> None:
     captured = capsys.readouterr()
     cfg = json.loads(captured.out)
     assert cfg["name"] == "threshold"
-    assert "[3/3]" in captured.err and "best goodput" in captured.err
+    assert "[3/3]" in captured.err and "use it: " in captured.err
     assert main(["check-config", json.dumps(cfg)]) == 0
