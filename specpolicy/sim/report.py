@@ -372,8 +372,13 @@ def _off_text(sim: Simulation) -> str:
 
 
 def _outside(sim: Simulation, level: int | None) -> str:
+    """The per-level flag: the profile's measured range, from its ``measured`` field (fitted profiles)
+    or its grids."""
     prof = sim.profile
-    return (
-        f"(OUTSIDE profile {prof.name}'s measured range, batch <= {prof.max_batch_size:g}, context <= "
-        f"{max(prof.seq_lens):g}: costs extrapolated)"
-    )
+    m = prof.spec.measured
+    if m is not None:
+        batch = f"batch {m.batch_size[0]:g}-{m.batch_size[1]:g}"
+        ctx = f", context {m.seq_len[0]:g}-{m.seq_len[1]:g}" if m.seq_len else ""
+    else:
+        batch, ctx = f"batch <= {prof.max_batch_size:g}", f", context <= {max(prof.seq_lens):g}"
+    return f"(OUTSIDE profile {prof.name}'s measured range, {batch}{ctx}: costs extrapolated)"

@@ -229,6 +229,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
         for task, res in zip(tasks, results, strict=True)
     )
+    clamped: dict[str, list[tuple[int | None, int]]] = {}
     for o in outcomes:
         if o.result.policy_errors:
             notes.append(
@@ -236,10 +237,14 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 f"engine's default depth, the profile's deepest); first: {o.result.first_error}"
             )
         if o.result.clamped_steps:
-            notes.append(
-                f"{o.comparator.label}: {o.result.clamped_steps} decisions deeper than the profile's "
-                f"{profile.max_steps} were clamped"
-            )
+            clamped.setdefault(o.comparator.label, []).append((o.concurrency, o.result.clamped_steps))
+    for label, where in clamped.items():
+        levels = [c for c, _ in where if c is not None]
+        at = f" (at concurrency {', '.join(map(str, levels))})" if levels else ""
+        notes.append(
+            f"{label}: {sum(n for _, n in where)} decisions deeper than the profile's {profile.max_steps} "
+            f"were clamped to {profile.max_steps}{at}"
+        )
     if any(o.result.extrapolated for o in outcomes):
         notes.append(
             f"extrapolated: some steps ran outside profile {profile.name!r}'s measured grid "

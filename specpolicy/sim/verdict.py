@@ -167,12 +167,17 @@ def _speculation(stands: Sequence[Standing]) -> str:
         return f"{'/'.join(depths)} {_span([s.speculation_gain or 0.0 for s in group])} of never"
 
     head = f"speculation ({metric}, best depth): "
+    outside = [s for s in stands if s.extrapolated]
+    tail = ""
+    if outside:
+        where = f"at {_levels(outside)} " if n > 1 and outside[0].concurrency is not None else ""
+        tail = f" [{where}OUTSIDE the profile's measured range: extrapolated]"
     if not wins:
         every = " at any level" if n > 1 else ""
-        return head + f"pays nowhere{every} ({part(rest)})"
+        return head + f"pays nowhere{every} ({part(rest)})" + tail
     if not rest:
-        return head + f"pays{' at every level' if n > 1 else ''} ({part(wins)})"
-    return head + f"pays{_where(wins, n)} ({part(wins)}); not at {_levels(rest)} ({part(rest)})"
+        return head + f"pays{' at every level' if n > 1 else ''} ({part(wins)})" + tail
+    return head + f"pays{_where(wins, n)} ({part(wins)}); not at {_levels(rest)} ({part(rest)})" + tail
 
 
 def _policies(stands: Sequence[Standing]) -> list[str]:
