@@ -282,7 +282,8 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None, *, wide: boo
     )
     if (spec.acceptance is not None or spec.shape is not None) and sim.outcomes:
         sc = sim.outcomes[0].scenario
-        lines += _wrap(f"requests: acceptance {sc.acceptance.describe()}; {sc.shape.describe()}", width)
+        lines += _wrap(f"requests: acceptance {sc.acceptance.describe()}", width)
+        lines.append(f"requests: {sc.shape.describe()}")
     stands = {st.concurrency: st for st in standings(all_rows)}
     divisor = {ref.concurrency: ref.best_fixed for ref in references(sim)}
     current: object = object()
@@ -367,8 +368,8 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None, *, wide: boo
 def _off_text(sim: Simulation) -> str:
     off = sim.profile.off_cost
     if off == "lazy":
-        return "lazy (a plain decode, the drafter catching up when speculation resumes: specpolicy's adapter)"
-    return "catch_up (a plain decode plus one draft pass per off step)"
+        return "lazy, the specpolicy adapter's"
+    return "catch_up, a draft pass on each"
 
 
 def _outside(sim: Simulation, level: int | None) -> str:

@@ -201,6 +201,11 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         comparators = [
             replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators
         ]
+        if any(c.kind == "sglang" for c in comparators):
+            notes.append(
+                "sglang-adaptive runs its off steps SGLang's own way, a draft pass on each (catch_up); the "
+                "other rows run the specpolicy adapter's lazy off step"
+            )
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
