@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -314,8 +315,10 @@ def test_sglang_adaptive_is_skipped_with_a_note_when_absent(monkeypatch: Any) ->
 
 
 def _engine_venv_sglang() -> Path | None:
-    """The sglang package of the repo's SGLang 0.5.23 engine venv (scripts/engine-envs.sh), if built."""
-    venv = Path(__file__).resolve().parents[2] / ".venvs" / "sglang-0.5.23"
+    """The sglang package of the SGLang 0.5.23 engine venv (scripts/engine-envs.sh, in $SPECPOLICY_ENV_DIR or
+    the repo's .venvs), if built."""
+    envs = os.environ.get("SPECPOLICY_ENV_DIR") or Path(__file__).resolve().parents[2] / ".venvs"
+    venv = Path(envs) / "sglang-0.5.23"
     if not (venv / ".complete").exists():
         return None
     return next(iter(venv.glob("lib/python*/site-packages/sglang")), None)
