@@ -149,7 +149,9 @@ def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch: Any, tmp_path: 
     assert main(["simulate", "--plot", str(tmp_path / "x.png"), *FAST]) == 1
     err = capsys.readouterr().err
     assert "invalid configuration" not in err
-    assert "'plot' extra: pip install '.[plot]'" in err
+    # the advice keeps an editable install editable: never a bare pip install '.[plot]'
+    assert "pip install matplotlib" in err and "pip install -e '.[plot]'" in err
+    assert "pip install '.[plot]'" not in err
     assert not (tmp_path / "x.png").exists()
 
 
