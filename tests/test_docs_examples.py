@@ -159,3 +159,20 @@ def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixtu
     assert float(row(high, "acceptance")[-1]) == pytest.approx(float(loses), abs=0.0005)
     assert float(row(high, "acceptance")[-2]) == pytest.approx(float(vs_never), abs=0.0005)
     assert row(high, "gate")[-3] == "0%"  # off: never speculates there
+
+
+def test_readme_deploy_claim_is_the_default_scenarios_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (DOCS.parent / "README.md").read_text().replace("\n", " ")
+    pattern = r"\(there: `(\w+)` at (\d+), a speculation-free engine at (\d+) and (\d+), either at (\d+)\)"
+    claim = re.search(pattern, readme)
+    assert claim, "README.md no longer states the default scenario's verdict; update this test"
+    policy, solo, never_a, never_b, tie = claim.groups()
+    deploy = _run("specpolicy simulate", capsys)[-1]
+    picks = {}
+    for part in deploy.removeprefix("deploy: ").split("; "):
+        levels, _, what = part.removeprefix("at ").partition(": ")
+        for lv in levels.split(", "):
+            picks[lv] = what.split(" (")[0].split(" or ")
+    assert picks[solo] == [policy]
+    assert picks[never_a] == picks[never_b] == ["never"]
+    assert sorted(picks[tie]) == sorted(["never", policy])
