@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = ["TIE", "ORACLES", "Standing", "standings", "verdict", "verdict_lines", "is_fixed"]
@@ -46,6 +46,9 @@ class _Row(Protocol):
 
     @property
     def tpot_ms_p50(self) -> float: ...
+
+    @property
+    def ttft_ms_p50(self) -> float: ...
 
     @property
     def open_loop(self) -> bool: ...
@@ -87,6 +90,8 @@ class Standing:
     vs_never: dict[str, float]
     #: the scenario ran steps outside the profile's measured range
     extrapolated: bool
+    #: TTFT p50 (ms) of each row: open-loop verdicts report it beside TPOT
+    ttft_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def speculation_gain(self) -> float | None:
@@ -132,6 +137,7 @@ def standings(rows: Sequence[_Row]) -> list[Standing]:
                 best_fixed=fixed.policy if fixed else None,
                 vs_never=vs_never,
                 extrapolated=any(r.extrapolated for r in group),
+                ttft_ms={r.policy: r.ttft_ms_p50 for r in group},
             )
         )
     return out
@@ -200,6 +206,11 @@ def _nearest(stands: Sequence[Standing]) -> str | None:
     return best[1] if best else None
 
 
+def _ms_span(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+
 def _policy_line(stands: Sequence[Standing], name: str) -> str:
     worst = min(stands, key=lambda s: s.score[name])
     never = [s.vs_never[name] for s in stands if name in s.vs_never]
@@ -213,6 +224,11 @@ def _policy_line(stands: Sequence[Standing], name: str) -> str:
         parts.append(f"{_span(never)} of never")
     if fixed:
         parts.append(f"{_span(fixed)} of the best fixed choice")  # never or a static-k
+    ttft = [(s.ttft_ms.get(name), s.ttft_ms.get("never")) for s in stands if s.metric == "TPOT p50"]
+    known = [(a, b) for a, b in ttft if a is not None and b is not None and math.isfinite(a + b)]
+    if known:
+        mine, base = (_ms_span([pair[i] for pair in known]) for i in (0, 1))
+        parts.append(f"TTFT p50 {mine} ms, never's {base} ms")
     vs = f" ({', '.join(parts)})" if parts else ""
     if all(name in s.best for s in stands):
         where = " at every level" if len(stands) > 1 else ""

@@ -21,6 +21,7 @@ class R:
     output_tok_s: float
     tpot_ms_p50: float = math.nan
     open_loop: bool = False
+    ttft_ms_p50: float = math.nan
     extrapolated: bool = False
 
 
@@ -80,11 +81,13 @@ def test_one_scenario_and_speculation_nowhere() -> None:
 def test_open_loop_scenarios_are_judged_by_tpot_not_throughput() -> None:
     # the same tokens/s for all (the arrivals set it); cost_model's requests finish 1.5x faster per token
     tpots = {"never": 30.0, "static-3": 20.0, "cost_model": 20.0, "hysteresis": 30.0}
-    rows = [R(name, None, 100.0, tpot, open_loop=True) for name, tpot in tpots.items()]
+    ttfts = {"never": 900.0, "static-3": 300.0, "cost_model": 250.0, "hysteresis": 800.0}
+    rows = [R(n, None, 100.0, tpot, open_loop=True, ttft_ms_p50=ttfts[n]) for n, tpot in tpots.items()]
     (s,) = standings(rows)
     assert s.metric == "TPOT p50" and s.best == ("static-3", "cost_model")
     lines = verdict_lines(rows)
     assert lines[0] == "speculation (TPOT p50, best depth): pays (static-3 x1.500 of never)"
+    assert "TTFT p50 250 ms, never's 900 ms" in lines[1]  # latency, the open loop's question
     assert lines[-1] == "deploy: cost_model"
 
 
