@@ -78,3 +78,12 @@ def test_levels_outside_the_fitted_range_are_flagged_and_clamps_name_their_level
     notes = text.replace("\n  ", " ").splitlines()
     note = next(line for line in notes if line.startswith('note: static{"num_steps":5}: '))
     assert "were clamped to 2" in note and note.endswith("(at concurrency 4, 64)")
+
+
+def test_the_repositorys_own_gzip_trace_fits(tmp_path: Path) -> None:
+    trace = Path(__file__).resolve().parents[2] / "docs/gpu-results/raw"
+    trace = trace / "trace-2026-12-06-thirteenth-cm-eagle3tree-v1.jsonl.gz"
+    out = tmp_path / "p.json"
+    assert main(["profile", "fit", str(trace), "-o", str(out)]) == 0
+    batches = [r.batch_size for r in read_trace(trace) if r.step_time_s]
+    assert json.loads(out.read_text())["measured"]["batch_size"][1] <= max(batches)
