@@ -19,6 +19,7 @@ SG_COMMON="numpy psutil msgspec orjson pybase64 requests packaging pillow starle
  dill sentencepiece compressed-tensors gguf einops openai partial_json_parser setproctitle uvloop"
 declare -A EXTRA=(
   [sglang-0.5.23]="$SG_COMMON pydantic transformers==5.19.0 apache-tvm-ffi==0.1.11 uvicorn fastapi"
+  [sglang-0.5.17]="$SG_COMMON pydantic transformers==5.12.1 apache-tvm-ffi==0.1.11 xgrammar==0.2.1 uvicorn fastapi xxhash"
   [sglang-0.5.12.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
   [sglang-0.5.10.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
   [vllm-0.33.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.16.1,<5.21.0
@@ -30,6 +31,7 @@ declare -A EXTRA=(
 )
 declare -A NODEPS=(
   [sglang-0.5.23]="sglang==0.5.23 triton==3.7.1"
+  [sglang-0.5.17]="sglang==0.5.17 triton==3.7.1"
   [sglang-0.5.12.post1]="sglang==0.5.12.post1 triton==3.7.1"
   [sglang-0.5.10.post1]="sglang==0.5.10.post1 triton==3.7.1"
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"

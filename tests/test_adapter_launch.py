@@ -44,7 +44,10 @@ def test_bad_configuration_exits_2_naming_the_field(args: list[str], named: str)
 def test_without_sglang_a_valid_policy_is_refused_with_the_supported_list() -> None:
     proc = _cli("--spec-policy", "static", "--speculative-algorithm", "EAGLE3", "--model-path", "m")
     assert proc.returncode == launch.EXIT_REFUSED
-    assert "SGLang is not installed" in proc.stderr and "0.5.10.post1, 0.5.12.post1, 0.5.23" in proc.stderr
+    assert (
+        "SGLang is not installed" in proc.stderr
+        and "0.5.10.post1, 0.5.12.post1, 0.5.17, 0.5.23" in proc.stderr
+    )
     assert f"pip install 'sglang=={releases.tested()[-1]}'" in proc.stderr  # how to get the newest tested
 
 
@@ -71,15 +74,18 @@ def test_version_rules() -> None:
     for v in versions.SUPPORTED:
         assert check_version(v) == v
     with pytest.raises(
-        UnsupportedVersion, match=r"0\.5\.22 is not supported.*0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.23"
+        UnsupportedVersion,
+        match=r"0\.5\.22 is not supported.*0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.17, 0\.5\.23",
     ):
         check_version("0.5.22")
     assert check_version("0.5.22", allow_untested=True) == "0.5.22"
     with pytest.raises(UnsupportedVersion):
         check_version("0.4.9", allow_untested=True)  # too old for any code layout the adapter knows
     assert [
-        route_for(v) for v in ("0.5.10.post1", "0.5.12.post1", "0.5.19", "0.5.20", "0.5.23", "0.6.0")
-    ] == ["legacy", "legacy", "legacy", "adaptive", "adaptive", "adaptive"]
+        route_for(v)
+        for v in ("0.5.10.post1", "0.5.12.post1", "0.5.13", "0.5.19", "0.5.20", "0.5.23", "0.6.0")
+    ] == ["legacy", "legacy", "v2", "v2", "adaptive", "adaptive", "adaptive"]
+    assert worker_path("0.5.17", overlap=False) == "v2 (EAGLEWorkerV2, non-overlap)"
     assert worker_path("0.5.12.post1", overlap=False).startswith("v1 (EAGLEWorker")
     assert worker_path("0.5.12.post1", overlap=True).startswith("v2 (EAGLEWorkerV2")
     assert worker_path("0.5.23", overlap=False) == "adaptive-controller (EAGLEWorkerV2, non-overlap)"

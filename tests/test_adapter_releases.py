@@ -46,7 +46,9 @@ def test_versions_order_as_versions_not_as_strings() -> None:
         ("0.5.10", "0.5.10.post1"),
         ("0.5.10.post2", "0.5.10.post1"),
         ("0.5.11", "0.5.12.post1"),  # the plugin framework and the renamed overlap method arrive in 0.5.11
-        ("0.5.19", "0.5.12.post1"),
+        ("0.5.12.post2", "0.5.12.post1"),
+        ("0.5.13", "0.5.17"),  # v2-only workers from 0.5.13: never the v1 hooks
+        ("0.5.19", "0.5.17"),
         ("0.5.20", "0.5.23"),  # SGLang's AdaptiveController with steps=0 arrives in 0.5.20
         ("0.6.0", "0.5.23"),
         ("0.5.9", None),
@@ -104,13 +106,13 @@ def test_a_new_adaptive_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_new_legacy_release_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
     base = releases.release("0.5.12.post1")
     assert base is not None
-    _with_rows(monkeypatch, dataclasses.replace(base, version="0.5.13", since="0.5.13"))
+    _with_rows(monkeypatch, dataclasses.replace(base, version="0.5.12.post2", since="0.5.12.post2"))
     settings = AdapterSettings.build("static", metrics=False)
-    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.13")
+    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.12.post2")
     plan = legacy.prepare_launch(settings)
     assert plan.warnings == () and plan.route == "plugin+scheduler-func"
-    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.14")
-    listed = r"0\.5\.14 .*supported: 0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.13"
+    monkeypatch.setattr(legacy_launch, "sglang_version", lambda: "0.5.12.post3")
+    listed = r"0\.5\.12\.post3 .*supported: 0\.5\.10\.post1, 0\.5\.12\.post1, 0\.5\.12\.post2"
     with pytest.raises(legacy.InstallError, match=listed):
         legacy.prepare_launch(settings)
     allowed = legacy.prepare_launch(AdapterSettings.build("static", metrics=False, allow_untested=True))

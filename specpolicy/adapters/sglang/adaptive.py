@@ -87,13 +87,18 @@ def active_params() -> SpecPolicyParams | None:
 class SpecPolicyParams:
     """An ``AdaptiveSpecPolicy`` whose decisions come from a specpolicy policy (through an AdapterRuntime)."""
 
-    def __init__(self, runtime: AdapterRuntime, initial_steps: int) -> None:
+    def __init__(
+        self, runtime: AdapterRuntime, initial_steps: int, engine_candidates: list[int] | None = None
+    ) -> None:
         self.runtime = runtime
         self._controller = controller = runtime.controller
         self._decide = runtime.decide
         self._next_stats = controller.next_stats
         self._outcome = controller.outcome
-        self._candidates = sorted(set(runtime.candidate_steps) | {initial_steps})
+        # the depths SGLang builds runtime states for: the policy's, unless the adapter runs some itself
+        # (the 0.5.13+ adapter's decode step serves depth 0)
+        steps = runtime.candidate_steps if engine_candidates is None else engine_candidates
+        self._candidates = sorted(set(steps) | {initial_steps})
         self._cuda_graph_bs: list[int] | None = None
         # (controller step, batch size, a non-decode batch ran just before it) of each round decided and
         # not yet reported: SGLang's feedback names only the batch size, so this says which decision it is
@@ -209,7 +214,7 @@ def resolve_settings(cfg_path: str | None) -> AdapterSettings | None:
     return AdapterSettings.from_env() or settings_from_adaptive_config(cfg_path)
 
 
-def _tp_info() -> tuple[int, int, Any]:
+def tp_info() -> tuple[int, int, Any]:
     """(rank label, TP world size, TP CPU group) of this scheduler process."""
     try:
         from sglang.srt.runtime_context import get_parallel
@@ -274,12 +279,12 @@ def attach(
             engine_steps,
             where="the candidate steps of --speculative-adaptive-config",
         )
-        rank, world, cpu_group = _tp_info()
+        rank, world, cpu_group = tp_info()
         runtime = AdapterRuntime(
             settings,
             engine="sglang",
             engine_version=version,
-            path=worker_path(version, _overlap_on(worker)),
+            path=worker_path(version, overlap_on(worker)),
             allowed_steps=sorted(set(settings.policy.candidate_steps()) | {initial}),
             default_steps=initial,
             rank=rank,
@@ -310,7 +315,7 @@ def _before_run_batch(scheduler: Any, batch: Any = None, *args: Any, **kwargs: A
     return None
 
 
-def _overlap_on(worker: Any) -> bool:
+def overlap_on(worker: Any) -> bool:
     try:
         from sglang.srt.runtime_context import get_schedule
 

@@ -30,6 +30,7 @@ __all__ = ["report", "section", "ENTRY_POINT"]
 ENTRY_POINT = "specpolicy.adapters.sglang.plugin:register"
 _PATHS = {
     "adaptive": ["adaptive-controller (EAGLEWorkerV2, overlap and non-overlap)"],
+    "v2": ["v2 (EAGLEWorkerV2 / StandaloneWorkerV2, overlap and non-overlap; off = target decode)"],
     "legacy": ["v1 (EAGLEWorker, non-overlap)", "v2 (EAGLEWorkerV2, overlap)"],
 }
 
@@ -60,7 +61,7 @@ def section(
     res["route"] = route
     res["paths"] = list(_PATHS[route])
     res["entry_point"] = entry_point_registered("sglang.srt.plugins", ENTRY_POINT)
-    if route == "adaptive" and not res["entry_point"]:
+    if route in ("adaptive", "v2") and not res["entry_point"]:
         problems.append(problem("the sglang.srt.plugins entry point is not registered", REINSTALL_FIX))
     row = releases.layout_for(version)
     if row is None:

@@ -44,7 +44,15 @@ def register() -> None:
         v0_5_23.install()
         return
     if settings is None:
-        return  # legacy hooks are installed only for a configured policy
+        return  # legacy and v2 hooks are installed only for a configured policy
+    if route_for(version) == "v2":
+        from . import v2
+
+        try:
+            v2.install(settings)
+        except Exception as exc:  # the plugin loader would swallow it
+            _refuse_or_warn(settings, exc)
+        return
     from . import legacy
 
     try:

@@ -24,7 +24,7 @@ from .v0_5_23 import HOOK_TARGETS as _ADAPTIVE_HOOKS
 
 __all__ = ["Release", "RELEASES", "Route", "release", "layout_for", "legacy_releases", "tested"]
 
-Route = Literal["legacy", "adaptive"]
+Route = Literal["legacy", "v2", "adaptive"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,48 @@ _HOOKS_0_5_12 = (
     Target("sglang.srt.plugins.load_plugins", ()),
 )
 
+_V2_HOOKS = (
+    Target(f"{_W2}.forward_batch_generation", ("self", "batch"), why="per-step decision and off step"),
+    Target(f"{_W2}.activate_step_by_batch", ("self", "batch_size"), why="applies the decided depth"),
+    Target(
+        f"{_W2}.on_verify_complete_cpu",
+        ("self", "num_correct_drafts_per_req", "batch_size"),
+        why="accepted-draft feedback",
+    ),
+    Target(f"{_W2}.init_cuda_graphs", ("self",), why="attach; decode graphs beside the verify graphs"),
+    Target(f"{_DW2}._draft_extend_for_prefill", why="the drafter's extend form the catch-up mirrors"),
+    Target(f"{_SCHED}.run_batch", ("self", "batch"), why="waiting-queue length"),
+    Target(
+        "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
+        ("self", "model_runner"),
+        why="decode CUDA graphs for off steps",
+    ),
+    Target(
+        "sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend",
+        ("self", "init_new_workspace"),
+        why="decode attention backend for off steps",
+    ),
+    Target(
+        "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
+        ("batch", "model_runner"),
+        why="off-step and catch-up forward batches",
+    ),
+    Target(f"{_INFO}.EagleDraftInput", fields=("bonus_tokens", "hidden_states", "topk_p", "topk_index")),
+    Target(f"{_INFO}.EagleDraftExtendInput", fields=("hidden_states", "num_tokens_per_req")),
+    Target(_RESULT, fields=("next_token_ids", "accept_lens", "new_seq_lens", "next_draft_input")),
+    Target("sglang.srt.speculative.adaptive_runtime_state.AdaptiveController._activate", ("self",)),
+    Target("sglang.srt.speculative.eagle_utils.get_draft_input_from_target_hidden_dim", ("model_runner",)),
+    Target("sglang.srt.speculative.spec_utils.renorm_draft_probs"),
+    Target("sglang.srt.plugins.load_plugins", ()),
+)
+# 0.5.13 - 0.5.19: the draft worker's TP context is entered over its runner's group (0.5.20+: its layout)
+_V2_HOOKS_0_5_17 = (
+    *_V2_HOOKS,
+    Target(
+        "sglang.srt.speculative.spec_utils.draft_tp_context", ("tp_group",), why="the catch-up's TP context"
+    ),
+)
+
 #: The tested releases, oldest first.
 RELEASES: tuple[Release, ...] = (
     Release(
@@ -182,11 +224,18 @@ RELEASES: tuple[Release, ...] = (
         plugins=True,
         overlap_resolve="_resolve_spec_overlap_tokens",
     ),
+    Release("0.5.17", since="0.5.13", route="v2", hooks=_V2_HOOKS_0_5_17, plugins=True),
     Release(
         "0.5.23",
         since="0.5.20",
         route="adaptive",
-        hooks=tuple(Target(t) for t in _ADAPTIVE_HOOKS),
+        hooks=(
+            *(Target(t) for t in _ADAPTIVE_HOOKS),
+            Target(
+                "sglang.srt.speculative.adaptive_runtime_state.AdaptiveSpecPolicy",
+                why="the bridge's Protocol",
+            ),
+        ),
         plugins=True,
     ),
 )

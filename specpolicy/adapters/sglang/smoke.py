@@ -177,7 +177,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             with os.fdopen(fd, "w") as fh:
                 json.dump({"1": {"candidate_steps": steps}}, fh)
             kwargs.update(speculative_adaptive=True, speculative_adaptive_config=cfg)
-        else:
+        elif route_for(version) == "legacy":
             from . import legacy
 
             plan = legacy.prepare_launch(settings)

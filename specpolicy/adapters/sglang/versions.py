@@ -40,7 +40,8 @@ def installed_version() -> str | None:
 
 
 def route_for(version: str) -> Route:
-    """Which adapter code handles a release: the adaptive bridge (0.5.20+), or the legacy workers.
+    """Which adapter code handles a release: the adaptive bridge (0.5.20+), the v2 workers' own off step
+    (0.5.13+), or the legacy workers.
 
     A version older than every tested layout gets "legacy": ``check_version`` refuses it before it runs.
     """
@@ -86,7 +87,10 @@ def worker_path(version: str, overlap: bool) -> str:
     SGLang itself turns overlap off for topk > 1 or SGLANG_ENABLE_SPEC_V2=0 while resolving the arguments.
     On the adaptive route specpolicy drives ``EAGLEWorkerV2``'s AdaptiveController, with or without overlap.
     """
-    if route_for(version) == "adaptive":
-        mode = "overlap" if overlap else "non-overlap"
+    route = route_for(version)
+    mode = "overlap" if overlap else "non-overlap"
+    if route == "adaptive":
         return f"adaptive-controller (EAGLEWorkerV2, {mode})"
+    if route == "v2":
+        return f"v2 (EAGLEWorkerV2, {mode})"
     return "v2 (EAGLEWorkerV2, overlap)" if overlap else "v1 (EAGLEWorker, non-overlap)"

@@ -16,7 +16,7 @@ def test_doctor_finds_every_hook_target(capsys: pytest.CaptureFixture[str], sgla
     assert data["targets"] and all(v == "ok" for v in data["targets"].values()), data["targets"]
     if sglang_version != "0.5.10.post1":  # 0.5.10.post1 has no plugin framework, so no entry point use
         assert data["entry_point"] is True
-    expected_route = "adaptive" if sglang_version == "0.5.23" else "legacy"
+    expected_route = {"0.5.23": "adaptive", "0.5.17": "v2"}.get(sglang_version, "legacy")
     assert data["route"] == expected_route
     assert data["gpu"] is None and rc == 0
 

@@ -17,11 +17,15 @@ def _row(version: str) -> releases.Release:
 def test_the_row_matches_the_installed_package(sglang_version: str) -> None:
     row = _row(sglang_version)
     assert row.plugins == (importlib.util.find_spec("sglang.srt.plugins") is not None)
+    # 0.5.13 removed the v1 worker (the v2 route); the adaptive route needs the AdaptiveSpecPolicy
+    # Protocol, which arrived in 0.5.20
+    import sglang.srt.speculative.adaptive_runtime_state as ars
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
-    # the adaptive route needs SGLang's steps=0 round (a trivial verify), which arrived in 0.5.20
-    adaptive = hasattr(EAGLEWorkerV2, "_build_trivial_verify_input")
-    assert row.route == ("adaptive" if adaptive else "legacy")
+    v1 = importlib.util.find_spec("sglang.srt.speculative.eagle_worker") is not None
+    protocol = hasattr(ars, "AdaptiveSpecPolicy")
+    assert hasattr(EAGLEWorkerV2, "forward_batch_generation")
+    assert row.route == ("legacy" if v1 else "adaptive" if protocol else "v2")
     assert all(why is None for why in check_targets(row.hooks).values()), check_targets(row.hooks)
     if row.route == "legacy":
         from sglang.srt.managers.scheduler_output_processor_mixin import SchedulerOutputProcessorMixin

@@ -38,14 +38,28 @@ class DecodeTarget:
     (EAGLE, EAGLE-3), NULL for a draft model (STANDALONE).
     """
 
-    __slots__ = ("attn_backend", "graph_runner", "mode", "capture_hidden_mode", "_decode", "_none", "_swap")
+    __slots__ = (
+        "attn_backend",
+        "graph_runner",
+        "graph_attr",
+        "mode",
+        "capture_hidden_mode",
+        "_decode",
+        "_none",
+        "_swap",
+    )
 
-    def __init__(self, attn_backend: Any, graph_runner: Any, capture_hidden_mode: Any) -> None:
+    def __init__(
+        self, attn_backend: Any, graph_runner: Any, capture_hidden_mode: Any, graph_attr: str = "graph_runner"
+    ) -> None:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         self.attn_backend = attn_backend
         self.graph_runner = graph_runner
+        #: the model runner's attribute holding its graph runner: ``graph_runner`` up to 0.5.12.post1,
+        #: ``decode_cuda_graph_runner`` from 0.5.13
+        self.graph_attr = graph_attr
         self.mode = "graph" if graph_runner is not None else "eager"
         self.capture_hidden_mode = capture_hidden_mode
         self._decode = ForwardMode.DECODE
@@ -90,7 +104,9 @@ class DecodeTarget:
     def swap_in(self, model_runner: Any) -> None:
         """Put the decode backend and graph runner on ``model_runner`` (restored by ``swap_out``)."""
         mr = model_runner
-        self._swap.swap_in(((mr, "attn_backend", self.attn_backend), (mr, "graph_runner", self.graph_runner)))
+        self._swap.swap_in(
+            ((mr, "attn_backend", self.attn_backend), (mr, self.graph_attr, self.graph_runner))
+        )
 
     def swap_out(self) -> None:
         self._swap.swap_out()
@@ -101,13 +117,15 @@ class DecodeTarget:
 
         The two attributes are exchanged directly (every step's path), not through ``swap_in``: a model
         runner has both, and the old values are back when the forward returns or raises."""
-        mr = model_runner
-        attn, graphs = mr.attn_backend, mr.graph_runner
-        mr.attn_backend, mr.graph_runner = self.attn_backend, self.graph_runner
+        mr, name = model_runner, self.graph_attr
+        attn, graphs = mr.attn_backend, getattr(mr, name)
+        mr.attn_backend = self.attn_backend
+        setattr(mr, name, self.graph_runner)
         try:
             return forward_fn(decode_mwb)
         finally:
-            mr.attn_backend, mr.graph_runner = attn, graphs
+            mr.attn_backend = attn
+            setattr(mr, name, graphs)
 
 
 def build_decode_target(

@@ -36,7 +36,7 @@ from typing import Any
 
 from .hidden_window import HiddenWindow
 
-__all__ = ["DraftLag", "CatchUpPlan", "tokens_between"]
+__all__ = ["DraftLag", "CatchUpPlan", "ExtendInputs", "tokens_between"]
 
 ATTR = "_specpolicy_draft_exact_at"  # on Req: the off-step number at which its draft state was exact
 
@@ -68,6 +68,16 @@ class CatchUpPlan:
     #: indices of the recomputed requests whose draft state was exact (not ``unrecoverable``): they keep the
     #: proposal and drafter hidden state they have
     exact: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtendInputs:
+    """The catch-up extend's device tensors (``DraftLag.extend_inputs``): one row per position fed."""
+
+    input_ids: Any
+    out_cache_loc: Any
+    hidden: Any  # the target's hidden states of the positions fed (None: a draft model needs none)
+    capture_hidden_mode: Any  # SGLang's CaptureHiddenMode for the drafter's forward
 
 
 class DraftLag:
@@ -178,6 +188,57 @@ class DraftLag:
         self.caught_up_positions += sum(m for m in plan.missing)
 
     # ------------------------------------------------------------------------------------ the forward
+    def extend_inputs(self, plan: CatchUpPlan, *, bonus_tokens: Any, req_to_token: Any) -> ExtendInputs:
+        """The catch-up extend's device inputs for ``plan``, the same on every release: the known tokens
+        with each run's last input the bonus token, the KV slots of the missing positions (slots the target
+        allocated, shared with the drafter), and with a ``HiddenWindow`` the target's hidden state of each
+        position fed. Every index is built on the host and crosses to the device in one copy; nothing waits
+        for the GPU."""
+        import torch
+        from sglang.srt.model_executor import forward_batch_info as fbi
+
+        device = bonus_tokens.device
+        missing = list(plan.missing)
+        total = sum(missing)
+        stride = int(req_to_token.shape[1])
+        known = plan.known_tokens
+        window = self.hidden
+        recomputed = set(plan.recomputed)
+        ids: list[int] = []
+        last: list[int] = []
+        loc: list[int] = []
+        gathered: list[int] = []  # positions whose hidden states the window holds (none for recomputed)
+        pad: list[int] = []  # where the recomputed requests' inputs are: their KV goes to the padding slot
+        k = 0
+        for i, (row, s, m) in enumerate(zip(plan.rows, plan.seq_lens, missing, strict=True)):
+            ids.extend(known[k : k + m - 1])
+            ids.append(0)
+            k += m - 1
+            last.append(len(ids) - 1)
+            loc.extend(range(row * stride + s - m, row * stride + s))
+            gathered.append(0 if i in recomputed else m)
+            if i in recomputed:
+                pad.append(len(ids) - 1)
+        hidden_idx: list[int] = []
+        blank: list[int] = []
+        if window is not None:
+            hidden_idx, blank = window.flat_index(plan.now, plan.rows, gathered)
+        else:
+            pad = []
+        sizes = [total, len(last), total, len(hidden_idx), len(blank), len(pad)]
+        packed = torch.tensor(ids + last + loc + hidden_idx + blank + pad, dtype=torch.int64)
+        input_ids, last_d, loc_d, hidden_d, blank_d, pad_d = packed.to(device, non_blocking=True).split(sizes)
+        input_ids[last_d] = bonus_tokens.to(torch.int64)
+        out_cache_loc = req_to_token.reshape(-1)[loc_d].to(torch.int64)
+        hidden = None
+        capture = fbi.CaptureHiddenMode.NULL
+        if window is not None:
+            capture = fbi.CaptureHiddenMode.LAST  # the drafter's last hidden state feeds its next draft step
+            hidden = window.take(hidden_d, blank_d if blank else None)
+            if pad:  # no hidden state for these: write the padding slot, keep their proposal
+                out_cache_loc[pad_d] = 0
+        return ExtendInputs(input_ids, out_cache_loc, hidden, capture)
+
     def catch_up(
         self,
         *,
@@ -203,53 +264,16 @@ class DraftLag:
         from sglang.srt.speculative.eagle_info import EagleDraftInput
         from sglang.srt.speculative.spec_utils import fast_topk
 
-        device = base_mwb.seq_lens.device
-        missing = list(plan.missing)
-        seq_lens = list(plan.seq_lens)
-        total = sum(missing)
-        # Every index is built on the host and crosses to the device in one copy: the inputs (the known
-        # tokens, each run's last slot left for the bonus token), where each run ends, the flat
-        # ``req_to_token`` entries of the missing positions (KV slots the target allocated, shared with the
-        # drafter), the hidden-state window's rows, and the padding rows. Nothing waits for the GPU.
-        stride = int(req_to_token.shape[1])
-        known = plan.known_tokens
+        inputs = self.extend_inputs(plan, bonus_tokens=bonus_tokens, req_to_token=req_to_token)
+        input_ids, out_cache_loc, hidden, capture = (
+            inputs.input_ids,
+            inputs.out_cache_loc,
+            inputs.hidden,
+            inputs.capture_hidden_mode,
+        )
+        missing, seq_lens = list(plan.missing), list(plan.seq_lens)
+        total, starts = sum(missing), [s - m for s, m in zip(seq_lens, missing, strict=True)]
         window = self.hidden
-        recomputed = set(plan.recomputed)
-        ids: list[int] = []
-        last: list[int] = []
-        loc: list[int] = []
-        starts: list[int] = []
-        gathered: list[int] = []  # positions whose hidden states the window holds (none for recomputed)
-        pad: list[int] = []  # where the recomputed requests' inputs are: their KV goes to the padding slot
-        k = 0
-        for i, (row, s, m) in enumerate(zip(plan.rows, seq_lens, missing, strict=True)):
-            ids.extend(known[k : k + m - 1])
-            ids.append(0)
-            k += m - 1
-            last.append(len(ids) - 1)
-            starts.append(s - m)
-            loc.extend(range(row * stride + s - m, row * stride + s))
-            gathered.append(0 if i in recomputed else m)
-            if i in recomputed:
-                pad.append(len(ids) - 1)
-        hidden_idx: list[int] = []
-        blank: list[int] = []
-        if window is not None:
-            hidden_idx, blank = window.flat_index(plan.now, plan.rows, gathered)
-        else:
-            pad = []
-        sizes = [total, len(last), total, len(hidden_idx), len(blank), len(pad)]
-        packed = torch.tensor(ids + last + loc + hidden_idx + blank + pad, dtype=torch.int64)
-        input_ids, last_d, loc_d, hidden_d, blank_d, pad_d = packed.to(device, non_blocking=True).split(sizes)
-        input_ids[last_d] = bonus_tokens.to(torch.int64)
-        out_cache_loc = req_to_token.reshape(-1)[loc_d].to(torch.int64)
-        hidden = None
-        capture = fbi.CaptureHiddenMode.NULL
-        if window is not None:
-            capture = fbi.CaptureHiddenMode.LAST  # the drafter's last hidden state feeds its next draft step
-            hidden = window.take(hidden_d, blank_d if blank else None)
-            if pad:  # no hidden state for these: write the padding slot, keep their proposal
-                out_cache_loc[pad_d] = 0
         spec = EagleDraftInput(
             **{root_field: bonus_tokens},
             hidden_states=hidden,

@@ -530,7 +530,7 @@ def catch_up_if_behind(
             root_field=off.names.root,
         )
     if hidden is not None and plan.exact:
-        _keep_exact_rows(plan.exact, spec_info, topk_p, topk_index, hidden)
+        keep_exact_rows(plan.exact, spec_info, topk_p, topk_index, hidden)
     spec_info.topk_p, spec_info.topk_index = topk_p, topk_index
     if hidden is not None:
         spec_info.hidden_states = hidden
@@ -538,7 +538,7 @@ def catch_up_if_behind(
     return True
 
 
-def _keep_exact_rows(rows: Any, spec_info: Any, topk_p: Any, topk_index: Any, hidden: Any) -> None:
+def keep_exact_rows(rows: Any, spec_info: Any, topk_p: Any, topk_index: Any, hidden: Any) -> None:
     """Requests whose draft state was already exact keep the proposal and hidden state they have (the
     catch-up had no target hidden state to recompute them with and wrote the padding slot). An
     ``unrecoverable`` request takes the catch-up's own (valid token ids), not a placeholder."""
