@@ -9,6 +9,7 @@ once known, so a record is emitted one step late). Lines whose ``kind`` is ``"he
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -144,8 +145,11 @@ def _default(obj: Any) -> Any:
 
 
 def iter_trace_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, parsed object) for every non-empty line, headers included."""
-    with open(path, encoding="utf-8") as fh:
+    """Yield (line number, parsed object) for every non-empty line, headers included; a gzip file (by its
+    magic bytes, whatever its name) is read through gzip."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
