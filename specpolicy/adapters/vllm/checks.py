@@ -90,7 +90,8 @@ def facts_from_vllm_config(vllm_config: Any, version: str | None) -> EngineFacts
         method=None if spec is None else str(spec.method),
         num_speculative_tokens=0 if spec is None else int(spec.num_speculative_tokens or 0),
         schedule=schedule,
-        use_v2_model_runner=bool(vllm_config.use_v2_model_runner),
+        # 0.34 removed the V1 runner and this property with it: the V2 runner is the only one
+        use_v2_model_runner=bool(getattr(vllm_config, "use_v2_model_runner", True)),
         async_scheduling=bool(sched.async_scheduling),
         data_parallel_size=int(par.data_parallel_size),
         tensor_parallel_size=int(par.tensor_parallel_size),

@@ -37,12 +37,15 @@ class Release:
     ``absent``: names of ``contract.TARGETS`` the release does not have. ``mrv2_drafts_k``: whether the V2
     model runner drafts ``num_spec_tokens_to_schedule`` tokens; where it does not (0.26), it always drafts
     ``num_speculative_tokens``, which the sync scheduler then schedules whatever the policy chose, and which
-    the async scheduler trims to the policy's depth only at verification.
+    the async scheduler trims to the policy's depth only at verification. ``v1_runner``: whether the release
+    still has the V1 model runner (0.34 removed it, with ``VllmConfig.use_v2_model_runner``: every engine
+    runs the V2 runner there).
     """
 
     version: str
     absent: tuple[str, ...] = ()
     mrv2_drafts_k: bool = True
+    v1_runner: bool = True
 
 
 #: The releases the adapter is tested against, oldest first.
@@ -53,6 +56,11 @@ RELEASES: tuple[Release, ...] = (
         mrv2_drafts_k=False,
     ),
     Release("0.33.0"),
+    Release(
+        "0.34.0",
+        absent=("vllm.config.vllm.VllmConfig.use_v2_model_runner",),
+        v1_runner=False,
+    ),
 )
 SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)
 #: First release with ``num_speculative_tokens_per_batch_size`` (vLLM PR #32374); nothing older can vary K.
