@@ -46,7 +46,10 @@ def test_startup_line_names_version_model_runner_policy_and_depths(
         logger.setLevel(old_level)
     line = next(x for x in cap.lines if x.startswith("specpolicy active"))
     assert f"vllm {VERSION}" in line
-    assert runner in line
+    assert f"path={runner} " in line
+    # the graph mode vLLM resolved (the CPU platform turns graphs off)
+    mode = cfg.compilation_config.cudagraph_mode.name
+    assert mode == "NONE" and f"cudagraphs={mode} " in line
     assert '"name":"scripted"' in line and "candidate_steps=[0, 1, 3]" in line
     assert ("async-scheduler" if drafts_all else "sync-scheduler") in line
     warned = [x for x in cap.lines if "saves verification, not drafting" in x]
