@@ -52,29 +52,28 @@ def single_rank(vllm_config: Any) -> Iterator[None]:
             ps.destroy_distributed_environment()
 
 
-def adapter_schedule() -> list[list[int]]:
+def adapter_schedule(max_seqs: int = MAX_SEQS) -> list[list[int]]:
     policy = {"name": "cost_model", "steps": list(range(1, K_MAX + 1))}  # may choose every depth, 0 too
-    kwargs = build_vllm_args(policy, K_MAX, max_num_seqs=MAX_SEQS).as_kwargs()
+    kwargs = build_vllm_args(policy, K_MAX, max_num_seqs=max_seqs).as_kwargs()
     return [list(e) for e in kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"]]
 
 
-@pytest.fixture
-def manager(model_dirs: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[list[int]]]]:
+@contextmanager
+def graph_manager(model_dirs: Any, max_seqs: int = MAX_SEQS) -> Iterator[tuple[Any, list[list[int]]]]:
+    """MRV2's target graph manager for the adapter's schedule, as the release's runner builds it."""
     import torch
     from vllm.config import CUDAGraphMode
-    from vllm.platforms import current_platform
     from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
 
-    use_model_runner(monkeypatch, "MRV2")
-    schedule = adapter_schedule()
+    schedule = adapter_schedule(max_seqs)
+    extra = {} if max_seqs == MAX_SEQS else {"max_num_seqs": max_seqs, "max_num_batched_tokens": 8192}
     vc = engine_args(
-        model_dirs, scheduler_cls=None, spec={"num_speculative_tokens_per_batch_size": schedule}
+        model_dirs, scheduler_cls=None, spec={"num_speculative_tokens_per_batch_size": schedule}, **extra
     ).create_engine_config()
     # The CPU platform turns graphs off; a GPU resolves MRV2's default mode and then the capture sizes.
     vc.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
     vc.compilation_config.cudagraph_capture_sizes = None
     vc._set_cudagraph_sizes()
-    monkeypatch.setattr(type(current_platform), "get_global_graph_pool", lambda self: object())
     params = inspect.signature(CudaGraphManager.__init__).parameters
     decode_len = 1 + K_MAX
     with single_rank(vc):
@@ -91,6 +90,21 @@ def manager(model_dirs: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
             )
         m._graphs_captured = True  # what capture() sets once the graphs exist
         yield m, schedule
+
+
+def _no_graph_pool(platform_cls: Any) -> Any:
+    """The platform's graph memory pool, which only capture uses: a placeholder (no CUDA here)."""
+    return object()
+
+
+@pytest.fixture
+def manager(model_dirs: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[list[int]]]]:
+    from vllm.platforms import current_platform
+
+    use_model_runner(monkeypatch, "MRV2")
+    monkeypatch.setattr(type(current_platform), "get_global_graph_pool", _no_graph_pool)
+    with graph_manager(model_dirs) as built:
+        yield built
 
 
 def mode(m: Any, batch: int, depth: int) -> str:
@@ -134,3 +148,32 @@ def test_switching_depth_every_step_replays_the_graph_of_each_depth(
         desc = m.dispatch(batch, batch * q, q, 0)
         seen.append((desc.cg_mode.name, desc.uniform_token_count))
     assert seen == [("FULL", 1 + d) for d in [0, K_MAX, 0, K_MAX, 1, 0]]
+
+
+def main(argv: list[str]) -> None:
+    """Print, per depth, the batch sizes 1..max_num_seqs that replay each graph mode (K=3, the adapter's
+    schedule): ``python tests/engines/vllm/test_mrv2_graphs.py [MAX_NUM_SEQS]`` inside an engine venv."""
+    import tempfile
+    from pathlib import Path
+
+    from _vllm_harness import write_model_dirs
+    from vllm.platforms import current_platform
+
+    max_seqs = int(argv[0]) if argv else 128
+    type(current_platform).get_global_graph_pool = _no_graph_pool  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as tmp, graph_manager(write_model_dirs(Path(tmp)), max_seqs) as built:
+        m, schedule = built
+        print(f"vLLM {RELEASE.version}, max_num_seqs={max_seqs}, schedule {schedule}")
+        for depth in (0, K_MAX):
+            by_mode: dict[str, list[int]] = {}
+            for n in range(1, max_seqs + 1):
+                by_mode.setdefault(mode(m, n, depth), []).append(n)
+            for name, sizes in sorted(by_mode.items()):
+                print(f"depth {depth} {name}: {len(sizes)} batch sizes {sizes}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    main(sys.argv[1:])
