@@ -22,6 +22,9 @@ declare -A EXTRA=(
   [sglang-0.5.17]="$SG_COMMON pydantic transformers==5.12.1 apache-tvm-ffi==0.1.11 xgrammar==0.2.1 uvicorn fastapi xxhash"
   [sglang-0.5.12.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
   [sglang-0.5.10.post1]="$SG_COMMON pydantic transformers==5.6.0 uvicorn fastapi"
+  [vllm-0.34.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests>=2.33.0 aiohttp>=3.14.4
+ transformers>=5.16.1,<5.23.0 openai>=2.25.0 oss-harmony>=0.0.11 pillow>=13.0.0 pybase64 cachetools msgspec cloudpickle
+ uvloop py-cpuinfo prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
   [vllm-0.33.0]="packaging pydantic>=2.12 regex numpy cbor2 psutil pyzmq urllib3 requests aiohttp transformers>=5.16.1,<5.21.0
  openai>=2.25.0 oss-harmony>=0.0.11 pillow>=13.0.0 pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
  prometheus_client>=0.18.0 fastapi>=0.133.0,<0.137.0 partial-json-parser llguidance>=1.7.0,<1.8.0 einops"
@@ -34,6 +37,7 @@ declare -A NODEPS=(
   [sglang-0.5.17]="sglang==0.5.17 triton==3.7.1"
   [sglang-0.5.12.post1]="sglang==0.5.12.post1 triton==3.7.1"
   [sglang-0.5.10.post1]="sglang==0.5.10.post1 triton==3.7.1"
+  [vllm-0.34.0]="vllm==0.34.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
   [vllm-0.26.0]="vllm==0.26.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
 )
