@@ -356,13 +356,14 @@ class CostModelPolicy:
                     or self._resume_unmeasured(b, pi)
                     else 1
                 )
-                probe = self._probes.take(b, vis, step, n_probe)
+                audit = probes.audit[b]
+                probe = probes.take(b, vis, step, n_probe)
                 if probe >= 0:
                     cur = self._probe_run = probe
                     self._probe_left = n_probe - 1
                     back = step + n_probe + 1
-                    if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
-                        self._refresh_at[b] = back  # a first or second measurement: back by then
+                    if (audit or self._costs.cells.m[b][cur] < 2) and back < self._refresh_at[b]:
+                        self._refresh_at[b] = back  # an audit, a first or second measurement: back by then
             if self._look == step and cur == self._cur and self._arms[cur] == 0:
                 cur = self._look_i  # a look at the batch's requests (``_price_batch``)
             self._last_k = self._arms[cur]
@@ -764,6 +765,8 @@ class CostModelPolicy:
         if self._chg_on and self._chg.scan(self._bufs):
             self._changed()
         acc.fold(step - self._acc_folded)
+        if self._rq:  # per-request outcomes arrive without the batch's ids too: counted here, not kept
+            self._reqs.fold(step)
         if self._chg_on:
             self._chg.rewind()
         self._acc_folded = step
@@ -807,6 +810,7 @@ class CostModelPolicy:
 
     def _fold_times(self) -> None:
         idx, costs, seen, visits = self._idx, self._costs, self._probes.seen, self._visits
+        stamp, now = self._probes.stamp, self._step
         for batch, k, seq_len, t, count, step in self._pending:
             if batch <= 0 or not 0 <= k <= MAX_NUM_STEPS:
                 continue
@@ -817,7 +821,7 @@ class CostModelPolicy:
             b = costs.bucket(batch)
             first_run = count >= 2 and not self._run_measured[b][i]
             before = cells.r[b][i] if first_run and cells.n[b][i] else 0.0
-            b, changed = costs.add(batch, i, seq_len, t, step, count)
+            b, changed, stale = costs.add(batch, i, seq_len, t, step, count)
             if first_run and b >= 0:
                 self._run_measured[b][i] = True
                 x = t / costs.base(batch, k, seq_len, b)
@@ -832,10 +836,14 @@ class CostModelPolicy:
                 measured = self._run_measured[b]
                 for j in range(len(measured)):
                     measured[j] = j == i and count >= 2
+            if (changed or stale) and b >= 0:  # the other buckets' estimates may be as stale
+                self._probes.raise_alarm(b, i, now)
             if b >= 0:
                 self._clamp_votes[i] = 0  # it does run
                 if seen[b][i] < visits[b]:
                     seen[b][i] = visits[b]
+                if stamp[b][i] < now:
+                    stamp[b][i] = now
         self._pending.clear()
 
     def _table(self, b: int, seq_len: float | None) -> None:
@@ -877,6 +885,8 @@ class CostModelPolicy:
             self._probe_steps if tr > _TRANSITION_LONG else 1,
             into if into > 0.0 else 0.0,
             tr,
+            self._step,
+            self._best[b],
         )
 
     def _prior_best(self) -> int:
