@@ -177,6 +177,7 @@ class CostModelPolicy:
         "_resume_n",
         "_probe_left",
         "_probe_run",
+        "_audit_watch",
         "_clamp_votes",
         "_disabled",
         "_disabled_at",
@@ -271,6 +272,9 @@ class CostModelPolicy:
         #: steps left of the probe being run, and its depth index
         self._probe_left = 0
         self._probe_run = 0
+        #: an audit being priced: [its depth, its steps, the running depth's steady step time, the sum of its
+        #: step times so far, its steps seen, other outcomes seen before them] (``_watch_audit``)
+        self._audit_watch: list[float] | None = None
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
         self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval, c.max_probe_share)
@@ -357,8 +361,12 @@ class CostModelPolicy:
                     else 1
                 )
                 audit = probes.audit[b]
+                timed = audit and not probes.alarm[b] >> pi & 1  # an ordinary audit, not an alarm's
                 probe = probes.take(b, vis, step, n_probe)
                 if probe >= 0:
+                    if timed and self._agg_n and self._agg_k == self._arms[cur]:
+                        # its cost is measured: its steps and the one back, against the running depth's
+                        self._audit_watch = [self._arms[probe], n_probe, self._agg_t / self._agg_n, 0.0, 0, 0]
                     cur = self._probe_run = probe
                     self._probe_left = n_probe - 1
                     back = step + n_probe + 1
@@ -381,6 +389,8 @@ class CostModelPolicy:
         time is never billed to another decision), the context length the coming step's; a depth the
         engine ran shallower than decided then goes unnoticed."""
         _, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
+        if self._audit_watch is not None:
+            self._watch_audit(t, last_k if last_k.__class__ is int else k_obs)
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
             if c is None or c > MAX_NUM_STEPS:
@@ -505,6 +515,29 @@ class CostModelPolicy:
         except Exception:  # NaN, inf, negative, zero or not a number: missing
             pass
         return None
+
+    def _watch_audit(self, t: object, k: object) -> None:
+        """The step time of the outcome of a step decided at depth ``k``, while an audit is priced: its
+        steps (the outcomes decided at its depth; up to two others before them, the outcome lag), then the
+        step back. Once all are in, what it cost beyond as many steady steps of the running depth goes to
+        the schedule; a step without a sane time ends the watch unpriced."""
+        w = self._audit_watch
+        assert w is not None
+        if t.__class__ is not float or not 0.0 < t < 1e4:
+            self._audit_watch = None
+            return
+        k_audit, n, ref, total, seen, other = w
+        if seen < n:
+            if k == k_audit:
+                w[3] = total + t
+                w[4] = seen + 1
+            elif seen or other >= 2:
+                self._audit_watch = None  # not the audit's steps after all
+            else:
+                w[5] = other + 1
+            return
+        self._audit_watch = None
+        self._probes.price_audit((total + t) / ref - (n + 1))
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the
@@ -838,6 +871,7 @@ class CostModelPolicy:
                     measured[j] = j == i and count >= 2
             if (changed or stale) and b >= 0:  # the other buckets' estimates may be as stale
                 self._probes.raise_alarm(b, i, now)
+                self._refresh_at = [0] * len(self._refresh_at)  # each plans its audit on its next visit
             if b >= 0:
                 self._clamp_votes[i] = 0  # it does run
                 if seen[b][i] < visits[b]:

@@ -37,8 +37,15 @@ SHARE_BURST = 16
 #: step, 1.7x a speculative one after off), which can flip a near tie but not a loss this large.
 LONG_PROBE_LOSS = 0.4
 #: Steps between two audits (``ProbeSchedule.audit_due``), and the most a depth's measurement may age before
-#: one is due: what bounds, in steps, how long a stale estimate can keep the policy on the wrong side.
-AUDIT_STEPS = 768
+#: one is due, where an audit costs at most ``AUDIT_STEPS * AUDIT_SHARE`` steps: what bounds, in steps, how
+#: long a stale estimate can keep the policy on the wrong side.
+AUDIT_STEPS = 672
+#: The share of the steps audits may cost where they are dear (a resume that pays a lazy drafter's
+#: catch-up), by what the least of the last ``AUDIT_PRICES`` audits took; their spacing then grows up to
+#: ``AUDIT_MAX_STEPS``. A slowdown makes only the audits during it dear: the least of four forgets them.
+AUDIT_SHARE = 0.004
+AUDIT_PRICES = 4
+AUDIT_MAX_STEPS = 8192
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
 _NEVER = -(10**9)
@@ -57,6 +64,9 @@ class ProbeSchedule:
         "audit",
         "alarm",
         "audit_next",
+        "audit_at",
+        "audit_gap",
+        "prices",
         "audits",
         "wave",
         "last",
@@ -85,6 +95,11 @@ class ProbeSchedule:
         self.alarm = [0] * n_buckets
         #: no ordinary audit before this step, and the audits taken
         self.audit_next = 0
+        #: the step of the last ordinary audit, the steps from one to the next, and what the last audits
+        #: cost (steps of the running depth beyond as many steady ones; none measured yet: free)
+        self.audit_at = _NEVER
+        self.audit_gap = AUDIT_STEPS
+        self.prices = [0.0]
         self.audits = 0
         #: per depth index: the step of its last alarm wave (``raise_alarm``)
         self.wave = [_NEVER] * n_arms
@@ -183,13 +198,13 @@ class ProbeSchedule:
 
         The budgeted schedule spaces a depth's re-measurements by what they cost, so a depth that looks
         dear (a slowdown that has ended, slow outliers) waits long, in visits of its bucket. The audit does
-        not look at prices: every ``AUDIT_STEPS`` steps (of all buckets together) the running bucket's best
-        depth of the other kind (off while speculating, the best speculative depth while off; without off,
-        the runner-up) is measured once if its last measurement is older than that. A probe that shows a
-        cell far off (``table.CHANGE_RATIO``) restarts the bucket and raises an alarm in every other bucket
-        (``raise_alarm``): each audits the same depth on its next refresh, without waiting for the clock.
-        At most one ordinary audit per ``AUDIT_STEPS`` steps: its cost is one step's loss per that many
-        steps, whatever the number of buckets."""
+        not look at estimates: every ``audit_gap`` steps (``AUDIT_STEPS``, longer only where audits were
+        measured dear, ``price_audit``; of all buckets together) the running bucket's best measured depth of
+        the other kind (off while speculating, the best speculative depth while off; without off, the
+        runner-up) is measured once if its last measurement is older than that. A measurement that shows an
+        estimate stale raises an alarm in every other bucket (``raise_alarm``): each audits the same depth on
+        its next refresh, without waiting for the clock. One ordinary audit per ``audit_gap`` steps: its
+        cost is one probe per that many steps, whatever the number of buckets."""
         stamp = self.stamp[b]
         mask = self.alarm[b]
         if mask:
@@ -210,9 +225,23 @@ class ProbeSchedule:
                 continue  # never measured here: explored, not audited
             if v[i] > best:
                 best, j = v[i], i
-        if j < 0 or now < self.audit_next or now - stamp[j] < AUDIT_STEPS:
+        if j < 0 or now < self.audit_next or now - stamp[j] < self.audit_gap:
             return -1
         return j
+
+    def price_audit(self, cost: float) -> None:
+        """What an audit was measured to cost, in steps of the running depth beyond as many steady ones:
+        the spacing of audits becomes ``AUDIT_STEPS`` or, where the least of the last ``AUDIT_PRICES``
+        costs more than ``AUDIT_STEPS * AUDIT_SHARE``, that over ``AUDIT_SHARE`` (at most
+        ``AUDIT_MAX_STEPS``)."""
+        prices = self.prices
+        prices.append(cost if cost > 0.0 else 0.0)
+        if len(prices) > AUDIT_PRICES:
+            del prices[0]
+        gap = min(prices) / AUDIT_SHARE
+        self.audit_gap = AUDIT_STEPS if not gap > AUDIT_STEPS else min(int(gap), AUDIT_MAX_STEPS)
+        if self.audit_at > _NEVER:
+            self.audit_next = self.audit_at + self.audit_gap
 
     def raise_alarm(self, b: int, i: int, now: int) -> None:
         """Depth index i of bucket b was found changed at step ``now``: every other bucket that has not
@@ -266,7 +295,8 @@ class ProbeSchedule:
             if self.alarm[b] >> i & 1:
                 self.alarm[b] &= ~(1 << i)
             else:
-                self.audit_next = step + AUDIT_STEPS
+                self.audit_at = step
+                self.audit_next = step + self.audit_gap
         self.stamp[b][i] = step
         self.last = step + steps - 1
         self.count += steps
