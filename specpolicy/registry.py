@@ -18,8 +18,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from .config_files import load_file, loads_json
-from .errors import ConfigError, format_validation_error, short_repr, short_str
+from .config_files import check_depth, load_file, loads_json
+from .errors import MAX_ERROR_LINES, ConfigError, format_validation_error, short_repr, short_str
 from .policies import BUILTIN_ENTRIES
 from .policy import Policy, PolicyConfig, PolicyEntry
 
@@ -102,10 +102,11 @@ class _Registry:
             raise ConfigError(f"name: {what}; available: " + ", ".join(sorted(self.entries)))
         entry = self.resolve(name)
         data["name"] = entry.name
+        prefix = "" if nested else f"{entry.name}."
+        _refuse_many_unknown(entry.config, data, prefix)
         try:
             return entry.config.model_validate(data)
         except ValidationError as exc:
-            prefix = "" if nested else f"{entry.name}."
             raise ConfigError(_explain(entry.config, data, exc, prefix)) from None
 
     def build(self, config: PolicyConfig) -> Policy:
@@ -213,6 +214,7 @@ def _load_spec(spec: Any) -> dict[str, Any]:
     if isinstance(spec, PolicyConfig):
         return spec.model_dump()
     if isinstance(spec, Mapping):
+        check_depth(spec, "policy spec")  # as for a file: a nesting beyond any config is refused
         return dict(spec)
     if isinstance(spec, os.PathLike):
         return _load_file(Path(spec))
@@ -256,6 +258,23 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
 def parse_nested(spec: Any) -> PolicyConfig:
     """A composition's nested policy spec; ConfigError lines name fields relative to it (``ewma_alpha``)."""
     return _registry().parse(spec, {}, nested=True)
+
+
+def _refuse_many_unknown(model: type[PolicyConfig], data: dict[str, Any], prefix: str) -> None:
+    """More unknown keys than an error message shows: said at once, counted, before pydantic renders a
+    problem per key (200,000 keys took seconds)."""
+    if len(data) <= MAX_ERROR_LINES:
+        return
+    known = model.model_fields
+    unknown = [key for key in data if key not in known]
+    if len(unknown) > MAX_ERROR_LINES:
+        lines = [
+            f"{prefix}{short_repr(key, 40) if not isinstance(key, str) else key[:40]}: unknown field (not a "
+            "parameter of this policy)"
+            for key in unknown[:MAX_ERROR_LINES]
+        ]
+        lines.append(f"... and {len(unknown) - MAX_ERROR_LINES} more unknown fields ({len(unknown)} in all)")
+        raise ConfigError("\n".join(lines))
 
 
 def _explain(model: type[PolicyConfig], data: dict[str, Any], exc: ValidationError, prefix: str) -> str:
