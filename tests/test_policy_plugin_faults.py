@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -239,3 +240,23 @@ def test_a_plugin_alias_confusable_with_a_builtin_is_not_registered(site: Path) 
     assert parse_config("mine_alias").name == "mine"
     with pytest.raises(ConfigError, match="unknown policy 'Hysteresis'"):
         parse_config("Hysteresis")
+
+
+@pytest.mark.parametrize("group", ["console_scripts", "pydantic", "specpolicy.policies"])
+def test_a_malformed_entry_points_file_anywhere_does_not_break_import_or_the_cli(
+    tmp_path: Path, group: str
+) -> None:
+    _dist(tmp_path, "sp-broken-anywhere", f"[{group}]\nthis line has no equals sign\n")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import specpolicy
+        from specpolicy.cli import main
+        assert specpolicy.parse_config("static").name == "static"
+        sys.exit(main(["check-config", "static"]))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert '"name": "static"' in out.stdout
+    assert "pydantic's plugin lookup failed" in out.stderr and out.stderr.count("plugin lookup failed") == 1
