@@ -296,3 +296,25 @@ def test_a_policy_slow_on_every_other_call_is_replaced_then_recovers(monkeypatch
     slow_phase[0] = False  # it recovers: the next retry, within budget, makes it decide again
     after = [ctl.decide(StepStats(1)) for _ in range(2 * RETRY_INTERVAL)]
     assert after[-RETRY_INTERVAL:] == [1] * RETRY_INTERVAL
+
+
+def test_an_outcome_with_an_odd_step_or_depth_is_understood_or_ignored_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import numpy as np
+
+    ctl = StepController(_Slow(slow_calls=0), allowed_steps=[1, 3], default_steps=3)
+    for _ in range(4):
+        ctl.decide(StepStats(2))
+    ctl.outcome(1.0, [1, 0], 0.01)  # type: ignore[arg-type]
+    assert ctl.known[:2] == (1, [1, 0])  # step 1's own depth and counts
+    ctl.outcome(np.int64(2), [1, 1], 0.02, num_steps=np.int64(3))  # type: ignore[arg-type]
+    assert ctl.known[:2] == (3, [1, 1])
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        ctl.outcome(3.5, [0, 0], 0.03)  # type: ignore[arg-type]
+        ctl.outcome("4", [0, 0], 0.03)  # type: ignore[arg-type]
+        ctl.outcome(4, [0, 0], 0.03, num_steps=2.5)  # type: ignore[arg-type]
+    assert ctl.bad_outcomes == 3 and ctl.known[:2] == (3, [1, 1])  # ignored: the last good one stands
+    assert len([r for r in caplog.records if "outcome" in r.getMessage()]) == 3  # once per kind
+    ctl.outcome(4, [0, 1], 0.03)
+    assert ctl.known[:2] == (1, [0, 1])

@@ -33,9 +33,9 @@ from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
-from ..mode import SpecMode
+from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Policy, RequestsSteps
-from ..stats import StepStats
+from ..stats import StepStats, clean_count
 
 __all__ = ["BUDGET_DECAY", "MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
 
@@ -141,6 +141,8 @@ class StepController:
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
+        #: outcomes ignored because their step or depth was no count (``outcome``)
+        self.bad_outcomes = 0
         #: decisions per depth before the current run (see ``steps_by_depth``): counted at each switch
         self._by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
@@ -303,6 +305,11 @@ class StepController:
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
         # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
+        if step.__class__ is not int or (num_steps is not None and num_steps.__class__ is not int):
+            checked = self._odd_outcome(step, num_steps)
+            if checked is None:
+                return
+            step, num_steps = checked
         if step <= self._done:
             return  # handed over already
         ring = self._ring
@@ -336,6 +343,23 @@ class StepController:
             self._release(item, step_time_s)
         else:
             self._done = step
+
+    def _odd_outcome(self, step: object, num_steps: object) -> tuple[int, int | None] | None:
+        """``step`` and ``num_steps`` as ints (numpy integers and integral floats are understood), or None
+        when either is no count: that outcome is ignored, counted in ``bad_outcomes`` and logged once,
+        never raised into the engine."""
+        s = clean_count(step)
+        k = None if num_steps is None else clean_count(num_steps)
+        if s is not None and (num_steps is None or (k is not None and k <= MAX_NUM_STEPS)):
+            return s, k
+        self.bad_outcomes += 1
+        bad = ("step", step) if s is None else ("num_steps", num_steps)
+        self._on_error(
+            TypeError(f"outcome {bad[0]} must be an int >= 0, got {short_repr(bad[1])}"),
+            "adapter",
+            "this outcome is ignored",
+        )
+        return None
 
     def forget(self) -> None:
         """Feedback arrived that matches no decision: the next StepStats say nothing rather than guess."""
