@@ -102,6 +102,38 @@ def engine_kwargs(
     return kw
 
 
+#: Engine arguments SGLang renamed (the name ``engine_kwargs`` writes -> the later release's name). From
+#: 0.5.13 the CUDA graph settings are per phase (``cuda_graph_config``) and the old names survive only as
+#: command-line aliases, which ``sglang.Engine(**kw)`` does not read.
+RENAMED_ARGS: dict[str, str] = {
+    "cuda_graph_max_bs": "cuda_graph_max_bs_decode",
+    "cuda_graph_bs": "cuda_graph_bs_decode",
+    "piecewise_cuda_graph_max_tokens": "cuda_graph_max_bs_prefill",
+}
+
+
+def server_arg_fields() -> frozenset[str]:
+    """The field names of the installed SGLang's ServerArgs (what ``sglang.Engine(**kw)`` accepts)."""
+    import dataclasses
+
+    from sglang.srt.server_args import ServerArgs
+
+    return frozenset(f.name for f in dataclasses.fields(ServerArgs))
+
+
+def for_release(kw: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    """``kw`` with each renamed argument under the name the installed release's ServerArgs has
+    (``fields``); a ValueError names every argument that release has under neither name."""
+    out: dict[str, Any] = {}
+    for k, v in kw.items():
+        new = RENAMED_ARGS.get(k)
+        out[new if k not in fields and new in fields else k] = v
+    unknown = sorted(k for k in out if k not in fields)
+    if unknown:
+        raise ValueError(f"engine arguments {unknown} are not SGLang ServerArgs fields of this release")
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- models
 def cmd_build_models(args: argparse.Namespace) -> int:
     import bigram_model as bm
@@ -385,6 +417,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     import sglang as sgl
 
     kw = engine_kwargs(run.path, work / "models", run.backend, run.depth, run.tp)
+    kw = for_release(kw, server_arg_fields())
     print("GC ENGINE KW", json.dumps(kw), flush=True)
     eng = sgl.Engine(**kw)
     init_s = time.time() - t0

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Run every test: the core suite in the current Python, then the adapter contract tests inside one virtual
-# environment per pinned engine release (built by scripts/engine-envs.sh on first use, reused after).
+# Run every test: first build (or reuse) one virtual environment per pinned engine release
+# (scripts/engine-envs.sh, a progress line at least every 20 s while one builds), then the core suite in the
+# current Python (some of its tests use those envs), then the adapter contract tests inside each env. The
+# summary separates the skips a release makes expected from the rest; its last line is
+# "total: N passed, N failed, N skipped".
 # Environment: SPECPOLICY_SKIP_ENGINES=1 runs the core suite only; SPECPOLICY_ENGINES="sglang-0.5.23 ..."
 # picks engine envs. Extra arguments go to every pytest run.
 set -uo pipefail
@@ -15,32 +18,26 @@ status=0
 echo "== installing specpolicy (editable) with its dev tools"
 $PY -m pip install -q -e ".[dev]" 2>&1 | grep -vE "is ignored|root' user" || true
 
+ENGINES=""
+if [ "${SPECPOLICY_SKIP_ENGINES:-0}" != "1" ]; then
+  ENGINES=${SPECPOLICY_ENGINES:-$(bash scripts/engine-envs.sh --list | tr '\n' ' ')}
+  echo "== engine envs: $ENGINES"
+  # shellcheck disable=SC2086
+  bash scripts/engine-envs.sh $ENGINES || status=1
+fi
+ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}
+export SPECPOLICY_ENV_DIR=$ENV_DIR
+
 echo "== core tests ($($PY --version))"
 $PY -m pytest -q -p no:cacheprovider tests --ignore=tests/engines --junitxml="$REPORTS/core.xml" "$@" || status=1
 
-if [ "${SPECPOLICY_SKIP_ENGINES:-0}" != "1" ]; then
-  ENGINES=${SPECPOLICY_ENGINES:-$(bash scripts/engine-envs.sh --list | tr '\n' ' ')}
-  # shellcheck disable=SC2086
-  bash scripts/engine-envs.sh $ENGINES || status=1
-  ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}
-  for e in $ENGINES; do
-    venv="$ENV_DIR/$e"; engine=${e%%-*}
-    [ -x "$venv/bin/python" ] || { echo "== $e: venv missing"; status=1; continue; }
-    echo "== $e contract tests"
-    SPECPOLICY_ENGINE_ENV=$e "$venv/bin/python" -m pytest -q -p no:cacheprovider "tests/engines/$engine" \
-      --junitxml="$REPORTS/$e.xml" "$@" || status=1
-  done
-fi
+for e in $ENGINES; do
+  venv="$ENV_DIR/$e"; engine=${e%%-*}
+  [ -x "$venv/bin/python" ] || { echo "== $e: venv missing"; status=1; continue; }
+  echo "== $e contract tests"
+  SPECPOLICY_ENGINE_ENV=$e "$venv/bin/python" -m pytest -q -p no:cacheprovider "tests/engines/$engine" \
+    --junitxml="$REPORTS/$e.xml" "$@" || status=1
+done
 
-$PY - "$REPORTS" <<'PYEOF'
-import glob, sys, xml.etree.ElementTree as ET
-tot = dict(tests=0, failures=0, errors=0, skipped=0)
-for f in sorted(glob.glob(sys.argv[1] + "/*.xml")):
-    for s in ET.parse(f).getroot().iter("testsuite"):
-        for k in tot:
-            tot[k] += int(s.get(k, 0))
-failed = tot["failures"] + tot["errors"]
-passed = tot["tests"] - failed - tot["skipped"]
-print(f"total: {passed} passed, {failed} failed, {tot['skipped']} skipped")
-PYEOF
+$PY scripts/test_summary.py "$REPORTS"
 exit $status

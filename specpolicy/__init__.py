@@ -1,5 +1,6 @@
 """specpolicy: decide, step by step, whether and how deep an LLM serving engine should speculate."""
 
+from . import _pydantic_plugins  # noqa: F401 - first: guards pydantic's plugin lookup (see there)
 from .errors import ConfigError
 from .mode import MAX_NUM_STEPS, SpecMode
 from .policy import Policy, PolicyConfig, PolicyEntry, ReportsEstimates

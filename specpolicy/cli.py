@@ -7,7 +7,9 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
+from . import __version__
 from .errors import ConfigError, MissingExtraError
 
 # Each feature package contributes its subcommands through ``register(subparsers)``; the function it sets as
@@ -21,8 +23,15 @@ _COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is one line naming it and where the help is, not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specpolicy",
         description=(
             "Per-step speculative-decoding policies for SGLang and vLLM: list and validate policies, "
@@ -30,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    parser.add_argument("--version", action="version", version=f"specpolicy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod_name in _COMMAND_MODULES:
         importlib.import_module(mod_name).register(sub)

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from .errors import short_str
 from .policy import PolicyConfig
-from .registry import available_policies, get_entry, parse_config
+from .registry import available_policies, broken_plugins, get_entry, parse_config
 
 
 def register(sub: Any) -> None:
@@ -50,30 +51,55 @@ def _type_text(annotation: Any) -> str:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
+    """Every registered policy; a plugin that breaks the listing (or could not be registered) is listed as
+    broken with its reason, and the others are still listed: exit status 0."""
     names = available_policies()
+    broken = broken_plugins()
     if args.json:
-        print(json.dumps({n: get_entry(n).config.model_json_schema() for n in names}, indent=2))
+        schemas: dict[str, Any] = {}
+        for n in names:
+            try:
+                schemas[n] = get_entry(n).config.model_json_schema()
+            except Exception as exc:  # noqa: BLE001 - a plugin's model: reported, the rest still listed
+                broken[n] = f"{type(exc).__name__}: {short_str(exc)}"
+        if broken:
+            schemas["broken_plugins"] = broken
+        print(json.dumps(schemas, indent=2))
         return 0
     for n in names:
-        entry = get_entry(n)
-        alias = f" (alias: {', '.join(entry.aliases)})" if entry.aliases else ""
-        print(f"{n}{alias}: {entry.config.summary()}")
-        for fname, info in entry.config.model_fields.items():
-            if fname == "name":
-                continue
-            default = info.get_default(call_default_factory=True)
-            if isinstance(default, PolicyConfig):  # a composition's part: its fields are listed under it
-                default = default.model_dump(mode="json", exclude_defaults=True) | {"name": default.name}
-            rng = _constraint_text(info)
-            desc = info.description or ""
-            kind = "policy config" if info.annotation is PolicyConfig else _type_text(info.annotation)
-            print(
-                f"    {fname}: {kind} = {json.dumps(default, default=str)}"
-                + (f"  [{rng}]" if rng else "")
-                + (f"  {desc}" if desc else "")
-            )
-        print()
+        try:
+            text = _describe(n)
+        except Exception as exc:  # noqa: BLE001
+            broken[n] = f"{type(exc).__name__}: {short_str(exc)}"
+            continue
+        print(text)
+    if broken:
+        print("broken plugins (not usable):")
+        for n, why in broken.items():
+            print(f"    {n}: {why}")
     return 0
+
+
+def _describe(n: str) -> str:
+    """The listing of one policy: its summary line and a line per parameter, then an empty line."""
+    entry = get_entry(n)
+    alias = f" (alias: {', '.join(entry.aliases)})" if entry.aliases else ""
+    lines = [f"{n}{alias}: {entry.config.summary()}"]
+    for fname, info in entry.config.model_fields.items():
+        if fname == "name":
+            continue
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, PolicyConfig):  # a composition's part: its fields are listed under it
+            default = default.model_dump(mode="json", exclude_defaults=True) | {"name": default.name}
+        rng = _constraint_text(info)
+        desc = info.description or ""
+        kind = "policy config" if info.annotation is PolicyConfig else _type_text(info.annotation)
+        lines.append(
+            f"    {fname}: {kind} = {json.dumps(default, default=str)}"
+            + (f"  [{rng}]" if rng else "")
+            + (f"  {desc}" if desc else "")
+        )
+    return "\n".join(lines) + "\n"
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

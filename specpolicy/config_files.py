@@ -4,21 +4,32 @@ A configuration comes from users, environment variables and files that anyone ma
 must cost little whatever it holds: files are limited to ``MAX_FILE_BYTES`` and must be regular files (a
 directory is said to be one, a pipe is not read), nesting is limited to ``MAX_DEPTH`` levels, YAML aliases
 (``*name``: a 500-byte file of nested aliases expands to gigabytes once rendered) are refused, and a key given
-twice in one mapping is an error naming the key instead of "the last one wins". Every problem is a
-``ConfigError`` that says where.
+twice in one mapping is an error naming the key instead of "the last one wins". YAML 1.1's base-60 numbers
+(``1:04`` read as 64) are read as the strings they look like, so a field expecting a number says so. Every
+problem, a path holding a NUL byte or a control character in a YAML file included, is a ``ConfigError``
+that says where.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, short_repr, short_str
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "load_file", "loads_json", "loads_json_object", "read_text"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "check_depth",
+    "load_file",
+    "loads_json",
+    "loads_json_object",
+    "read_text",
+]
 
 #: Largest configuration file read (a policy config is a few hundred bytes; a profile a few hundred KiB).
 MAX_FILE_BYTES = 4 * 2**20
@@ -35,6 +46,8 @@ def read_text(path: str | os.PathLike[str], what: str = "config file") -> str:
         raise ConfigError(f"{what} not found: {p}") from None
     except OSError as exc:
         raise ConfigError(f"{what} {p}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError:  # a NUL byte in the path
+        raise ConfigError(f"{what} {short_repr(os.fspath(path))}: a path cannot contain a NUL byte") from None
     if stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{what} {p} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
@@ -59,8 +72,9 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _check_depth(data: Any, where: str) -> None:
-    """Iterative, so a deeply nested value cannot exhaust the stack while being checked."""
+def check_depth(data: Any, where: str) -> None:
+    """ConfigError when ``data`` nests mappings and lists more than MAX_DEPTH levels deep. Iterative, so a
+    deeply nested value cannot exhaust the stack while being checked."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
@@ -95,7 +109,7 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
         raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         raise ConfigError(f"{where}: not valid JSON: {exc}") from None
-    _check_depth(data, where)
+    check_depth(data, where)
     return data
 
 
@@ -107,6 +121,30 @@ def loads_json_object(text: str | bytes, where: str) -> dict[str, Any]:
     return data
 
 
+#: The alternatives of YAML 1.1's implicit int and float patterns that read base-60 numbers (``1:04``).
+_BASE_60 = (
+    r"|[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+",
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*",
+)
+
+
+def _without_base_60(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
+    """PyYAML's implicit resolvers with the base-60 alternatives cut out of the int and float patterns, so
+    ``1:04`` stays a string (as in YAML 1.2) instead of becoming 64."""
+    out: dict[Any, list[tuple[str, Any]]] = {}
+    for first, pairs in resolvers.items():
+        kept = []
+        for tag, regexp in pairs:
+            if tag.endswith((":int", ":float")):
+                pattern = regexp.pattern
+                for alternative in _BASE_60:
+                    pattern = pattern.replace(alternative, "")
+                regexp = re.compile(pattern, regexp.flags)
+            kept.append((tag, regexp))
+        out[first] = kept
+    return out
+
+
 def _yaml_loader() -> type[Any]:
     import yaml
 
@@ -115,6 +153,7 @@ def _yaml_loader() -> type[Any]:
 
         where = "YAML"
         _depth = 0
+        yaml_implicit_resolvers = _without_base_60(yaml.SafeLoader.yaml_implicit_resolvers)
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
@@ -151,7 +190,10 @@ def _yaml_loader() -> type[Any]:
 def loads_yaml(text: str, where: str = "YAML") -> Any:
     import yaml
 
-    loader = _yaml_loader()(text)
+    try:
+        loader = _yaml_loader()(text)  # its reader refuses control characters here
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: cannot parse: {_one_line(exc)}") from None
     loader.where = where
     try:
         return loader.get_single_data()
@@ -187,5 +229,5 @@ def load_file(path: str | os.PathLike[str], what: str = "policy config file") ->
         raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
     except Exception as exc:  # noqa: BLE001 - TOMLDecodeError and friends
         raise ConfigError(f"{where}: cannot parse: {_one_line(exc)}") from None
-    _check_depth(data, where)
+    check_depth(data, where)
     return data

@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "FieldError",
+    "MAX_ERROR_LINES",
     "MissingExtraError",
     "format_validation_error",
     "short_repr",
@@ -68,14 +69,21 @@ class FieldError(ValueError):
         self.field = field
 
 
+#: Problems rendered per error message; the rest are counted in one last line (a config of 200,000
+#: unknown keys must not print megabytes).
+MAX_ERROR_LINES = 20
+
+
 def format_validation_error(exc: Any, prefix: str = "", fields: Iterable[str] = ()) -> str:
-    """Render a pydantic ValidationError as one line per problem: ``field.path: message (got value)``.
+    """Render a pydantic ValidationError as one line per problem: ``field.path: message (got value)``,
+    at most ``MAX_ERROR_LINES`` of them, then a line counting the others.
 
     ``fields`` are the model's field names: an unknown field close to one of them gets a "did you mean".
     """
     known = list(fields)
     lines = []
-    for err in exc.errors():
+    errors = exc.errors(include_url=False, include_context=True, include_input=True)
+    for err in errors[:MAX_ERROR_LINES]:
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
         msg = err.get("msg", "invalid value")
         cause = (err.get("ctx") or {}).get("error")
@@ -97,4 +105,6 @@ def format_validation_error(exc: Any, prefix: str = "", fields: Iterable[str] = 
             if close:
                 msg += f"; did you mean {close[0]!r}?"
         lines.append(f"{path}: {msg}{got}")
+    if len(errors) > MAX_ERROR_LINES:
+        lines.append(f"... and {len(errors) - MAX_ERROR_LINES} more problems ({len(errors)} in all)")
     return "\n".join(lines)

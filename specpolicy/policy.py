@@ -192,6 +192,15 @@ class PolicyEntry:
     builds_nested: bool = False
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.config, type) and issubclass(self.config, PolicyConfig)):
+            raise ConfigError(
+                f"policy entry {self.name!r}: its config must be a subclass of specpolicy.PolicyConfig, got "
+                f"{short_repr(self.config)}"
+            )
+        if not callable(self.factory):
+            raise ConfigError(
+                f"policy entry {self.name!r}: its factory must be callable, got {short_repr(self.factory)}"
+            )
         field = self.config.model_fields.get("name")
         default = None if field is None else field.default
         if default != self.name:

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import logging
 import os
+import unicodedata
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -18,14 +19,16 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from .config_files import load_file, loads_json
-from .errors import ConfigError, format_validation_error, short_repr, short_str
+from .config_files import check_depth, load_file, loads_json
+from .errors import MAX_ERROR_LINES, ConfigError, format_validation_error, short_repr, short_str
+from .mode import MAX_NUM_STEPS
 from .policies import BUILTIN_ENTRIES
 from .policy import Policy, PolicyConfig, PolicyEntry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "available_policies",
+    "broken_plugins",
     "config_json_schema",
     "config_union",
     "get_entry",
@@ -44,12 +47,25 @@ class _Registry:
 
     A name or alias already taken keeps its first owner, so a plugin can never take over a built-in's name
     or alias (nor an earlier plugin's): the clash is logged naming the plugin and its own name still works.
+    A plugin entry that is not a well-formed ``PolicyEntry``, or whose name or alias looks like a built-in's
+    (``confusable``), is not registered: it is logged and listed in ``broken`` with the reason.
     """
 
-    def __init__(self, entries: list[PolicyEntry]) -> None:
+    def __init__(self, entries: list[PolicyEntry], broken: Mapping[str, str] | None = None) -> None:
         self.entries: dict[str, PolicyEntry] = {}
         self.aliases: dict[str, str] = {}
+        #: plugins that could not be registered: "name (entry point)" -> why
+        self.broken: dict[str, str] = dict(broken or {})
+        builtin = {id(e) for e in BUILTIN_ENTRIES}
+        looks = {_skeleton(n): n for e in entries if id(e) in builtin for n in (e.name, *e.aliases)}
         for entry in entries:
+            if id(entry) not in builtin:
+                problem = _entry_problem(entry, looks)
+                if problem is not None:
+                    name = getattr(entry, "name", "?")
+                    log.error("specpolicy: skipping policy plugin %s: %s", short_repr(name), problem)
+                    self.broken[str(name)] = problem
+                    continue
             if entry.name in self.entries or entry.name in self.aliases:
                 owner = self.aliases.get(entry.name, entry.name)
                 log.warning(
@@ -73,6 +89,16 @@ class _Registry:
                         _origin(self.entries[owner]),
                         alias,
                         owner,
+                    )
+                    continue
+                if id(entry) not in builtin and _skeleton(alias) in looks:
+                    log.warning(
+                        "specpolicy: policy plugin %r (%s) declares the alias %r, which looks like the "
+                        "built-in %r; it is not registered",
+                        entry.name,
+                        _origin(entry),
+                        alias,
+                        looks[_skeleton(alias)],
                     )
                     continue
                 self.aliases[alias] = entry.name
@@ -102,16 +128,80 @@ class _Registry:
             raise ConfigError(f"name: {what}; available: " + ", ".join(sorted(self.entries)))
         entry = self.resolve(name)
         data["name"] = entry.name
+        prefix = "" if nested else f"{entry.name}."
+        _refuse_many_unknown(entry.config, data, prefix)
         try:
-            return entry.config.model_validate(data)
+            config = entry.config.model_validate(data)
         except ValidationError as exc:
-            prefix = "" if nested else f"{entry.name}."
             raise ConfigError(_explain(entry.config, data, exc, prefix)) from None
+        _check_candidate_steps(config, prefix)
+        return config
 
     def build(self, config: PolicyConfig) -> Policy:
-        """``Builder``: a policy from a validated config (the nested configs of compositions too)."""
+        """``Builder``: a policy from a validated config (the nested configs of compositions too); ConfigError
+        when the factory returns something that is not a policy (no ``decide`` / ``reset``)."""
         policy: Policy = self.resolve(config.name).factory(config)
+        if not isinstance(policy, Policy):
+            raise ConfigError(
+                f"name: policy {config.name!r}: its factory returned {short_repr(policy)}, not a policy (an "
+                "object with decide(stats) and reset())"
+            )
         return policy
+
+
+#: Letters of other scripts that look like Latin ones (Cyrillic, Greek), mapped to them for ``_skeleton``.
+_CONFUSABLES = str.maketrans(
+    "асеіјорѕхуһԁɡοαρτκνı",
+    "aceijopsxyhdgoaptkvi",
+)
+
+
+def _skeleton(name: str) -> str:
+    """What a policy name looks like: NFKC-normalised, case-folded, lookalike letters of other scripts
+    mapped to Latin ones, ``-`` and ``_`` dropped. Two names with one skeleton are confusable."""
+    text = unicodedata.normalize("NFKC", name).casefold().translate(_CONFUSABLES)
+    return text.replace("-", "").replace("_", "")
+
+
+def _entry_problem(entry: Any, builtin_looks: Mapping[str, str]) -> str | None:
+    """Why a plugin's entry cannot be registered, or None."""
+    if not isinstance(entry, PolicyEntry):
+        return f"expected a specpolicy.PolicyEntry, got {short_repr(entry)}"
+    if not (isinstance(entry.config, type) and issubclass(entry.config, PolicyConfig)):
+        return f"its config must be a subclass of specpolicy.PolicyConfig, got {short_repr(entry.config)}"
+    if not callable(entry.factory):
+        return f"its factory must be callable, got {short_repr(entry.factory)}"
+    if not isinstance(entry.name, str) or not entry.name:
+        return f"its name must be a non-empty string, got {short_repr(entry.name)}"
+    owner = builtin_looks.get(_skeleton(entry.name))
+    if owner is not None and owner != entry.name:
+        return (
+            f"its name {entry.name!r} looks like the built-in policy {owner!r} (case, script or separators)"
+        )
+    return None
+
+
+def _check_candidate_steps(config: PolicyConfig, prefix: str) -> None:
+    """A config's ``candidate_steps()`` must give depths in [0, MAX_NUM_STEPS], ascending: every adapter
+    and the simulator rely on it, so a plugin whose method raises or returns junk is a ConfigError here."""
+    try:
+        steps = config.candidate_steps()
+        ok = (
+            isinstance(steps, tuple)
+            and len(steps) > 0
+            and all(type(k) is int and 0 <= k <= MAX_NUM_STEPS for k in steps)
+            and list(steps) == sorted(set(steps))
+        )
+    except Exception as exc:  # noqa: BLE001 - a plugin's method: reported, never raised as is
+        raise ConfigError(
+            f"{prefix}candidate_steps: the config's candidate_steps() raised {type(exc).__name__}: "
+            f"{short_str(exc)}"
+        ) from None
+    if not ok:
+        raise ConfigError(
+            f"{prefix}candidate_steps: the config's candidate_steps() must return a non-empty, ascending "
+            f"tuple of distinct depths in [0, {MAX_NUM_STEPS}], got {short_repr(steps)}"
+        )
 
 
 def _origin(entry: PolicyEntry) -> str:
@@ -141,7 +231,8 @@ def _plugin_entry_points() -> list[metadata.EntryPoint]:
     return out
 
 
-def _load_entry_points() -> list[PolicyEntry]:
+def _load_entry_points(broken: dict[str, str] | None = None) -> list[PolicyEntry]:
+    """The plugins' entries; one that cannot be loaded is logged and, with ``broken``, noted there."""
     out: list[PolicyEntry] = []
     for ep in _plugin_entry_points():
         try:
@@ -160,6 +251,8 @@ def _load_entry_points() -> list[PolicyEntry]:
                 type(exc).__name__,
                 short_str(exc),
             )
+            if broken is not None:
+                broken[f"{ep.name} ({ep.value})"] = f"{type(exc).__name__}: {short_str(exc)}"
             continue
         out.append(obj)
     return out
@@ -167,7 +260,15 @@ def _load_entry_points() -> list[PolicyEntry]:
 
 @functools.lru_cache(maxsize=1)
 def _registry() -> _Registry:
-    return _Registry([*BUILTIN_ENTRIES, *_load_entry_points()])
+    broken: dict[str, str] = {}
+    entries = _load_entry_points(broken)
+    return _Registry([*BUILTIN_ENTRIES, *entries], broken)
+
+
+def broken_plugins() -> dict[str, str]:
+    """Plugins that could not be registered (not loadable, not a well-formed entry, a name confusable with
+    a built-in's): "name" or "name (entry point)" -> the reason. ``specpolicy policies`` lists them."""
+    return dict(_registry().broken)
 
 
 def available_policies() -> list[str]:
@@ -213,6 +314,7 @@ def _load_spec(spec: Any) -> dict[str, Any]:
     if isinstance(spec, PolicyConfig):
         return spec.model_dump()
     if isinstance(spec, Mapping):
+        check_depth(spec, "policy spec")  # as for a file: a nesting beyond any config is refused
         return dict(spec)
     if isinstance(spec, os.PathLike):
         return _load_file(Path(spec))
@@ -256,6 +358,23 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
 def parse_nested(spec: Any) -> PolicyConfig:
     """A composition's nested policy spec; ConfigError lines name fields relative to it (``ewma_alpha``)."""
     return _registry().parse(spec, {}, nested=True)
+
+
+def _refuse_many_unknown(model: type[PolicyConfig], data: dict[str, Any], prefix: str) -> None:
+    """More unknown keys than an error message shows: said at once, counted, before pydantic renders a
+    problem per key (200,000 keys took seconds)."""
+    if len(data) <= MAX_ERROR_LINES:
+        return
+    known = model.model_fields
+    unknown = [key for key in data if key not in known]
+    if len(unknown) > MAX_ERROR_LINES:
+        lines = [
+            f"{prefix}{short_repr(key, 40) if not isinstance(key, str) else key[:40]}: unknown field (not a "
+            "parameter of this policy)"
+            for key in unknown[:MAX_ERROR_LINES]
+        ]
+        lines.append(f"... and {len(unknown) - MAX_ERROR_LINES} more unknown fields ({len(unknown)} in all)")
+        raise ConfigError("\n".join(lines))
 
 
 def _explain(model: type[PolicyConfig], data: dict[str, Any], exc: ValidationError, prefix: str) -> str:

@@ -16,7 +16,15 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 from .errors import short_repr
 
-__all__ = ["MAX_COUNT", "StepStats", "clean_count", "clean_float", "clean_sequence", "mean_accepted_drafts"]
+__all__ = [
+    "MAX_COUNT",
+    "StepStats",
+    "clean_count",
+    "clean_float",
+    "clean_sequence",
+    "mean_accepted_drafts",
+    "sample_sequence",
+]
 
 
 class _Fields(NamedTuple):
@@ -324,11 +332,43 @@ def clean_sequence(value: object) -> Sequence[Any] | None:
     return None
 
 
+def sample_sequence(value: object, limit: int, offset: int = 0) -> tuple[list[Any], int] | None:
+    """At most ``limit`` entries of a per-request field as a list, and the field's length, or None when it is
+    no sequence (see ``clean_sequence``) or cannot be read.
+
+    A field longer than ``limit`` (> 0) is sampled with an even stride, every ``ceil(n / limit)``-th entry
+    from ``offset % stride``, by slicing before any copy: a numpy array or a tensor is sliced as a view and
+    converted with its own ``tolist()``, so the cost is that of the sample whatever the container and the
+    batch (a list short enough is returned as is, not copied: callers must not modify it). Never raises.
+    """
+    try:
+        seq = value if value.__class__ is list else clean_sequence(value)
+        if seq is None:
+            return None
+        n = len(seq)
+        if not 0 <= n <= MAX_COUNT:
+            return None
+        stride = -(-n // limit) if 0 < limit < n else 1
+        start = offset % stride
+        if seq.__class__ is list:
+            return (seq if stride == 1 else seq[start::stride]), n
+        try:
+            part: Any = seq[start::stride] if stride > 1 else seq
+        except Exception:  # a sequence indexed by ints only
+            part = [seq[i] for i in range(start, n, stride)]
+        tolist = getattr(part, "tolist", None)
+        out = tolist() if callable(tolist) else list(part)
+        return (out, n) if out.__class__ is list else None
+    except Exception:  # a length or an item that raises: no usable data
+        return None
+
+
 def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | None:
     """Mean accepted drafts per request of the step ``stats`` describes, or None when there is no usable data.
 
     ``max_requests`` > 0 bounds the work: a larger batch is sampled with an even stride (every
-    ``ceil(n / max_requests)``-th request), so the cost stops growing with the batch.
+    ``ceil(n / max_requests)``-th request, ``sample_sequence``), so the cost stops growing with the batch,
+    whatever container holds the counts.
 
     Never raises. Data counts only when ``last_num_steps > 0`` and acceptance is reported (a step without
     speculation is not zero acceptance). ``mean_accepted`` wins when set (clipped to [0, last_num_steps]).
@@ -336,7 +376,8 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
     (the mean capped at last_num_steps), and only an out-of-range, NaN or non-numeric sum pays for the
     per-request repair: values clipped to [0, drafted], non-finite, negative or non-numeric entries ignored.
     (So an out-of-range entry hidden by an in-range sum is not repaired: the contract says entries are in
-    [0, drafted]; checking each one with min()/max() would cost 3x the sum.)
+    [0, drafted]; checking each one with min()/max() would cost 3x the sum.) ``drafted_tokens`` that is not
+    a sequence of the same length is ignored (every request drafted ``last_num_steps``).
     """
     raw_k, acc, drafted, m = stats[3], stats[4], stats[5], stats[7]
     k = raw_k if type(raw_k) is int else clean_count(raw_k)
@@ -347,33 +388,30 @@ def mean_accepted_drafts(stats: StepStats, max_requests: int = 0) -> float | Non
         if f is not None and 0.0 <= f < _INF:
             return f if f <= k else float(k)
         # a bad aggregate: fall back to the list, if any
-    if acc.__class__ is not list:
-        acc = clean_sequence(acc)
-        if acc is None:
+    if acc.__class__ is list and drafted is None and not 0 < max_requests < len(acc):
+        n = len(acc)  # the common case: a list read whole
+    else:
+        got = sample_sequence(acc, max_requests)
+        if got is None:
             return None
-    try:
+        acc, n_all = got
         n = len(acc)
-        if n == 0:
-            return None
-        if 0 < max_requests < n:
-            stride = -(-n // max_requests)
-            acc = acc[::stride]
-            if drafted is not None:
-                drafted = drafted[::stride]
-            n = len(acc)
+        if drafted is not None:
+            caps = sample_sequence(drafted, max_requests)
+            drafted = caps[0] if caps is not None and caps[1] == n_all and len(caps[0]) == n else None
+    if n == 0:
+        return None
+    try:
         total = sum(acc)
         cap = k * n if drafted is None else min(sum(drafted), k * n)  # drafted entries are <= k
-        if type(total) is not int and type(total) is not float:  # numpy integers from an array
+        if type(total) is not int and type(total) is not float:  # numpy numbers from an odd list
             total = operator.index(total)
             cap = operator.index(cap)
-    except Exception:
-        return _repair_mean(acc, drafted, k)
-    if 0 <= total <= cap and (drafted is None or len(drafted) == n):  # NaN fails both comparisons
-        try:
+        if 0 <= total <= cap:  # NaN fails both comparisons
             mean = total / n
-        except OverflowError:  # a depth or counts beyond any float: not counts
-            return _repair_mean(acc, drafted, k)
-        return mean if mean <= k else float(k)
+            return mean if mean <= k else float(k)
+    except Exception:  # noqa: BLE001 - non-numbers, or counts beyond any float: the per-request repair
+        pass
     return _repair_mean(acc, drafted, k)
 
 

@@ -9,6 +9,7 @@ once known, so a record is emitted one step late). Lines whose ``kind`` is ``"he
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -16,7 +17,8 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .stats import StepStats
+from .errors import short_repr
+from .stats import MAX_COUNT, StepStats
 
 __all__ = ["TRACE_FORMAT", "TraceRecord", "dumps_record", "iter_trace_lines", "read_trace", "record_dict"]
 
@@ -78,15 +80,54 @@ class TraceRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TraceRecord:
+        """The record of one parsed trace line; ValueError naming the first field of the wrong type or
+        range, so every reader (the profile fit, the replay) reports a bad line in one line."""
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         missing = [k for k in ("step", "batch_size", "num_steps") if k not in known]
         if missing:
             raise ValueError(f"trace record lacks required field(s) {', '.join(missing)}")
-        for key in ("step_time_s", "mean_seq_len", "last_step_time_s", "mean_accepted", "last_mean_seq_len"):
-            v = known.get(key)
-            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"trace record field {key} must be a finite number >= 0 or null, got {v!r}")
+        for key, v in known.items():
+            problem = _field_problem(key, v)
+            if problem:
+                raise ValueError(f"trace record field {key} must be {problem}, got {short_repr(v)}")
         return cls(**known)
+
+
+#: What each field of a trace line must hold (besides null, where the field allows it).
+_COUNTS = ("step", "batch_size", "num_steps", "num_waiting", "last_num_steps", "rank")
+_OPTIONAL_COUNTS = ("last_batch_size", "last_decided_steps")
+_TIMES = ("step_time_s", "mean_seq_len", "last_step_time_s", "mean_accepted", "last_mean_seq_len")
+_OPTIONAL_NUMBERS = ("ts", "decide_us")
+
+
+def _is_count(v: object) -> bool:
+    return type(v) is int and 0 <= v <= MAX_COUNT
+
+
+def _is_number(v: object) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)  # type: ignore[arg-type]
+
+
+def _field_problem(key: str, v: object) -> str | None:
+    """What field ``key`` of a trace line must be, when ``v`` is not that; None when it is."""
+    if key in _COUNTS:
+        return None if _is_count(v) else "an integer in [0, 2**53)"
+    if key == "fallback":
+        return None if type(v) is bool else "true or false"
+    if key == "extra":
+        return None if isinstance(v, dict) else "an object"
+    if v is None:
+        return None
+    if key in _OPTIONAL_COUNTS:
+        return None if _is_count(v) else "an integer in [0, 2**53) or null"
+    if key in _TIMES:
+        return None if _is_number(v) and v >= 0 else "a finite number >= 0 or null"  # type: ignore[operator]
+    if key in _OPTIONAL_NUMBERS:
+        return None if _is_number(v) else "a finite number or null"
+    if key in _LISTS:
+        ok = isinstance(v, list) and all(_is_number(x) for x in v)
+        return None if ok else "a list of numbers or null"
+    return None  # the request ids: any JSON value, never read
 
 
 def dumps_record(d: dict[str, Any]) -> str:
@@ -144,14 +185,23 @@ def _default(obj: Any) -> Any:
 
 
 def iter_trace_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, parsed object) for every non-empty line, headers included."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    """Yield (line number, parsed object) for every non-empty line, headers included; a gzip file (by its
+    magic bytes, whatever its name) is read through gzip."""
+    with open(path, "rb") as head:
+        gz = head.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
             line = line.strip()
             if not line:
                 continue
             try:
                 obj = json.loads(line)
+            except RecursionError:
+                raise ValueError(f"{path}:{lineno}: nested too deep") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from None
             if not isinstance(obj, dict):

@@ -159,7 +159,7 @@ def test_a_slow_policy_is_logged_once_then_replaced_by_the_default_until_it_reco
     assert ctl.budget_fallbacks == len(got) - policy.calls
     messages = [r.getMessage() for r in caplog.records]
     assert sum("over the budget" in m for m in messages) == 1
-    assert sum("consecutive steps" in m for m in messages) == 1
+    assert sum("recent calls" in m for m in messages) == 1
     assert sum("back within" in m for m in messages) == 1
 
 
@@ -241,3 +241,80 @@ def test_budget_and_watchdog_settings_reach_the_controller() -> None:
     assert ctl.watchdog.timeout_s == 30.0
     rt.close()
     assert not ctl.watchdog._thread.is_alive()
+
+
+class _Clocked:
+    """A policy whose call ``i`` takes 10 ms of a fake clock when ``slow(i)``, none otherwise."""
+
+    def __init__(self, slow: Any, clock: list[float]) -> None:
+        self.slow = slow
+        self.clock = clock
+        self.calls = 0
+
+    def decide(self, stats: StepStats) -> SpecMode:
+        self.calls += 1
+        if self.slow(self.calls):
+            self.clock[0] += 0.01
+        return SpecMode.on(1)
+
+    def reset(self) -> None:
+        pass
+
+
+def _clocked_run(monkeypatch: pytest.MonkeyPatch, slow: Any, steps: int = 400) -> tuple[list[int], Any]:
+    from specpolicy.adapters import controller as controller_module
+
+    clock = [0.0]
+    monkeypatch.setattr(controller_module, "_perf", lambda: clock[0])
+    ctl = StepController(
+        _Clocked(slow, clock), allowed_steps=[1, 3], default_steps=3, decide_budget_s=1e-3, budget_steps=16
+    )
+    return [ctl.decide(StepStats(1)) for _ in range(steps)], ctl
+
+
+def test_a_policy_slow_on_fifteen_calls_of_sixteen_is_replaced_by_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    got, ctl = _clocked_run(monkeypatch, lambda i: i % 16 != 0)  # never 16 slow calls in a row
+    assert 3 in got[:20]  # 16 slow calls and the one fast call's decay
+    assert ctl.budget_fallbacks > 350 and ctl.policy.calls < 30
+
+
+@pytest.mark.parametrize("every", [5, 16, 100])
+def test_an_occasional_slow_call_never_replaces_the_policy(
+    monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    got, ctl = _clocked_run(monkeypatch, lambda i: i % every == 0, steps=2000)
+    assert got == [1] * 2000 and ctl.budget_fallbacks == 0 and ctl.over_budget == 2000 // every
+
+
+def test_a_policy_slow_on_every_other_call_is_replaced_then_recovers(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow_phase = [True]
+    got, ctl = _clocked_run(monkeypatch, lambda i: slow_phase[0] and i % 2 == 0, steps=300)
+    assert 3 in got[:50]  # replaced within a few dozen steps (+4 and -1 per pair of calls, at 64)
+    assert got[-200:].count(3) >= 197  # consulted once per RETRY_INTERVAL; out again at its next slow call
+    slow_phase[0] = False  # it recovers: the next retry, within budget, makes it decide again
+    after = [ctl.decide(StepStats(1)) for _ in range(2 * RETRY_INTERVAL)]
+    assert after[-RETRY_INTERVAL:] == [1] * RETRY_INTERVAL
+
+
+def test_an_outcome_with_an_odd_step_or_depth_is_understood_or_ignored_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import numpy as np
+
+    ctl = StepController(_Slow(slow_calls=0), allowed_steps=[1, 3], default_steps=3)
+    for _ in range(4):
+        ctl.decide(StepStats(2))
+    ctl.outcome(1.0, [1, 0], 0.01)  # type: ignore[arg-type]
+    assert ctl.known[:2] == (1, [1, 0])  # step 1's own depth and counts
+    ctl.outcome(np.int64(2), [1, 1], 0.02, num_steps=np.int64(3))  # type: ignore[arg-type]
+    assert ctl.known[:2] == (3, [1, 1])
+    with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
+        ctl.outcome(3.5, [0, 0], 0.03)  # type: ignore[arg-type]
+        ctl.outcome("4", [0, 0], 0.03)  # type: ignore[arg-type]
+        ctl.outcome(4, [0, 0], 0.03, num_steps=2.5)  # type: ignore[arg-type]
+    assert ctl.bad_outcomes == 3 and ctl.known[:2] == (3, [1, 1])  # ignored: the last good one stands
+    assert len([r for r in caplog.records if "outcome" in r.getMessage()]) == 3  # once per kind
+    ctl.outcome(4, [0, 1], 0.03)
+    assert ctl.known[:2] == (1, [0, 1])

@@ -27,7 +27,7 @@ def untested_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sglang_versions, "installed_version", lambda: "0.5.99")
     monkeypatch.setattr(sglang_doctor, "check_targets", lambda targets: {t.dotted: None for t in targets})
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
-    monkeypatch.setattr(vllm_doctor, "installed_version", lambda: "0.34.0")
+    monkeypatch.setattr(vllm_doctor, "installed_version", lambda: "0.35.0")
     monkeypatch.setattr(vllm_doctor, "check_targets", lambda: {"vllm.x": None})
     monkeypatch.setattr(vllm_doctor, "_entry_point_registered", lambda: False)
     monkeypatch.setattr(vllm_doctor, "_scheduler_problem", lambda: None)
@@ -51,7 +51,7 @@ def test_not_installed_reads_the_same_for_both(capsys: pytest.CaptureFixture[str
     assert "NOT supported" not in out
     lines = out.splitlines()
     assert lines[0].startswith("SGLang: not installed (tested: ")
-    assert "vLLM: not installed (tested: 0.26.0, 0.33.0)" in lines
+    assert "vLLM: not installed (tested: 0.26.0, 0.33.0, 0.34.0)" in lines
     problems = [ln for ln in lines if "PROBLEM" in ln]
     assert len(problems) == 2 and all("; fix: pip install '" in p for p in problems)
 
@@ -70,6 +70,6 @@ def test_every_problem_carries_its_fix(capsys: pytest.CaptureFixture[str]) -> No
     doctor.report(engine="all", out=out)
     text = out.getvalue()
     assert "SGLang: 0.5.99, not a tested release (tested: " in text
-    assert "vLLM: 0.34.0, not a tested release (tested: 0.26.0, 0.33.0)" in text
+    assert "vLLM: 0.35.0, not a tested release (tested: 0.26.0, 0.33.0, 0.34.0)" in text
     assert text.count("  plugin entry point: MISSING") == 2
     assert text.count("  hooked engine internals: ") == 2

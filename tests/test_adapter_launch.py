@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specpolicy.adapters.sglang import launch, versions
+from specpolicy.adapters.sglang import launch, releases, versions
 from specpolicy.adapters.sglang.versions import UnsupportedVersion, check_version, route_for, worker_path
 
 NO_SGLANG = importlib.util.find_spec("sglang") is None
@@ -48,6 +48,7 @@ def test_without_sglang_a_valid_policy_is_refused_with_the_supported_list() -> N
         "SGLang is not installed" in proc.stderr
         and "0.5.10.post1, 0.5.12.post1, 0.5.17, 0.5.23" in proc.stderr
     )
+    assert f"pip install 'sglang=={releases.tested()[-1]}'" in proc.stderr  # how to get the newest tested
 
 
 def test_help_works_without_sglang() -> None:

@@ -137,3 +137,27 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
     assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="3") == 3
     assert _value(reg, "specpolicy_steps_total", engine="sglang", rank="0", depth="0") == 2
     assert _value(reg, "specpolicy_switches_total", engine="sglang", rank="0") == 4
+
+
+def test_estimate_series_are_bounded_and_what_is_dropped_is_counted() -> None:
+    from specpolicy.adapters.metrics import MAX_ESTIMATE_NAMES
+
+    reg = prom.CollectorRegistry()
+
+    class Fresh(_Estimating):
+        """New names on every push (a per-request key), 16 of them, plus a value that is no number."""
+
+        def estimates(self) -> Mapping[str, float]:
+            self.push = getattr(self, "push", 0) + 1
+            fresh = {f"req{self.push}_{j}": float(j) for j in range(16)}
+            return {"n/a": "text", **fresh}  # type: ignore[dict-item]
+
+    obs = MetricsObserver(engine="e", rank=0, policy=Fresh(), registry=reg, push_every=1)
+    pushes = 2000
+    for i in range(pushes):
+        obs.on_record(StepRecord(i, StepStats(1), 3, 1e-6, False, 0.0))
+    series = [s for m in reg.collect() if m.name == "specpolicy_estimate" for s in m.samples]
+    assert len(series) == MAX_ESTIMATE_NAMES
+    # 17 values a push: the first MAX_ESTIMATE_NAMES names are exported, everything else is counted
+    assert obs.estimates_dropped == 17 * pushes - MAX_ESTIMATE_NAMES
+    assert _value(reg, "specpolicy_estimates_dropped_total", engine="e", rank="0") == obs.estimates_dropped

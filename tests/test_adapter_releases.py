@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from specpolicy.adapters import _support
 from specpolicy.adapters.settings import AdapterSettings
@@ -158,4 +159,10 @@ def test_the_install_extras_span_the_tested_releases() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     tested = releases.tested()
     assert f"sglang>={tested[0]},<={tested[-1]}" in extras["sglang"]
-    assert f"vllm=={vllm_versions.SUPPORTED[-1]}" in extras["vllm"]
+    (vllm,) = [Requirement(r) for r in extras["vllm"] if Requirement(r).name == "vllm"]
+    tested = vllm_versions.SUPPORTED
+    first, last = (vllm_versions.version_key(v)[1] for v in (tested[0], tested[-1]))
+    # every minor release from the one before the oldest tested to the one after the newest, and the next
+    # patch of the newest: the extra admits the tested releases and no other
+    candidates = [f"0.{minor}.0" for minor in range(first - 1, last + 2)] + [f"0.{last}.1"]
+    assert [v for v in candidates if vllm.specifier.contains(v)] == list(tested)

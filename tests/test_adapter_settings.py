@@ -144,3 +144,19 @@ def test_catch_up_window_from_its_variable() -> None:
     with pytest.raises(ConfigError) as info:
         AdapterSettings.from_env({ENV_POLICY: "static", "SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "-3"})
     assert str(info.value).startswith("draft_catch_up_window:")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "bound"),
+    [
+        ("decide_budget_s", 5e-324, "0.00001"),
+        ("decide_budget_s", 1e-6, "0.00001"),
+        ("watchdog_s", 5e-324, "0.01"),
+        ("watchdog_s", 0.001, "0.01"),
+    ],
+)
+def test_timing_settings_below_their_floor_are_a_config_error_naming_the_field(
+    field: str, value: float, bound: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"{field}.*{bound}"):
+        AdapterSettings.build("static", **{field: value})

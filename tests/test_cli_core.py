@@ -86,3 +86,27 @@ def test_console_script_exit_codes() -> None:
     assert bad.returncode == 1 and "threshold.num_steps" in bad.stderr
     usage = subprocess.run([*cmd, "check-config"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2  # argparse: missing argument
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from specpolicy import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specpolicy {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["simulate", "--seed", "x"], "--seed"), (["profile", "show"], "NAME|FILE"), (["tune"], "--policy")],
+)
+def test_a_bad_argument_is_one_line_not_the_whole_usage(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err
+    assert named in err and err.startswith(f"specpolicy {argv[0]}") and "--help)" in err

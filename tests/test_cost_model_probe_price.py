@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specpolicy import StepStats, make_policy
 from specpolicy.policies.cost_model import CostModelConfig
+from specpolicy.policies.cost_model.probes import AUDIT_STEPS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cost_model_probe_price.json"
 TOKENS = 200
@@ -90,9 +91,10 @@ def replay(seed: int) -> dict[int, tuple[float, int]]:
 
 
 def budget(size: int, steps: int) -> float:
-    """What re-measuring may cost at ``size`` over ``steps`` steps by the policy's own budget:
+    """What re-measuring may cost at ``size`` over ``steps`` steps by the policy's own schedule:
     ``probe_budget`` of the throughput, give or take one probe (``probe_steps`` steps, the first of them
-    after off, and the step back to off), in off steps over the steps measured."""
+    after off, and the step back to off), plus one audit (such a probe) per ``AUDIT_STEPS`` steps, in off
+    steps over the steps measured."""
     fx = json.loads(FIXTURE.read_text())
     t, (a1, a2, a3) = fx["sizes"][str(size)], fx["accept"]
     c = CostModelConfig()
@@ -104,7 +106,7 @@ def budget(size: int, steps: int) -> float:
         - 1.0
         - c.probe_steps * tokens_3
     )
-    return c.probe_budget + one / steps
+    return c.probe_budget + one * (1 + steps // AUDIT_STEPS) / steps
 
 
 def test_probes_while_off_at_64_and_128_requests_keep_to_the_budget() -> None:

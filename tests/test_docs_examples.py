@@ -107,7 +107,7 @@ def test_policies_md_acceptance_figures_are_the_simulators(capsys: pytest.Captur
     (_, command, _) = next(e for e in EXAMPLES if "--policy acceptance" in e[1])
     assert f"--concurrency {','.join(levels)} " in command  # the claim is about that example
     lines = _run(command, capsys)
-    got = [float(ln.split()[-5]) for ln in lines if ln.startswith("acceptance ")]
+    got = [float(ln.split("<-")[0].split()[-1]) for ln in lines if ln.startswith("acceptance ")]  # x static-k
     assert got == pytest.approx([float(f) for f in figures], abs=0.0051)
 
 
@@ -116,11 +116,11 @@ def test_readme_figure_is_the_default_scenarios(capsys: pytest.CaptureFixture[st
     claim = re.search(r"launch depth \((\d+)\) gives ([\d.]+)x a speculation-free engine at (\d+)", readme)
     assert claim, "README.md no longer quotes the default scenario; update this test"
     depth, ratio, level = claim.groups()
-    (_, command, _) = next(e for e in EXAMPLES if e[1] == "specpolicy simulate --decide-cost-us 1")
+    (_, command, _) = next(e for e in EXAMPLES if e[1] == "specpolicy simulate")
     lines = _run(command, capsys)
     table = lines[lines.index(f"concurrency {level}:") :]
     row = next(ln for ln in table if ln.startswith(f"static-{depth} "))
-    assert float(row.split()[-3]) == pytest.approx(float(ratio), abs=0.0051)  # the "x no speculation" column
+    assert float(row.split("<-")[0].split()[-2]) == pytest.approx(float(ratio), abs=0.0051)  # "x never"
 
 
 def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +131,7 @@ def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(code.group(1), "simulator.md", "exec", dont_inherit=True), ns)
     doc = ns["doc"]
     assert isinstance(doc, dict) and {r["concurrency"] for r in doc["runs"]} == {8, 64}
-    assert "verdict: " in capsys.readouterr().out
+    assert "\ndeploy: " in capsys.readouterr().out
 
 
 def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,8 +153,26 @@ def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixtu
         line = next(ln for ln in table if ln.split()[0].startswith(policy))
         return line.split("<-")[0].split()
 
-    assert float(row(low, "acceptance")[-5]) == pytest.approx(float(small), abs=0.0005)
+    # columns: ... spec, x never, x static-k
+    assert float(row(low, "acceptance")[-1]) == pytest.approx(float(small), abs=0.0005)
     assert row(low, "gate")[1:] == row(low, "acceptance")[1:]  # the gate changes nothing at low load
-    assert float(row(high, "acceptance")[-5]) == pytest.approx(float(loses), abs=0.0005)
-    assert float(row(high, "acceptance")[-3]) == pytest.approx(float(vs_never), abs=0.0005)
-    assert row(high, "gate")[-6] == "0%"  # off: never speculates there
+    assert float(row(high, "acceptance")[-1]) == pytest.approx(float(loses), abs=0.0005)
+    assert float(row(high, "acceptance")[-2]) == pytest.approx(float(vs_never), abs=0.0005)
+    assert row(high, "gate")[-3] == "0%"  # off: never speculates there
+
+
+def test_readme_deploy_claim_is_the_default_scenarios_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (DOCS.parent / "README.md").read_text().replace("\n", " ")
+    pattern = r"\(there: `(\w+)` at (\d+), a speculation-free engine at (\d+) and (\d+), either at (\d+)\)"
+    claim = re.search(pattern, readme)
+    assert claim, "README.md no longer states the default scenario's verdict; update this test"
+    policy, solo, never_a, never_b, tie = claim.groups()
+    deploy = _run("specpolicy simulate", capsys)[-1]
+    picks = {}
+    for part in deploy.removeprefix("deploy: ").split("; "):
+        levels, _, what = part.removeprefix("at ").partition(": ")
+        for lv in levels.split(", "):
+            picks[lv] = what.split(" (")[0].split(" or ")
+    assert picks[solo] == [policy]
+    assert picks[never_a] == picks[never_b] == ["never"]
+    assert sorted(picks[tie]) == sorted(["never", policy])

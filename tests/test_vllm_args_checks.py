@@ -160,7 +160,11 @@ def test_facts_and_preflight_from_a_config_object() -> None:
     cfg = _vllm_config({"specpolicy": {"policy": {"name": "static", "num_steps": 2}}})
     facts = facts_from_vllm_config(cfg, "0.33.0")
     assert facts.schedule == ((1, 8, 3),) and facts.tensor_parallel_size == 2
-    assert facts.path() == ("MRV2 async-scheduler method=eagle3 num_speculative_tokens=3 tp=2 pp=1 dp=1")
+    assert facts.path() == (
+        "MRV2 async-scheduler cudagraphs=unknown method=eagle3 num_speculative_tokens=3 tp=2 pp=1 dp=1"
+    )
+    graphs = dataclasses.replace(facts, cudagraph_mode="FULL_AND_PIECEWISE")
+    assert graphs.path().startswith("MRV2 async-scheduler cudagraphs=FULL_AND_PIECEWISE method=eagle3 ")
     pre = preflight(cfg, "0.33.0")
     assert pre is not None and pre.warnings and "depth(s) [2]" in pre.warnings[0]
 
@@ -196,3 +200,18 @@ def test_facts_read_the_cudagraph_mode_by_name() -> None:
     assert facts_from_vllm_config(cfg, "0.33.0").cudagraph_mode == "PIECEWISE"
     del cfg.compilation_config
     assert facts_from_vllm_config(cfg, "0.33.0").cudagraph_mode is None
+
+
+def test_a_v2_runner_without_a_graph_table_per_depth_warns_that_some_depth_0_steps_run_eagerly() -> None:
+    """0.26's V2 runner finds decode graphs by token count first (tests/engines/vllm/test_mrv2_graphs.py shows
+    the eager depth-0 batches); 0.33 and 0.34 keep a table per depth, and without depth 0 nothing applies."""
+    old = dataclasses.replace(FACTS, version="0.26.0", cudagraph_mode="FULL_AND_PIECEWISE")
+    warnings = check_engine(old, [0, 1, 3])
+    assert any("depth-0 step" in w and "runs without a graph" in w for w in warnings), warnings
+    assert not any("depth-0 step" in w for w in check_engine(old, [1, 3]))
+    assert not any(
+        "depth-0 step" in w for w in check_engine(dataclasses.replace(old, cudagraph_mode="NONE"), [0, 3])
+    )
+    for version in ("0.33.0", "0.34.0"):
+        new = dataclasses.replace(old, version=version)
+        assert not any("depth-0 step" in w for w in check_engine(new, [0, 1, 3]))

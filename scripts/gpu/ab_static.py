@@ -128,6 +128,67 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "on_eagle3tree_v1": ("eagle3tree_v1", {"SPECPOLICY_POLICY": json.dumps(TREE["static"])}),
     "cm_eagle3tree_v1": ("eagle3tree_v1", {"SPECPOLICY_POLICY": json.dumps(TREE["cost_model"])}),
 }
+
+#: SGLang 0.5.13 and later have no v1 worker: EAGLEWorkerV2 / StandaloneWorkerV2 serve overlap scheduling
+#: and, with ``disable_overlap_schedule=True`` (the ``*_v1`` paths' engine arguments), non-overlap
+#: scheduling. Their variants are named ``<policy>_<drafter>_<ov|nov>`` (``never_<ov|nov>`` has no
+#: drafter): ``sglang``: SGLang's own fixed depth (specpolicy installed, not configured); ``adaptive``:
+#: SGLang's ``--speculative-adaptive`` with its default config (its steps=0 tier included); ``static``,
+#: ``static0``, ``cm``: specpolicy's static, static-0 and cost_model, each the engine's one policy.
+#: policy -> (the report's label, specpolicy's configuration or None for SGLang's own)
+V2_POLICIES: dict[str, tuple[str, dict[str, Any] | None]] = {
+    "sglang": ("sglang-static", None),
+    "adaptive": ("sglang-adaptive", None),
+    "static": ("static", STATIC),
+    "static0": ("static-0", OFF),
+    "cm": ("cost_model", COST_MODEL),
+}
+#: drafter -> the engine path per scheduling (non-overlap, overlap)
+V2_DRAFTERS: dict[str, tuple[str, str]] = {"draft": ("v1", "v2"), "eagle3": ("eagle3_v1", "eagle3_v2")}
+V2_SCHEDULING = ("nov", "ov")
+#: why a STANDALONE engine has no SGLang-adaptive variant
+ADAPTIVE_DRAFT_SKIP = (
+    "SGLang's --speculative-adaptive supports EAGLE / EAGLE3 with topk 1 only; with a STANDALONE draft model"
+    " it falls back to its fixed depth (0.5.17) or refuses it, so the variant would not measure it"
+)
+
+
+def v2_variants() -> tuple[
+    dict[str, tuple[str, dict[str, str] | None]], dict[str, str], dict[str, dict[str, Any]], dict[str, str]
+]:
+    """The v2-only variants: variant -> (path, environment), variant -> report label, variant -> engine
+    arguments on top of its path's, and variant -> why it is skipped."""
+    variants: dict[str, tuple[str, dict[str, str] | None]] = {}
+    labels: dict[str, str] = {}
+    engine_kw: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    for i, sched in enumerate(V2_SCHEDULING):
+        variants[f"never_{sched}"] = (("base_v1", "base_v2")[i], None)
+        labels[f"never_{sched}"] = "never"
+        for drafter, paths in V2_DRAFTERS.items():
+            for policy, (label, cfg) in V2_POLICIES.items():
+                v = f"{policy}_{drafter}_{sched}"
+                variants[v] = (paths[i], None if cfg is None else {"SPECPOLICY_POLICY": json.dumps(cfg)})
+                labels[v] = label
+                if policy == "adaptive":
+                    engine_kw[v] = {"speculative_adaptive": True}
+                    if drafter == "draft":
+                        skipped[v] = ADAPTIVE_DRAFT_SKIP
+    return variants, labels, engine_kw, skipped
+
+
+_V2, V2_LABELS, ENGINE_KW, SKIPPED = v2_variants()
+VARIANTS.update(_V2)
+
+
+def runnable(variants: list[str]) -> list[str]:
+    """``variants`` less the skipped ones, each skip logged with its reason."""
+    for v in variants:
+        if v in SKIPPED:
+            print(f"skipped {v}: {SKIPPED[v]}", flush=True)
+    return [v for v in variants if v not in SKIPPED]
+
+
 #: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
 #: runs its engines (the dispatcher over a control file, the JSONL trace)
 CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
@@ -501,13 +562,14 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     models = Path(args.work) / "models"
     meta = json.loads((models / "meta.json").read_text())
     vocab, pi = int(meta["chain_vocab"]), np.asarray(meta["pi"])
-    kw = gpu_check.engine_kwargs(path, models)
+    kw = {**gpu_check.engine_kwargs(path, models), **ENGINE_KW.get(variant, {})}
     if variant not in INFO_LOG:
         kw["log_level"] = "warning"
     if getattr(args, "engine_log_level", None):
         kw["log_level"] = args.engine_log_level
     if getattr(args, "serve", None):
         kw.update(PAIRED_ENGINE_KW)
+    kw = gpu_check.for_release(kw, gpu_check.server_arg_fields())
     t0 = time.time()
     eng = sglang.Engine(**kw)
     up = round(time.time() - t0, 1)
@@ -518,8 +580,11 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
         "env": env,
         "engine_up_s": up,
         "engine_kw": {
-            k: kw[k] for k in ("max_total_tokens", "mem_fraction_static", "sleep_on_idle") if k in kw
+            k: kw[k]
+            for k in ("max_total_tokens", "mem_fraction_static", "sleep_on_idle", "speculative_adaptive")
+            if k in kw
         },
+        "sglang": sglang.__version__,
     }
     return eng, res, vocab, pi
 
@@ -756,6 +821,7 @@ def main() -> int:
     if args.paired:
         variants = args.variants.split(",")
         unknown = [v for v in variants if v not in VARIANTS]
+        variants = runnable(variants)
         if unknown or len(variants) < 2:
             print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
             return 2
@@ -779,6 +845,7 @@ def main() -> int:
         if v not in VARIANTS:
             print(f"unknown variant {v!r}; known: {', '.join(VARIANTS)}", file=sys.stderr)
             return 2
+    for v in runnable(args.variants.split(",")):
         if time.time() + args.variant_s > deadline:
             print(f"skipped {v}: budget", flush=True)
             continue

@@ -1,35 +1,55 @@
 #!/bin/bash
-# Build the offline SGLang 0.5.12.post1 bundle that scripts/gpu/run_live.sh installs on a GPU host with no
-# package index (run it where pip can download). The host's image must already hold torch 2.11 (CUDA 13),
-# triton and the other common packages; this bundle adds the exact set below (about 140 MB): sglang, a
-# slimmed sglang-kernel (FA3 and the sm100 ops dropped: 322 MB -> 20 MB), transformers 5.6.0 (5.17 breaks
-# sglang 0.5.12.post1) and the small pure-Python wheels sglang needs.
-# Usage: bash scripts/gpu/make_bundle.sh OUT_DIR [SPLIT_SIZE, e.g. 48M, to also write part.* pieces]
-set -e
+# Build an offline SGLang bundle that scripts/gpu/run_live.sh installs on a GPU host with no package index
+# (run it where pip can download). The host's image must already hold torch 2.11 (CUDA 13), triton and the
+# other common packages; the bundle adds one release's row of scripts/gpu/sglang_bundle.py: sglang, a
+# slimmed sglang-kernel (FA3, the sm100 ops and the MLA / InfLLM libraries dropped) and the wheels the
+# engine path imports that the image lacks. 0.5.12.post1 is about 140 MB, 0.5.17 about 150 MB.
+# Usage: bash scripts/gpu/make_bundle.sh [--release R] OUT_DIR [SPLIT_SIZE]
+#   --release  a row of sglang_bundle.py (default 0.5.12.post1; `python3 scripts/gpu/sglang_bundle.py releases`)
+#   SPLIT_SIZE e.g. 44M: also write the parts, each in a folder of its own (OUT/p1/part.00, OUT/p2/part.01,
+#              ...) so that one call carries one part beside the ~18 MB repository (64 MiB per call)
+# Environment: SGLANG_BUNDLE_DL, the download cache (default /tmp/sglang-bundle-dl; reused).
+set -euo pipefail
+REL=0.5.12.post1
+if [ "${1:-}" = --release ]; then REL=${2:?--release needs a value}; shift 2; fi
 OUT=${1:?out dir}; SPLIT=${2:-}
-W=$(mktemp -d)
-P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
- --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 \
- --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
- --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64"
-PKGS="sglang==0.5.12.post1 sglang-kernel==0.4.2.post2 transformers==5.6.0 tokenizers==0.22.2
- flashinfer_python==0.6.11.post1 apache-tvm-ffi==0.1.9 cuda-tile==1.7.0 xgrammar==0.2.0 llguidance==0.7.30
- pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
- fastapi==0.118.0 starlette==0.48.0 uvicorn==0.54.0 python-multipart==0.0.34
- orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 msgspec==0.23.0 setproctitle==1.3.8 partial_json_parser==0.2.1.1.post7
- compressed-tensors==0.20.1 loguru==0.7.3 gguf==0.19.0 interegular==0.3.3 torchao==0.17.0 torch_memory_saver==0.0.10
- openai==2.6.1 distro==1.9.0 jiter==0.19.0 sniffio==1.3.1 openai-harmony==0.0.4 easydict==1.14 dill==0.4.1
- ipython==9.18.1 decorator==5.3.1 jedi==0.20.1 parso==0.8.7 matplotlib-inline==0.2.2 pexpect==4.9.0 ptyprocess==0.7.0
- prompt_toolkit==3.0.53 wcwidth==0.9.4 stack_data==0.6.3 executing==2.3.0 asttokens==3.0.2 pure_eval==0.2.4 traitlets==5.16.1"
-mkdir -p "$W/dl" "$W/bundle/wheels" "$W/sk" "$W/kslim"
-for p in $PKGS; do python3 -m pip download $P -q -d "$W/dl" "$p"; done
-(cd "$W/sk" && unzip -q "$W"/dl/sglang_kernel-0.4.2.post2-*.whl)
-cp -r "$W"/sk/sgl_kernel "$W"/sk/triton_kernels "$W"/sk/sglang_kernel-0.4.2.post2.dist-info "$W/kslim/"
-rm -rf "$W/kslim/sgl_kernel/flash_ops.abi3.so" "$W/kslim/sgl_kernel/sm100"
+B=(python3 "$(cd "$(dirname "$0")" && pwd)/sglang_bundle.py")
+"${B[@]}" pins --release "$REL" > /dev/null  # an unknown release stops here, naming the rows
+mapfile -t PINS < <("${B[@]}" pins --release "$REL")
+KERNEL=$("${B[@]}" kernel --release "$REL"); KV=${KERNEL##*==}
+mapfile -t KEEP < <("${B[@]}" keep --release "$REL")
+mapfile -t DROPS < <("${B[@]}" drops --release "$REL")
+PLAT=(); for p in $("${B[@]}" platforms); do PLAT+=(--platform "$p"); done
+DL=${SGLANG_BUNDLE_DL:-/tmp/sglang-bundle-dl}
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+mkdir -p "$DL" "$W/bundle/wheels" "$W/sk" "$W/kslim"
+for p in "${PINS[@]}" "$KERNEL"; do
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${PLAT[@]}" -d "$DL" "$p" 2>&1 | { grep -v "is ignored" || true; }
+done
+whl() {  # the downloaded wheel of name==version
+  local name=${1%%==*} ver=${1##*==}
+  ls "$DL" | grep -i "^$(echo "$name" | tr -- '-' '_')-${ver}-" | head -n 1
+}
+KW=$(whl "$KERNEL"); [ -n "$KW" ] || { echo "make_bundle: no wheel for $KERNEL" >&2; exit 3; }
+(cd "$W/sk" && unzip -q "$DL/$KW" -x 'sgl_kernel/flash_ops.abi3.so')
+for k in "${KEEP[@]}" "sglang_kernel-$KV.dist-info"; do cp -r "$W/sk/$k" "$W/kslim/"; done
+for d in "${DROPS[@]}"; do rm -rf "${W:?}/kslim/$d"; done
 tar czf "$W/bundle/kslim.tar.gz" -C "$W/kslim" .
-for f in "$W"/dl/*.whl; do case $(basename "$f") in sglang_kernel-*) ;; *) cp "$f" "$W/bundle/wheels/" ;; esac; done
+for p in "${PINS[@]}"; do
+  f=$(whl "$p"); [ -n "$f" ] || { echo "make_bundle: no wheel for $p in $DL" >&2; exit 3; }
+  cp "$DL/$f" "$W/bundle/wheels/"
+done
 mkdir -p "$OUT"
+rm -rf "$OUT"/p[0-9]* "$OUT/sglang-bundle.tar"
 tar cf "$OUT/sglang-bundle.tar" -C "$W/bundle" .
-[ -n "$SPLIT" ] && (cd "$OUT" && split -b "$SPLIT" -d sglang-bundle.tar part.)
+echo "sglang $REL: ${#PINS[@]} wheels, kernel $KERNEL slimmed to $(du -sb "$W/kslim" | cut -f1) bytes" \
+  "($(stat -c %s "$W/bundle/kslim.tar.gz") gzipped), bundle $(stat -c %s "$OUT/sglang-bundle.tar") bytes"
 sha256sum "$OUT/sglang-bundle.tar"
-rm -rf "$W"
+if [ -n "$SPLIT" ]; then
+  (cd "$W" && split -b "$SPLIT" -d "$OUT/sglang-bundle.tar" part.)
+  i=1
+  for f in "$W"/part.*; do mkdir -p "$OUT/p$i" && mv "$f" "$OUT/p$i/" && i=$((i + 1)); done
+  rm "$OUT/sglang-bundle.tar"
+  du -b "$OUT"/p*/part.*
+fi

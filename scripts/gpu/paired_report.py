@@ -13,6 +13,13 @@ Usage (the section goes to stdout as Markdown; ``--report`` merges it into repor
 
     python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
         --report docs/gpu-results/report.json --md paired-v1-triton.md
+
+On a release with v2 workers only the key names the release, the scheduling, the drafter and the backend,
+and the goals are ``GOALS_V2`` (SGLang's ``--speculative-adaptive`` the anchor)::
+
+    V=never_ov,sglang_eagle3_ov,adaptive_eagle3_ov,static_eagle3_ov,static0_eagle3_ov,cm_eagle3_ov
+    python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key sglang-0.5.17/overlap/eagle3/triton \\
+        --variants $V --device "NVIDIA H100" --report docs/gpu-results/report.json
 """
 
 from __future__ import annotations
@@ -25,10 +32,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ab_static  # noqa: E402
 import paired  # noqa: E402
+from packaging.version import InvalidVersion, Version  # noqa: E402
 
-#: ab_static variant -> the report's policy label (the live check's labels)
+#: ab_static variant -> the report's policy label (the live check's labels; the v2-only releases'
+#: variants, ``<policy>_<drafter>_<ov|nov>``, from ab_static.V2_LABELS)
 LABELS: dict[str, str] = {
+    **ab_static.V2_LABELS,
     "base_v1": "never",
     "base_v2": "never",
     "off_v1": "static-0",
@@ -61,6 +72,30 @@ GOALS: tuple[tuple[str, tuple[str, ...], float], ...] = (
     ("hysteresis", ("never", "static"), 0.95),
     ("static", ("sglang-static",), 0.97),
 )
+#: The goals on a release with v2 workers only (SGLang 0.5.13 and later; keys ``sglang-<release>/...``),
+#: where SGLang's own adaptive mode is the anchor the policy must not lose to.
+GOALS_V2: tuple[tuple[str, tuple[str, ...], float], ...] = (
+    ("static-0", ("never",), 0.97),
+    ("cost_model", ("never", "static"), 0.97),
+    ("cost_model", ("sglang-adaptive",), 1.0),
+    ("static", ("sglang-static",), 0.98),
+)
+#: the first release whose speculative workers are v2 only
+V2_ONLY_SINCE = Version("0.5.13")
+
+
+def goals_for(key: str) -> tuple[tuple[str, tuple[str, ...], float], ...]:
+    """The goals of a report key: ``GOALS_V2`` for ``sglang-<release>/...`` keys of a v2-only release,
+    else ``GOALS`` (the keys of the earlier runs, ``<path>/<backend>``, keep theirs)."""
+    head, sep, _ = key.partition("/")
+    if sep and head.startswith("sglang-"):
+        try:
+            release = Version(head.removeprefix("sglang-"))
+        except InvalidVersion:
+            raise ValueError(f"--key {key!r}: {head!r} does not name an SGLang release") from None
+        if release >= V2_ONLY_SINCE:
+            return GOALS_V2
+    return GOALS
 
 
 def ratio_name(num: str, dens: tuple[str, ...]) -> str:
@@ -72,6 +107,7 @@ def section(
     device: str | None = None,
     only: list[str] | None = None,
     leave_out: dict[str, str] | None = None,
+    goals: tuple[tuple[str, tuple[str, ...], float], ...] = GOALS,
 ) -> dict[str, Any]:
     """One ``paired["<path>/<backend>"]`` entry from ab-paired.json's contents; ``only``: the variants to
     take (a run that paired both worker paths reports each path's under its own key); ``leave_out``: levels
@@ -106,7 +142,7 @@ def section(
         if row := _min_max(batches[v], "accept_len"):
             accept[label] = row
     ratios: dict[str, Any] = {}
-    for num, dens, goal in GOALS:
+    for num, dens, goal in goals:
         if num not in variant_of or any(d not in variant_of for d in dens):
             continue
         by_c = paired.ratios(batches, variant_of[num], [variant_of[d] for d in dens])
@@ -245,7 +281,12 @@ def merge(report_path: Path, key: str, sec: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
-    ap.add_argument("--key", required=True, help='"<path>/<attention backend>", e.g. v1/triton')
+    ap.add_argument(
+        "--key",
+        required=True,
+        help='"<path>/<attention backend>", e.g. v1/triton, or on a v2-only release'
+        ' "sglang-<release>/<overlap|no-overlap>/<draft|eagle3>/<backend>" (its own goals)',
+    )
     ap.add_argument("--device", help="the GPU the run used, recorded with the section")
     ap.add_argument("--commit", help="the specpolicy commit the run used, recorded with the section")
     ap.add_argument("--variants", help="comma-separated: report only these variants of the run")
@@ -267,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             if not sep or not level.strip().isdigit() or not why.strip():
                 raise ValueError(f"--leave-out {item!r}: expected LEVEL=REASON, e.g. 128='the batch queued'")
             leave_out[level.strip()] = why.strip()
-        sec = section(json.loads(args.paired_json.read_text()), args.device, only, leave_out)
+        goals = goals_for(args.key)
+        sec = section(json.loads(args.paired_json.read_text()), args.device, only, leave_out, goals)
         if args.commit:
             sec["specpolicy"] = args.commit
     except (OSError, ValueError, KeyError) as exc:

@@ -1,10 +1,12 @@
 #!/bin/bash
-# Run the live check on a GPU host: install SGLang 0.5.12.post1 from an offline bundle (first time only),
-# install the specpolicy and test-policy wheels, then run scripts/gpu_check.py device.
+# Run the live check on a GPU host: install SGLang from an offline bundle (first time only; any release
+# scripts/gpu/make_bundle.sh has a row for: 0.5.12.post1, 0.5.17), install the specpolicy and test-policy
+# wheels, then run scripts/gpu_check.py device.
 # Environment:
 #   GC_BUNDLE  folder holding the bundle written by scripts/gpu/make_bundle.sh (sglang-bundle.tar, or its
-#              split parts part.*); not needed once GC_SITE holds sglang
-#   GC_WHEELS  folder holding specpolicy-*.whl and specpolicy_gpucheck-*.whl (pip wheel --no-deps)
+#              split parts part.*, there or one per folder p1/, p2/, ...); not needed once GC_SITE holds sglang
+#   GC_WHEELS  folder holding specpolicy-*.whl and specpolicy_gpucheck-*.whl (pip wheel --no-deps), or
+#              "none" with ENGINES=install: SGLang alone (its own engines only; no specpolicy plugin)
 #   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
 #   GC_OUT     where the results tarball goes (default ./gpu-check-out)
 # Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
@@ -24,17 +26,25 @@ if [ ! -d "$SITE/sglang" ]; then
   B=${GC_BUNDLE:?GC_BUNDLE: folder with the offline SGLang bundle}
   mkdir -p /tmp/gc-bundle
   if [ -f "$B/sglang-bundle.tar" ]; then tar xf "$B/sglang-bundle.tar" -C /tmp/gc-bundle || exit 3
-  else cat "$B"/part.* | tar xf - -C /tmp/gc-bundle || exit 3; fi
+  else  # the parts, in $B or one per folder ($B/p1/part.00, ...), joined in the order of their names
+    find "$B" -maxdepth 2 -name 'part.*' -printf '%f %p\n' | sort | cut -d' ' -f2- | xargs cat \
+      | tar xf - -C /tmp/gc-bundle || exit 3
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" /tmp/gc-bundle/wheels/*.whl || exit 4
   tar xzf /tmp/gc-bundle/kslim.tar.gz -C "$SITE" || exit 5
   rm -rf /tmp/gc-bundle
 fi
-if [ ! -d "$SITE/specpolicy" ]; then
+if [ "${GC_WHEELS:-}" = none ] && [ "$ENGINES" = install ]; then
+  echo "specpolicy not installed (GC_WHEELS=none)"
+elif [ ! -d "$SITE/specpolicy" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${GC_WHEELS:?GC_WHEELS}"/*.whl || exit 6
 fi
 echo "install done in $(( $(date +%s) - T0 ))s"
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_DISABLE_REQUEST_LOGGING=1
-(cd /tmp && python3 -c "import specpolicy, sglang; from specpolicy import available_policies as a; print('specpolicy', specpolicy.__file__, 'sglang', sglang.__version__, a())") || exit 7
+(cd /tmp && python3 -c "import sglang; print('sglang', sglang.__version__, sglang.__file__)") || exit 7
+if [ -d "$SITE/specpolicy" ]; then
+  (cd /tmp && python3 -c "import specpolicy; from specpolicy import available_policies as a; print('specpolicy', specpolicy.__file__, a())") || exit 7
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 [ "$ENGINES" = install ] && exit 0
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))

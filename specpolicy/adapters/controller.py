@@ -14,11 +14,14 @@ the observers once, complete, as a ``StepRecord``. A decision whose outcome neve
 without one when a later decision's outcome arrives, when ``MAX_OPEN`` newer ones are waiting, or on
 ``close``.
 
-It also times every decide() call: one over ``decide_budget_s`` is logged once; after ``budget_steps``
-consecutive ones the engine default runs and the policy is consulted only every ``RETRY_INTERVAL`` steps
-until a call fits the budget again (a slow policy must not slow every step). A policy that hangs cannot be
-pre-empted inside the step (Python cannot interrupt a running call safely): ``watchdog_s`` starts a
-``DecideWatchdog`` that logs the stuck thread's stack so the hang can be found.
+It also times every decide() call: one over ``decide_budget_s`` is logged once. Over-budget calls are
+counted with decay (each adds 1, each call within the budget takes ``1 / BUDGET_DECAY`` off, never below 0),
+so a policy over budget on more than one call in ``BUDGET_DECAY + 1`` accumulates whether or not its slow
+calls are consecutive. When the count reaches ``budget_steps`` the engine default runs and the policy is
+consulted only every ``RETRY_INTERVAL`` steps; a retry within the budget makes it decide again, from just
+below the limit (a slow policy must not slow every step). A policy that hangs cannot be pre-empted inside
+the step (Python cannot interrupt a running call safely): ``watchdog_s`` starts a ``DecideWatchdog`` that
+logs the stuck thread's stack so the hang can be found.
 """
 
 from __future__ import annotations
@@ -30,16 +33,19 @@ from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
-from ..mode import SpecMode
+from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Policy, RequestsSteps
-from ..stats import StepStats
+from ..stats import StepStats, clean_count
 
-__all__ = ["MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
+__all__ = ["BUDGET_DECAY", "MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
 
 log = logging.getLogger("specpolicy.adapter")
 
 #: While over budget, the policy is consulted once per this many steps to see whether it has recovered.
 RETRY_INTERVAL = 256
+#: Calls within the budget that cancel one over-budget call in the decayed count (``_over_budget``): a
+#: policy slow on more than one call in ``BUDGET_DECAY + 1`` is caught, an occasional pause is not.
+BUDGET_DECAY = 4
 #: Distinct error kinds logged (with a traceback) per controller; later ones are only counted.
 MAX_LOGGED = 16
 _FATAL = (KeyboardInterrupt, SystemExit)
@@ -92,7 +98,8 @@ class StepController:
         rank: this process's rank, for logs and the trace.
         observers: metrics, trace writers.
         decide_budget_s: a decide() call slower than this is over budget (logged once, counted).
-        budget_steps: after this many consecutive over-budget calls the default depth runs (0 = never).
+        budget_steps: when the decayed count of over-budget calls reaches this, the default depth runs
+            (0 = never): ``budget_steps`` in a row, or a policy slow on most calls, however interleaved.
         watchdog_s: log the deciding thread's stack when one decide() call runs longer than this (None = off).
     """
 
@@ -134,6 +141,8 @@ class StepController:
         #: decide() calls over decide_budget_s, and steps that ran the default because of it.
         self.over_budget = 0
         self.budget_fallbacks = 0
+        #: outcomes ignored because their step or depth was no count (``outcome``)
+        self.bad_outcomes = 0
         #: decisions per depth before the current run (see ``steps_by_depth``): counted at each switch
         self._by_depth: dict[int, int] = {k: 0 for k in sorted(allowed)}
         self._last_k = -1  # depth of the latest decision (-1: none yet), for switch counting
@@ -149,7 +158,9 @@ class StepController:
         #: adds the load with one concatenation
         self._tail: tuple[Any, ...] = _NOTHING_TAIL
         self._logged: set[tuple[str, str, str]] = set()
-        self._slow_run = 0  # consecutive over-budget calls
+        #: the decayed count of over-budget calls, in units of 1 / BUDGET_DECAY (see ``_over_budget``)
+        self._slow = 0
+        self._tripped = self._recovered = False  # each transition is logged once
         #: perf_counter() when the running decide() started (0.0: none running), and the deciding thread;
         #: read by the watchdog.
         self.busy_since = 0.0
@@ -201,7 +212,7 @@ class StepController:
 
     def decide(self, stats: StepStats) -> int:
         """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
-        if self._slow_run and self._slow_run >= self.budget_steps > 0 and self.step % RETRY_INTERVAL:
+        if self._slow and self._slow >= self.budget_steps * BUDGET_DECAY > 0 and self.step % RETRY_INTERVAL:
             self.budget_fallbacks += 1
             return self._commit(stats, self.default_steps, 0.0, True, time.perf_counter())
         if not self.thread_id:
@@ -229,8 +240,8 @@ class StepController:
         self.busy_since = 0.0
         if dt > self.decide_budget_s:
             self._over_budget(dt)
-        elif self._slow_run:
-            self._back_in_budget()
+        elif self._slow:
+            self._in_budget()
         # ``_commit``, inlined: this is every step's path
         step = self.step = self.step + 1
         if k != self._last_k:
@@ -294,6 +305,11 @@ class StepController:
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
         # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
+        if step.__class__ is not int or (num_steps is not None and num_steps.__class__ is not int):
+            checked = self._odd_outcome(step, num_steps)
+            if checked is None:
+                return
+            step, num_steps = checked
         if step <= self._done:
             return  # handed over already
         ring = self._ring
@@ -327,6 +343,23 @@ class StepController:
             self._release(item, step_time_s)
         else:
             self._done = step
+
+    def _odd_outcome(self, step: object, num_steps: object) -> tuple[int, int | None] | None:
+        """``step`` and ``num_steps`` as ints (numpy integers and integral floats are understood), or None
+        when either is no count: that outcome is ignored, counted in ``bad_outcomes`` and logged once,
+        never raised into the engine."""
+        s = clean_count(step)
+        k = None if num_steps is None else clean_count(num_steps)
+        if s is not None and (num_steps is None or (k is not None and k <= MAX_NUM_STEPS)):
+            return s, k
+        self.bad_outcomes += 1
+        bad = ("step", step) if s is None else ("num_steps", num_steps)
+        self._on_error(
+            TypeError(f"outcome {bad[0]} must be an int >= 0, got {short_repr(bad[1])}"),
+            "adapter",
+            "this outcome is ignored",
+        )
+        return None
 
     def forget(self) -> None:
         """Feedback arrived that matches no decision: the next StepStats say nothing rather than guess."""
@@ -384,39 +417,52 @@ class StepController:
 
     def _over_budget(self, dt: float) -> None:
         self.over_budget += 1
-        n = self._slow_run = self._slow_run + 1
+        trip = self.budget_steps * BUDGET_DECAY
+        before = self._slow
+        self._slow = n = min(before + BUDGET_DECAY, trip) if trip > 0 else 0
         if self.over_budget == 1:
             log.warning(
                 "specpolicy rank %d: policy %s took %.3f ms in decide() (step %d), over the budget of %.3f "
-                "ms; after %d consecutive slow calls the default depth %d runs. Logged once.",
+                "ms; once %d calls are over it (less one for every %d within it) the default depth %d runs. "
+                "Logged once.",
                 self.rank,
                 self.policy_name,
                 dt * 1e3,
                 self.step + 1,
                 self.decide_budget_s * 1e3,
                 self.budget_steps,
+                BUDGET_DECAY,
                 self.default_steps,
             )
-        if n == self.budget_steps:
+        if before < n == trip and not self._tripped:
+            self._tripped = True
             log.warning(
-                "specpolicy rank %d: policy %s over its decide() budget for %d consecutive steps (last %.3f "
-                "ms); running the default depth %d, consulting the policy once every %d steps",
+                "specpolicy rank %d: policy %s over its decide() budget on %d recent calls (last %.3f ms, "
+                "%d over budget so far); running the default depth %d, consulting the policy once every %d "
+                "steps (logged once)",
                 self.rank,
                 self.policy_name,
-                n,
+                self.budget_steps,
                 dt * 1e3,
+                self.over_budget,
                 self.default_steps,
                 RETRY_INTERVAL,
             )
 
-    def _back_in_budget(self) -> None:
-        if self._slow_run >= self.budget_steps > 0:
+    def _in_budget(self) -> None:
+        """A call within the budget: one unit off the count. After a fallback the policy decides again from
+        just below the limit, so a policy still slow on most calls is replaced again at its next slow
+        call, and a recovered one decays back to 0."""
+        trip = self.budget_steps * BUDGET_DECAY
+        if self._slow >= trip > 0 and not self._recovered:
+            self._recovered = True
             log.warning(
-                "specpolicy rank %d: policy %s is back within its decide() budget; it decides again",
+                "specpolicy rank %d: policy %s is back within its decide() budget; it decides again (logged "
+                "once; later fallbacks are counted)",
                 self.rank,
                 self.policy_name,
             )
-        self._slow_run = 0
+        self._slow = min(self._slow, trip) - 1
 
     def _on_error(self, exc: BaseException, where: str, outcome: str) -> None:
         """Log an error once per (where, type, message) with its traceback; bounded cost whatever ``exc``

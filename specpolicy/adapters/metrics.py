@@ -11,7 +11,9 @@ metric update is an mmap write that does not belong on every step.
 Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): ``steps_total{depth}``,
 ``switches_total``, ``policy_errors_total``, ``decide_seconds`` (histogram), ``decide_over_budget_total``
 (decide() calls slower than the controller's budget), ``depth`` (gauge, last decision), ``estimate{name}``
-(gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped),
+(gauge, from a policy implementing ``specpolicy.ReportsEstimates``; values that are not numbers are skipped,
+and at most ``MAX_ESTIMATE_NAMES`` distinct names get a series: the first ones seen),
+``estimates_dropped_total`` (estimate values not exported: beyond those names, or not numbers),
 ``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records),
 ``engine_events_total{event}`` (what the adapter did inside the engine: steps forced to speculate, draft
 positions skipped and caught up, ...; running totals an adapter reports through ``engine_counts``).
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 from ..policy import Policy, ReportsEstimates
 from .controller import StepRecord
 
-__all__ = ["MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
+__all__ = ["MAX_ESTIMATE_NAMES", "MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
 
 
 class TraceCounts(Protocol):
@@ -42,6 +44,10 @@ class TraceCounts(Protocol):
 
 #: Estimates mirrored per push, at most (a policy returning thousands of names must not flood the registry).
 _MAX_ESTIMATES = 64
+#: Distinct estimate names that get a series, per observer, ever: a policy whose names change from push to
+#: push (a per-request or per-bucket key) must not grow the registry without bound. Later names are dropped
+#: and counted.
+MAX_ESTIMATE_NAMES = 64
 
 DECIDE_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2)
 
@@ -108,6 +114,12 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
         "depth": prom.Gauge(
             "specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw
         ),
+        "estimates_dropped": prom.Counter(
+            "specpolicy_estimates_dropped",
+            "Estimate values not exported: a name beyond the first MAX_ESTIMATE_NAMES, or not a number",
+            labels,
+            registry=reg,
+        ),
         "estimate": prom.Gauge(
             "specpolicy_estimate",
             "The policy's own estimates (ReportsEstimates), by name",
@@ -156,6 +168,10 @@ class MetricsObserver:
         self._events_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
         self._estimate_family = fams["estimate"]
+        self._estimate_names: set[str] = set()
+        self._estimates_dropped = fams["estimates_dropped"].labels(*lv)
+        #: estimate values not exported (see MAX_ESTIMATE_NAMES), in all
+        self.estimates_dropped = 0
         self._estimates = policy if isinstance(policy, ReportsEstimates) else None
         self._push_every = push_every
         self._by_depth: dict[int, int] = {}
@@ -229,20 +245,33 @@ class MetricsObserver:
                 seen[label] = n
 
     def _push_estimates(self) -> None:
-        """Mirror the policy's estimates; informative only, so whatever it returns cannot raise here."""
+        """Mirror the policy's estimates; informative only, so whatever it returns cannot raise here. A name
+        gets a series only among the first MAX_ESTIMATE_NAMES seen; the rest, and values that are not
+        numbers, are counted in ``estimates_dropped``."""
         assert self._estimates is not None
         try:
-            items = list(dict(self._estimates.estimates()).items())[:_MAX_ESTIMATES]
+            items = list(dict(self._estimates.estimates()).items())
         except Exception:  # noqa: BLE001 - not a mapping, or estimates() raised
             return
-        for name, value in items:
+        names = self._estimate_names
+        dropped = max(len(items) - _MAX_ESTIMATES, 0)
+        for name, value in items[:_MAX_ESTIMATES]:
             try:
                 f = float(value)
                 if type(name) is not str or len(name) > 64:
+                    dropped += 1
                     continue
+                if name not in names:
+                    if len(names) >= MAX_ESTIMATE_NAMES:
+                        dropped += 1
+                        continue
+                    names.add(name)
                 self._estimate_family.labels(*self._lv, name).set(f)
             except Exception:  # noqa: BLE001 - a value that is not a number is skipped
-                continue
+                dropped += 1
+        if dropped:
+            self.estimates_dropped += dropped
+            self._estimates_dropped.inc(dropped)
 
     def close(self) -> None:
         self.push()

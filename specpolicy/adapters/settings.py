@@ -95,13 +95,19 @@ class AdapterSettings(BaseModel):
     )
     step_clock: StepClock = "auto"
     decide_budget_s: float = Field(
-        1e-3, gt=0.0, le=60.0, description="a decide() call slower than this is logged (once) and counted"
+        1e-3,
+        ge=1e-5,
+        le=60.0,
+        description="a decide() call slower than this is logged (once) and counted; >= 10 us (timer noise)",
     )
     decide_budget_steps: int = Field(
         16, ge=0, le=10**9, description="over-budget calls in a row before the default depth runs; 0 = never"
     )
     watchdog_s: float | None = Field(
-        None, gt=0.0, description="log the stack of a decide() call running longer than this; none = off"
+        None,
+        ge=0.01,
+        le=86_400.0,
+        description="log the stack of a decide() call running longer than this, >= 10 ms; none = off",
     )
 
     @field_validator("policy", mode="before")

@@ -15,6 +15,15 @@ is logged at once, and ``close()`` logs one summary line when anything was dropp
   ``extra.invalid``); only when step, batch size or depth are unusable is it dropped, alone.
 - Writes go through ``os.write`` on an append-mode descriptor, so a full disk or a read-only directory loses
   exactly the records whose bytes did not land (a partial last line is cut off again).
+- It never writes into a file it did not create: an existing file at the path (or at a backup's path) is
+  appended to only when its first line is a specpolicy trace header, and anything else (a mistyped
+  ``profile.json``) is refused, logged once and left as it is, its records counted as ``write_error``.
+- A file deleted under it (its directory removed) is noticed after each write (its link count is 0): the
+  directory and the file are created again and the lines rewritten there, so nothing is counted as written
+  that exists nowhere.
+- After ``fork()`` the child's copy of the writer is closed and its queue emptied (``os.register_at_fork``):
+  the trace belongs to the parent, and the parent's queued records are never written twice. The child's
+  own records count as ``after_close``.
 - ``close()`` never raises and returns within ``close_timeout_s``: a thread stuck in a write is abandoned
   (it is a daemon) and what it still held is counted as dropped; should that write return later, the thread
   cuts the file back to its size before it, so the file still holds exactly the records counted as written.
@@ -34,6 +43,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,6 +76,10 @@ _BATCH = 256
 _RECORD_BYTES = 400
 #: Fields a written record cannot do without (read_trace requires them).
 _REQUIRED = ("step", "batch_size", "num_steps")
+#: Bytes of an existing file read to find its first line (a trace header is far shorter).
+_HEAD_BYTES = 1 << 16
+#: Live writers, for the fork hook (weak: a writer that is gone needs no reset).
+_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 
 def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
@@ -130,10 +144,16 @@ class TraceWriter:
         self._closed = False
         self._abandoned = False
         self._io_lock = threading.Lock()
+        self._forked = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # the writes will fail and be counted; the engine still starts
             log.error("specpolicy: cannot create the trace directory %s: %s", self.path.parent, exc)
+        for p in self._paths():
+            problem = not_a_trace(p)
+            if problem:  # said now, at start; every open checks again (and counts what it refuses)
+                log.error("specpolicy: %s", problem)
+        _WRITERS.add(self)
         self._thread = threading.Thread(target=self._run, name=f"specpolicy-trace-{rank}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -176,7 +196,12 @@ class TraceWriter:
     def _push(self, pending: _Pending) -> None:
         self.offered += 1
         if self._closed:
-            self._drop(self._drops, "after_close", 1)
+            self._drop(
+                self._drops,
+                "after_close",
+                1,
+                "in a forked child: the trace is the parent's" if self._forked else "",
+            )
             return
         acc = pending[1][4]
         size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
@@ -234,6 +259,7 @@ class TraceWriter:
         """Write whole lines, rotating at max_bytes; counts exactly what landed and what did not."""
         i = j = 0
         fresh = False  # just rotated: the next line goes in even if it alone is over max_bytes
+        retried = False  # lines already rewritten once after the file was deleted
         try:
             if lines and self._fd is None:
                 self._open_file()
@@ -249,6 +275,14 @@ class TraceWriter:
                 self._write_chunk(lines[i:j])
                 if self._abandoned:  # close() has counted the rest; the file is no longer ours
                     return
+                if self._deleted():  # the lines went to a file that exists nowhere: write them again
+                    self.written -= j - i
+                    self._close_fd()
+                    if retried:
+                        raise OSError(errno.ENOENT, "the trace file is deleted as soon as it is created")
+                    retried = True
+                    self._open_file()
+                    continue
                 i, fresh = j, False
         except _Partial as exc:
             self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
@@ -299,18 +333,58 @@ class TraceWriter:
         self._close_fd()
 
     def _open_file(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        """Open the trace file for appending: a new or empty one gets the header; an existing one only when
+        it is a specpolicy trace (else OSError, counted as ``write_error``). A missing directory is created
+        again (it was removed while running)."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size == 0:
                 head = (json.dumps(self.header, separators=(",", ":"), default=str) + "\n").encode()
                 os.write(fd, head)
                 size = len(head)
+            elif not _is_header(os.pread(fd, _HEAD_BYTES, 0)):
+                raise OSError(
+                    errno.EEXIST, not_a_trace(self.path) or f"{self.path} is not a specpolicy trace"
+                )
         except OSError:
             os.close(fd)
             raise
         self._fd = fd
         self._size = size
+
+    def _deleted(self) -> bool:
+        """Whether the open file has no name left (deleted, or its directory removed)."""
+        fd = self._fd
+        try:
+            return fd is not None and os.fstat(fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def _paths(self) -> list[Path]:
+        """The file and its backups' paths."""
+        return [self.path] + [
+            self.path.with_name(f"{self.path.name}.{i}") for i in range(1, self.backups + 1)
+        ]
+
+    def _after_fork_in_child(self) -> None:
+        """The child's copy: closed, its queue (the parent's records) emptied, its counts its own."""
+        self._forked = self._closed = self._stop = True
+        self._queue.clear()
+        self._io_lock = threading.Lock()  # the parent's writer thread may have held it
+        self._wake = threading.Event()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # the child's descriptor only; the parent's stays open
+        self.offered = self.written = self._inflight = self._bytes_in = self._bytes_out = 0
+        self._drops = dict.fromkeys(DROP_CAUSES, 0)
+        self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)
 
     def _close_fd(self) -> None:
         fd, self._fd = self._fd, None
@@ -325,6 +399,10 @@ class TraceWriter:
         if self.backups == 0:
             self.path.unlink(missing_ok=True)
         else:
+            for p in self._paths()[1:]:  # a backup's place taken by another file: refuse, never replace it
+                problem = not_a_trace(p)
+                if problem:
+                    raise OSError(errno.EEXIST, problem)
             for i in range(self.backups - 1, 0, -1):
                 src = self.path.with_name(f"{self.path.name}.{i}")
                 if src.exists():
@@ -367,6 +445,47 @@ class TraceWriter:
                 )
         except Exception as exc:  # noqa: BLE001 - shutdown must finish
             log.error("specpolicy: closing the step trace %s failed: %s", self.path, short_str(exc))
+
+
+def _is_header(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) starts with a specpolicy trace header line."""
+    line = head.split(b"\n", 1)[0]
+    try:
+        first = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(first, dict)
+        and first.get("kind") == "header"
+        and str(first.get("format", "")).startswith("specpolicy-trace/")
+    )
+
+
+def not_a_trace(path: Path) -> str | None:
+    """Why the trace writer must not write into ``path``: it exists, is not empty and does not start with a
+    specpolicy trace header (or cannot be read); None when it is absent, empty or a trace."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"the step trace path {path} cannot be read ({_os_error(exc)}); the trace is off"
+    if not head or _is_header(head):
+        return None
+    return (
+        f"the step trace path {path} holds a file that is not a specpolicy trace; it is left as it is and "
+        "nothing is traced: remove it or choose another trace path"
+    )
+
+
+def _after_fork() -> None:
+    for writer in list(_WRITERS):
+        writer._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Partial(OSError):

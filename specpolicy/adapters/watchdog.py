@@ -37,7 +37,8 @@ class DecideWatchdog:
             raise ValueError(f"watchdog timeout_s must be > 0, got {timeout_s!r}")
         self.controller = controller
         self.timeout_s = timeout_s
-        self.poll_s = poll_s if poll_s is not None else min(timeout_s / 4, 1.0)
+        # never below 1 ms: a tiny timeout must not turn the thread into a busy loop beside the engine
+        self.poll_s = max(poll_s if poll_s is not None else min(timeout_s / 4, 1.0), 1e-3)
         self.dumps = 0
         self._reported = 0.0
         self._stop = threading.Event()

@@ -145,6 +145,22 @@ class ProfileGrid(_Model):
         return self
 
 
+class MeasuredRange(_Model):
+    """Where a fitted profile's numbers come from: the traced batch sizes and contexts, [lo, hi] each.
+    Outside it the simulator's costs are extrapolations, and its report says so per level."""
+
+    batch_size: tuple[float, float]
+    seq_len: tuple[float, float] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MeasuredRange:
+        for name in ("batch_size", "seq_len"):
+            span = getattr(self, name)
+            if span is not None and not (0 < span[0] <= span[1] and math.isfinite(span[1])):
+                raise ValueError(f"measured.{name} must be [lo, hi] with 0 < lo <= hi, got {list(span)}")
+        return self
+
+
 class ProfileFile(_Model):
     """The JSON document, field by field (docs/profiles.md)."""
 
@@ -164,6 +180,9 @@ class ProfileFile(_Model):
     prefill: PrefillModel | None = Field(None, description="null: derived from the grid (docs/profiles.md)")
     source: str = ""
     assumptions: list[str] = Field(default_factory=list)
+    measured: MeasuredRange | None = Field(
+        None, description="a fitted profile's traced range (batch sizes, contexts); null: the grids"
+    )
 
     @model_validator(mode="after")
     def _across_grids(self) -> ProfileFile:

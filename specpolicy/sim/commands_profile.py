@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any
 
+from ..errors import ConfigError
 from ..profiles import CostProfile, available_profiles, load_profile, profile_from_dict
 
-__all__ = ["register", "cmd_list", "cmd_show", "cmd_fit"]
+__all__ = ["register", "cmd_list", "cmd_show", "cmd_fit", "cmd_synth"]
 
 # Batch sizes shown by ``profile show``.
 _SHOW_BATCHES = (1, 4, 16, 64, 256)
@@ -47,7 +48,9 @@ def register(sub: Any) -> None:
         "with outlier rejection. Needs steps at depth 0 and at one depth k > 0. Prints the profile JSON (or "
         "writes it with -o) and a summary of the fit on stderr.",
     )
-    fit.add_argument("trace", nargs="+", metavar="TRACE.jsonl", help="step trace file(s)")
+    fit.add_argument(
+        "trace", nargs="+", metavar="TRACE.jsonl[.gz]", help="step trace file(s), gzip-compressed or not"
+    )
     fit.add_argument("-o", "--output", metavar="OUT.json", help="write the profile here instead of stdout")
     fit.add_argument("--name", default="fitted", help="profile name (default: fitted)")
     fit.add_argument("--description", default="", help="profile description")
@@ -60,6 +63,30 @@ def register(sub: Any) -> None:
     )
     fit.add_argument("--rank", type=int, help="use this rank's steps (default: the lowest rank in the trace)")
     fit.set_defaults(func=cmd_fit)
+
+    syn = psub.add_parser(
+        "synth",
+        help="write a synthetic step trace priced by a known profile (the CPU path to profile fit)",
+        description="Write a specpolicy-trace/1 file of steps priced by a profile (shipped name or file), "
+        "with log-normal noise and a few slow outliers, as an engine adapter would trace them: try "
+        "'profile fit' without a GPU, or check that a fit recovers the profile. A name ending in .gz is "
+        "gzip-compressed.",
+    )
+    syn.add_argument("-o", "--output", required=True, metavar="OUT.jsonl[.gz]", help="the trace to write")
+    syn.add_argument("--profile", default="h200-llama8b", metavar="NAME|FILE", help="the true step costs")
+    syn.add_argument("--steps", type=int, default=6000, metavar="N", help="steps to write (default 6000)")
+    syn.add_argument(
+        "--max-batch",
+        type=int,
+        default=256,
+        metavar="B",
+        help="batch sizes log-uniform in 1..B (default 256)",
+    )
+    syn.add_argument(
+        "--depths", default=None, metavar="K1,K2,...", help="depths drawn uniformly (default 0..the deepest)"
+    )
+    syn.add_argument("--seed", type=int, default=1, help="seed of the draws (default 1)")
+    syn.set_defaults(func=cmd_synth)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -119,6 +146,47 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(p.to_json(), end="")
     else:
         print(describe(p, args.seq_len))
+    return 0
+
+
+def _depths(text: str | None, max_steps: int) -> tuple[int, ...]:
+    if text is None:
+        return tuple(range(max_steps + 1))
+    try:
+        depths = tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        depths = ()
+    if not depths or not all(0 <= k <= max_steps for k in depths):
+        raise ConfigError(f"--depths must be comma-separated integers in 0..{max_steps}, got {text!r}")
+    return depths
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    import gzip
+
+    from ..trace import TRACE_FORMAT, dumps_record
+    from .fit import synthetic_trace
+
+    truth = load_profile(args.profile)
+    if args.steps < 1:
+        raise ConfigError(f"--steps must be an integer >= 1, got {args.steps}")
+    if args.max_batch < 1:
+        raise ConfigError(f"--max-batch must be an integer >= 1, got {args.max_batch}")
+    depths = _depths(args.depths, truth.max_steps)
+    records = synthetic_trace(truth, n=args.steps, depths=depths, max_batch=args.max_batch, seed=args.seed)
+    header = {"kind": "header", "format": TRACE_FORMAT, "rank": 0, "engine": "synthetic",
+              "version": f"profile {truth.name}, seed {args.seed}"}
+    opener = gzip.open if str(args.output).endswith(".gz") else open
+    with opener(args.output, "wt", encoding="utf-8") as fh:
+        fh.write(dumps_record(header) + "\n")
+        for r in records:
+            fh.write(r.to_json() + "\n")
+    print(
+        f"wrote {args.output}: {len(records)} steps priced by profile {truth.name} "
+        f"(batch 1..{args.max_batch}, depths {','.join(map(str, depths))}); "
+        f"fit it with: specpolicy profile fit {args.output}",
+        file=sys.stderr,
+    )
     return 0
 
 

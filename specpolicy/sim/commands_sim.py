@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .run import DEFAULT_CONCURRENCY, DEFAULT_PROFILE, DEFAULT_WORKLOAD, SimulationSpec, run_simulation
+from .run import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DECIDE_COST_US,
+    DEFAULT_PROFILE,
+    DEFAULT_WORKLOAD,
+    SimulationSpec,
+    run_simulation,
+)
 from .scenario_options import add_arguments, from_args
 from .workloads import WORKLOADS, parse_concurrency
 
@@ -47,8 +54,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--decide-cost-us",
         type=float,
+        default=DEFAULT_DECIDE_COST_US,
         metavar="X",
-        help="charge X microseconds per decide() instead of measuring it (exact reproducibility)",
+        help=f"charge X microseconds per decide() of every policy (default {DEFAULT_DECIDE_COST_US:g}: the "
+        "same numbers on every run and host)",
+    )
+    p.add_argument(
+        "--measure-decide-cost",
+        action="store_true",
+        help="charge each policy its decide() time measured on this host instead (varies run to run)",
+    )
+    p.add_argument(
+        "--off-cost",
+        choices=("lazy", "catch_up", "profile"),
+        default="lazy",
+        help="what a step with speculation off costs inside the speculative engine: lazy (default: the "
+        "specpolicy adapter's off step, a plain decode whose drafter catches up when speculation resumes), "
+        "catch_up (a draft pass on every off step, as SGLang's own rule runs it) or the profile's own",
     )
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU)")
     add_arguments(p)
@@ -75,9 +97,9 @@ def register(sub: Any) -> None:
     s.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
     s.add_argument("--plot", metavar="OUT.png", help="also draw a figure (needs the 'plot' extra)")
     s.add_argument(
-        "--off-cost",
-        choices=("catch_up", "lazy"),
-        help="what 'off' costs inside the speculative engine (default: the profile's)",
+        "--wide",
+        action="store_true",
+        help="the wide table: adds the oracle and decide() columns, no wrapping",
     )
     s.add_argument(
         "--feedback-lag",
@@ -147,7 +169,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "duration_s": args.duration,
         "concurrency": sweep_levels(args),
-        "decide_cost_us": args.decide_cost_us,
+        "decide_cost_us": None if args.measure_decide_cost else args.decide_cost_us,
+        "off_cost": None if args.off_cost == "profile" else args.off_cost,
         "jobs": args.jobs,
         "acceptance": acceptance,
         "shape": shape,
@@ -171,7 +194,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     spec = SimulationSpec(
         **_spec(args),
         policies=tuple(args.policy) if args.policy else None,
-        off_cost=args.off_cost,
         feedback_lag=args.feedback_lag,
         max_running=args.max_running,
         jitter=args.jitter,
@@ -181,7 +203,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     sim = run_simulation(spec, progress=False if args.no_progress else None)
     from .report import format_table, to_json
 
-    print(format_table(sim, args.slo_tpot_ms))
+    print(format_table(sim, args.slo_tpot_ms, wide=args.wide))
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(sim, args.slo_tpot_ms), indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
@@ -194,9 +216,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .tune import Trial, parse_param_ranges, tune
+    from .tune import Trial, compare, parse_param_ranges, tune
 
     spec = _spec(args)
+    jobs = spec["jobs"] or os.cpu_count() or 1
 
     def on_trial(i: int, n: int, trial: Trial) -> None:
         params = {k: v for k, v in trial.config.items() if k != "name"}
@@ -216,14 +239,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         param_ranges=parse_param_ranges(args.param),
         acceptance=spec["acceptance"],
         shape=spec["shape"],
-        jobs=spec["jobs"] or os.cpu_count() or 1,
+        off_cost=spec["off_cost"],
+        jobs=jobs,
         on_trial=on_trial,
     )
-    gain = res.best.metric / res.default.metric if res.default.metric else float("nan")
     print(
-        f"best {args.objective}: {res.best.metric:.4g} (default config {res.default.metric:.4g}, "
-        f"x{gain:.3f}); {len(res.trials)} configs simulated, {res.rejected} invalid draws redrawn",
+        f"{len(res.trials)} configs simulated, {res.rejected} invalid draws redrawn; the best against the "
+        "alternatives:",
         file=sys.stderr,
     )
+    for line in compare(res, jobs=jobs)[1]:
+        print(line, file=sys.stderr)
     print(json.dumps(res.best.config, indent=2))
     return 0

@@ -57,6 +57,8 @@ class Comparator:
     label: str
     kind: Kind
     spec: dict[str, Any] | None = None
+    #: the off step's price for this row, where it differs from the simulation's ("catch_up" or "lazy")
+    off_cost: str | None = None
 
     @property
     def is_static(self) -> bool:

@@ -306,6 +306,10 @@ def fit_profile(
         "overhead": {k: {"fixed": 0.0, "per_request": 0.0} for k in ("plain", "spec", "off")},
         "prefill": None,
         "source": source or "specpolicy profile fit",
+        "measured": {
+            "batch_size": [float(batches.min()), float(batches.max())],
+            "seq_len": [round(min(ctx_all), 1), round(max(ctx_all), 1)] if ctx_all else None,
+        },
         "assumptions": [
             "Whole-step times were fitted per depth (bilinear in batch size and context length, outliers "
             "rejected); every overhead is folded into the target grid.",

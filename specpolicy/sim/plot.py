@@ -33,8 +33,8 @@ def require_matplotlib() -> Any:
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingExtraError(
-            "--plot needs matplotlib, which comes with the 'plot' extra: pip install '.[plot]' in a "
-            "specpolicy checkout (or pip install matplotlib)"
+            "--plot needs matplotlib (the 'plot' extra): pip install matplotlib; from a specpolicy "
+            "checkout, pip install -e '.[plot]' (without -e, pip replaces the editable install)"
         ) from None
     return plt
 

@@ -12,6 +12,7 @@ never renamed. The table marks each scenario's winners and ends with the verdict
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,8 @@ import numpy as np
 
 from .comparators import REFERENCE_KINDS
 from .run import RunOutcome, Simulation
-from .verdict import standings, verdict
+from .verdict import TIE, standings, verdict_lines
+from .workloads import WORKLOADS, Scenario
 
 __all__ = ["Row", "Reference", "rows", "references", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
 
@@ -58,6 +60,8 @@ class Row:
     sim_steps_per_s: float
     vs_never: float | None = None
     vs_lookahead: float | None = None
+    #: an open-loop scenario (arrivals set the throughput): compared by latency
+    open_loop: bool = False
 
     @property
     def vs_best_fixed(self) -> float | None:
@@ -114,6 +118,7 @@ def _row(
         sim_steps_per_s=r.decode_steps_total / r.wall_s if r.wall_s > 0 else 0.0,
         vs_never=tok / never if never else None,
         vs_lookahead=tok / lookahead if lookahead else None,
+        open_loop=o.scenario.requests is not None,
     )
 
 
@@ -210,7 +215,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
             for ref in references(sim)
         ],
         "acceptance": scenario.acceptance.to_json() if scenario is not None else None,
-        "request_shape": scenario.shape.to_json() if scenario is not None else None,
+        "request_shape": _shape_json(scenario) if scenario is not None else None,
         "off_cost": sim.profile.off_cost,
         "feedback_lag": spec.feedback_lag,
         "max_running": spec.max_running,
@@ -220,6 +225,20 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
         "wall_s": round(sim.wall_s, 3),
         "simulated_decode_steps": _speed(sim)[0],
     }
+
+
+def _shape_json(sc: Scenario) -> dict[str, Any]:
+    """The request shape that ran: a requests file's own lengths (their mean, min and max), else the
+    shape the requests were drawn from."""
+    req = sc.requests
+    if req is None or sc.workload in WORKLOADS or not len(req):
+        return {**sc.shape.to_json(), "source": "drawn"}
+    out: dict[str, Any] = {"source": "file", "requests": len(req)}
+    for key, arr in (("prompt", req.prompt_tokens), ("output", req.output_tokens)):
+        out[f"{key}_mean"] = round(float(np.mean(arr)), 3)
+        out[f"{key}_min"] = int(np.min(arr))
+        out[f"{key}_max"] = int(np.max(arr))
+    return out
 
 
 def _speed(sim: Simulation) -> tuple[int, float]:
@@ -236,41 +255,40 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
-def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
-    """The text report: a header, one table per scenario, the decide() charges and the notes."""
+#: The narrow layout's width: every line but the verdict's fits in it.
+NARROW = 100
+
+
+def _wrap(text: str, width: int | None) -> list[str]:
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+
+
+def format_table(sim: Simulation, slo_tpot_ms: float | None = None, *, wide: bool = False) -> str:
+    """The text report: a header, one table per scenario, the legend, the notes and the verdict (its last
+    lines). The narrow layout (default) fits ``NARROW`` columns; ``wide`` adds the oracle and decide() columns
+    and does not wrap."""
     all_rows = rows(sim, slo_tpot_ms)
     prof = sim.profile
     spec = sim.spec
-    lines = [
-        f"profile {prof.name} (off cost: {prof.off_cost}), workload {sim.workload}, seed {spec.seed}, "
+    width = None if wide else NARROW
+    lines: list[str] = []
+    lines += _wrap(
+        f"profile {prof.name} (off step: {_off_text(sim)}), workload {sim.workload}, seed {spec.seed}, "
         f"max_running {spec.max_running}, "
-        f"feedback {'one step late' if spec.feedback_lag else 'previous step'}"
-    ]
+        f"feedback {'one step late' if spec.feedback_lag else 'previous step'}",
+        width,
+    )
     if (spec.acceptance is not None or spec.shape is not None) and sim.outcomes:
         sc = sim.outcomes[0].scenario
-        lines.append(f"requests: acceptance {sc.acceptance.describe()}; {sc.shape.describe()}")
-    head = [
-        "policy",
-        "tok/s",
-        "TPOT p50",
-        "TPOT p99",
-        "TTFT p50",
-        "switches",
-        "spec",
-        "x best fixed depth",
-        "x oracle",
-        "x no speculation",
-        "decide",
-        "",
-    ]
-    if slo_tpot_ms is not None:
-        head.insert(2, "goodput")
-    marks: dict[tuple[int | None, str], str] = {}
-    for st in standings(all_rows):
-        marks.update(((st.concurrency, label), "<- best fixed choice") for label in st.best_fixed)
-        marks.update(((st.concurrency, label), "<- best policy") for label in st.best_policy)
+        lines += _wrap(f"requests: acceptance {sc.acceptance.describe()}", width)
+        lines.append(f"requests: {sc.shape.describe()}")
+    stands = {st.concurrency: st for st in standings(all_rows)}
+    divisor = {ref.concurrency: ref.best_fixed for ref in references(sim)}
     current: object = object()
     table: list[list[str]] = []
+    head: list[str] = []
 
     def flush() -> None:
         if not table:
@@ -282,50 +300,86 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None) -> str:
         table.clear()
 
     for r in all_rows:
+        st = stands[r.concurrency]
         if r.concurrency != current:
             flush()
             current = r.concurrency
             lines.append("")
-            if r.concurrency is not None:
-                lines.append(f"concurrency {r.concurrency}:")
+            title = "" if r.concurrency is None else f"concurrency {r.concurrency}"
+            if st.extrapolated:
+                title += (" " if title else "") + _outside(sim, r.concurrency)
+            if title:
+                lines += _wrap(title + ":", width)
+            head = ["policy", "tok/s", "TPOT p50", "TPOT p99", "TTFT p50", "switch", "spec", "x never"]
+            head.append(f"x {divisor.get(r.concurrency) or 'best static'}")
+            if slo_tpot_ms is not None:
+                head.insert(2, "goodput")
+            if wide:
+                head += ["x oracle", "decide us"]
+            head.append("")
         cells = [
             r.policy,
             _f(r.output_tok_s, ".1f"),
-            _f(r.tpot_ms_p50, ".2f") + " ms",
-            _f(r.tpot_ms_p99, ".2f") + " ms",
-            _f(r.ttft_ms_p50, ".1f") + " ms",
+            _f(r.tpot_ms_p50, ".2f"),
+            _f(r.tpot_ms_p99, ".2f"),
+            _f(r.ttft_ms_p50, ".1f"),
             str(r.switches),
             _f(r.spec_step_share * 100, ".0f") + "%",
-            _f(r.vs_best_static, ".3f"),
-            _f(r.vs_oracle, ".3f"),
             _f(r.vs_never, ".3f"),
-            _f(r.decide_cost_us, ".2f") + " us" if r.decide_cost_us is not None else "-",
-            marks.get((r.concurrency, r.policy), ""),
+            _f(r.vs_best_static, ".3f"),
         ]
         if slo_tpot_ms is not None:
             cells.insert(2, _f(r.goodput_tok_s, ".1f"))
+        if wide:
+            cells += [_f(r.vs_oracle, ".3f"), _f(r.decide_cost_us, ".2f")]
+        cells.append("<- best" if r.policy in st.best else "")
         table.append(cells)
     flush()
     lines.append("")
     how = (
         f"fixed at {spec.decide_cost_us:g} us"
         if spec.decide_cost_us is not None
-        else "measured (median of 400 calls at batch 64), charged per decode step"
+        else "measured on this host (median of 400 calls at batch 64), so it varies run to run"
     )
-    lines.append(
-        f"decide(): {how}; tok/s = output tokens per simulated second; TPOT = per request, after its "
-        "first token; spec = share of decode steps that speculated; x ... = tok/s over best-fixed's (the "
-        "best static-k of the scenario, in hindsight), the per-step oracle's and a speculation-free "
-        "engine's (never) on the same scenario"
+    metric = (
+        "TPOT p50 on open-loop scenarios (the arrivals set tok/s), else tok/s"
+        if any(r.open_loop for r in all_rows)
+        else "tok/s"
     )
+    legend = (
+        f"tok/s = output tokens per simulated second; TPOT (per request, after its first token) and TTFT "
+        f"in ms; spec = share of decode steps that speculated; x never = tok/s over a speculation-free "
+        f"engine's, x static-k = over the best fixed depth's (static-0..{prof.max_steps}) of the scenario; "
+        f"<- best = within {TIE:.1%} of the best row by {metric} (oracles excluded); "
+        f"decide() charge per decode step: {how}"
+    )
+    lines += _wrap(legend, width)
     for note in sim.notes:
-        lines.append(f"note: {note}")
+        lines += _wrap(f"note: {note}", width)
     steps, run_wall = _speed(sim)
     lines.append(
         f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall "
         f"({steps / run_wall:,.0f} decode steps/s per process)"
     )
-    last = verdict(all_rows)
-    if last:
-        lines.append(last)
+    lines += verdict_lines(all_rows)
     return "\n".join(lines)
+
+
+def _off_text(sim: Simulation) -> str:
+    off = sim.profile.off_cost
+    if off == "lazy":
+        return "lazy, the specpolicy adapter's"
+    return "catch_up, a draft pass on each"
+
+
+def _outside(sim: Simulation, level: int | None) -> str:
+    """The per-level flag: the profile's measured range, from its ``measured`` field (fitted profiles)
+    or its grids."""
+    prof = sim.profile
+    m = prof.spec.measured
+    if m is not None:
+        batch = f"batch {m.batch_size[0]:g}-{m.batch_size[1]:g}"
+        ctx = f", context {m.seq_len[0]:g}-{m.seq_len[1]:g}" if m.seq_len else ""
+    else:
+        batch, ctx = f"batch <= {prof.max_batch_size:g}", f", context <= {max(prof.seq_lens):g}"
+    return f"(OUTSIDE profile {prof.name}'s measured range, {batch}{ctx}: costs extrapolated)"

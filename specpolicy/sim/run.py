@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -45,6 +45,10 @@ __all__ = [
 DEFAULT_PROFILE = "seed-k25-tp8-pcie"
 DEFAULT_WORKLOAD = "sweep"
 DEFAULT_CONCURRENCY = (1, 10, 70, 250)
+#: The command line's decide() charge per decode step, in microseconds: a round bound above the measured
+#: median of every shipped policy (cost_model, the dearest, 0.6 us on a 2-core host, docs/performance.md), so
+#: that a report is the same on every run and host. ``--measure-decide-cost`` charges the measured one.
+DEFAULT_DECIDE_COST_US = 1.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,16 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
     )
+    if profile.off_cost == "lazy":
+        # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each (docs/simulator.md).
+        comparators = [
+            replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators
+        ]
+        if any(c.kind == "sglang" for c in comparators):
+            notes.append(
+                "sglang-adaptive runs its off steps SGLang's own way, a draft pass on each (catch_up); the "
+                "other rows run the specpolicy adapter's lazy off step"
+            )
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
@@ -213,12 +227,14 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,
             )
-            tasks.append(_Task(spec.profile, spec.off_cost, sc, comp, cfg, spec.track_requests))
+            off = comp.off_cost if comp.off_cost is not None else spec.off_cost
+            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests))
     results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
     outcomes = tuple(
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
         for task, res in zip(tasks, results, strict=True)
     )
+    clamped: dict[str, list[tuple[int | None, int]]] = {}
     for o in outcomes:
         if o.result.policy_errors:
             notes.append(
@@ -226,10 +242,14 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 f"engine's default depth, the profile's deepest); first: {o.result.first_error}"
             )
         if o.result.clamped_steps:
-            notes.append(
-                f"{o.comparator.label}: {o.result.clamped_steps} decisions deeper than the profile's "
-                f"{profile.max_steps} were clamped"
-            )
+            clamped.setdefault(o.comparator.label, []).append((o.concurrency, o.result.clamped_steps))
+    for label, where in clamped.items():
+        levels = [c for c, _ in where if c is not None]
+        at = f" (at concurrency {', '.join(map(str, levels))})" if levels else ""
+        notes.append(
+            f"{label}: {sum(n for _, n in where)} decisions deeper than the profile's {profile.max_steps} "
+            f"were clamped to {profile.max_steps}{at}"
+        )
     if any(o.result.extrapolated for o in outcomes):
         notes.append(
             f"extrapolated: some steps ran outside profile {profile.name!r}'s measured grid "

@@ -78,6 +78,8 @@ class TuneResult:
     trials: tuple[Trial, ...]
     space: tuple[Param, ...]
     rejected: int
+    spec: SimulationSpec = SimulationSpec()
+    slo_tpot_ms: float | None = None
 
 
 def _base_type(annotation: Any) -> tuple[type | None, bool]:
@@ -224,6 +226,7 @@ def tune(
     base: dict[str, Any] | None = None,
     acceptance: AcceptanceModel | None = None,
     shape: RequestShape | None = None,
+    off_cost: str | None = None,
 ) -> TuneResult:
     """Random search over the policy's parameters; returns the best trial (ties keep the earlier one)."""
     if objective not in OBJECTIVES:
@@ -256,6 +259,7 @@ def tune(
         jobs=1,
         acceptance=acceptance,
         shape=shape,
+        off_cost=off_cost,
     )
     rng = np.random.default_rng([seed, 0x7E5E])
     base_dump = default_cfg.model_dump(mode="json")
@@ -300,4 +304,79 @@ def tune(
     for t in trials[1:]:
         if t.score > best.score:
             best = t
-    return TuneResult(name, objective, best, trials[0], tuple(trials), tuple(space), rejected)
+    return TuneResult(
+        name, objective, best, trials[0], tuple(trials), tuple(space), rejected, spec, slo_tpot_ms
+    )
+
+
+UNITS = {"throughput": "output tok/s", "tpot_p99": "ms TPOT p99", "goodput": "goodput tok/s"}
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One row of ``tune``'s comparison: the objective's metric (geometric mean over the scenarios)."""
+
+    label: str
+    metric: float
+    score: float
+
+
+def compare(res: TuneResult, *, jobs: int = 1) -> tuple[list[Standing], list[str]]:
+    """The tuned config against its default, cost_model's default, the best fixed depth and never, on the
+    same scenarios, and the text that says whether to use it (the last line)."""
+    from .verdict import TIE
+
+    configs: list[dict[str, Any]] = [res.best.config]
+    for extra in (res.default.config, parse_config("cost_model").model_dump(mode="json")):
+        if extra not in configs:
+            configs.append(extra)
+    sim = run_simulation(
+        replace(res.spec, policies=tuple(configs), references=True, jobs=jobs), progress=False
+    )
+    all_rows = rows(sim, res.slo_tpot_ms)
+    by_label: dict[str, list[Any]] = {}
+    for r in all_rows:
+        by_label.setdefault(r.policy, []).append(r)
+    tried = [o.comparator for o in sim.outcomes]
+    policy_labels = list(
+        dict.fromkeys(
+            c.label for c in tried if c.kind == "policy" and not c.is_static and c.label != "schedule-vllm"
+        )
+    )
+    roles = ["tuned", "default config", "cost_model default"][: 3 if res.policy != "cost_model" else 2]
+    names = dict(zip(policy_labels, roles, strict=False))
+    scored = {lbl: _metric(rs, res.objective, res.slo_tpot_ms) for lbl, rs in by_label.items()}
+    statics = [lbl for lbl in scored if lbl.startswith("static-")]
+    best_static = max(statics, key=lambda lbl: scored[lbl][0])
+    shown = [*policy_labels, best_static, "never"]
+    out = [Standing(lbl, scored[lbl][1], scored[lbl][0]) for lbl in shown if lbl in scored]
+    unit = UNITS[res.objective]
+    tuned_label = policy_labels[0]
+    t_score = scored[tuned_label][0]
+    lines = [f"{res.objective} ({unit}, geometric mean over the scenarios), same scenarios and seed:"]
+    for st in out:
+        role = names.get(st.label, "best fixed depth" if st.label == best_static else "no speculation")
+        ratio = _ratio(t_score, st.score, res.objective)
+        vs = "" if st.label == tuned_label else f"tuned x{ratio:.3f} of it"
+        lines.append(f"  {role:<18} {st.metric:9.4g} {unit}  {vs:<20} {st.label}".rstrip())
+    rivals = [st for st in out if st.label != tuned_label]
+    better = [st for st in rivals if _ratio(t_score, st.score, res.objective) < 1 - TIE]
+    if better:
+        top = max(better, key=lambda st: st.score)
+        lines.append(
+            f"use it: no; {top.label} does better here (the tuned config is "
+            f"x{_ratio(t_score, top.score, res.objective):.3f} of it)"
+        )
+    else:
+        tied = [st.label for st in rivals if _ratio(t_score, st.score, res.objective) < 1 + TIE]
+        tie = f" (ties within {TIE:.1%} with {', '.join(tied)})" if tied else ""
+        lines.append(f"use it: yes, it is at least as good as every row above here{tie}")
+    return out, lines
+
+
+def _ratio(tuned: float, other: float, objective: str) -> float:
+    """How the tuned score compares with another, > 1 when the tuned one is better (scores are maximised:
+    negative for tpot_p99)."""
+    if objective == "tpot_p99":
+        return other / tuned if tuned else math.nan
+    return tuned / other if other else math.nan

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import ab_static
+import gpu_check
 import pytest
+from fakes.sglang.srt.server_args import FIELDS as FAKE_FIELDS
 from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
 
 from specpolicy.adapters.settings import AdapterSettings
@@ -299,7 +301,10 @@ def fake_sglang(
     seen: list[tuple[dict[str, object], str | None]] = []
     fake = types.ModuleType("sglang")
     fake.Engine = lambda **kw: seen.append((kw, os.environ.get(ENV))) or object()  # type: ignore[attr-defined]
+    fake.__version__ = "0.5.12.post1"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sglang", fake)
+    # the ServerArgs names of 0.5.12.post1 (tests/gpu/fakes; held to the real ones in tests/engines/sglang)
+    monkeypatch.setattr(gpu_check, "server_arg_fields", lambda: frozenset(FAKE_FIELDS))
     return seen
 
 
@@ -370,3 +375,103 @@ def test_only_the_named_variants_write_a_trace(tmp_path: Path) -> None:
     assert ab_static.trace_path(some, "cm_v1") == tmp_path / "trace-cm_v1.jsonl"
     assert ab_static.trace_path(some, "off_v1") is None  # its ratio counts: no trace's cost
     assert ab_static.trace_path(argparse.Namespace(trace_dir=None, trace_variants="cm_v1"), "cm_v1") is None
+
+
+V2_NAMES = [
+    f"{p}_{d}_{o}"
+    for p in ("sglang", "adaptive", "static", "static0", "cm")
+    for d in ("draft", "eagle3")
+    for o in ("ov", "nov")
+] + ["never_ov", "never_nov"]
+
+
+@pytest.mark.parametrize("variant", V2_NAMES)
+def test_each_v2_only_variant_launches_its_drafter_scheduling_and_policy(variant: str) -> None:
+    path, env = ab_static.VARIANTS[variant]
+    kw = {**gpu_check.engine_kwargs(path, Path("/m")), **ab_static.ENGINE_KW.get(variant, {})}
+    policy, *rest = variant.split("_")
+    # nov: the v2 worker with overlap scheduling off; ov: on (0.5.13+ have no v1 worker)
+    assert kw["disable_overlap_schedule"] is (rest[-1] == "nov")
+    if policy == "never":
+        assert "speculative_algorithm" not in kw and env is None
+        return
+    algorithm, draft = {"draft": ("STANDALONE", "/m/draft"), "eagle3": ("EAGLE3", "/m/eagle3")}[rest[0]]
+    assert kw["speculative_algorithm"] == algorithm and kw["speculative_draft_model_path"] == draft
+    assert kw["speculative_num_steps"] == 3 and kw["speculative_eagle_topk"] == 1
+    assert kw.get("speculative_adaptive", False) is (policy == "adaptive")
+    if policy in ("sglang", "adaptive"):  # SGLang's own: specpolicy installed, not configured
+        assert env is None
+        return
+    assert env is not None
+    settings = AdapterSettings.from_env(env)
+    assert settings is not None
+    expected = {"static": ("static", (3,)), "static0": ("static", (0,)), "cm": ("cost_model", None)}[policy]
+    assert settings.policy.name == expected[0]
+    if expected[1] is not None:
+        assert settings.policy.candidate_steps() == expected[1]
+    assert (
+        ab_static.V2_LABELS[variant]
+        == {"static": "static", "static0": "static-0", "cm": "cost_model"}[policy]
+    )
+
+
+def test_sglang_adaptive_with_a_draft_model_is_skipped_with_its_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kept = ab_static.runnable(["never_ov", "adaptive_draft_ov", "adaptive_eagle3_ov", "adaptive_draft_nov"])
+    assert kept == ["never_ov", "adaptive_eagle3_ov"]
+    out = capsys.readouterr().out
+    assert out.count("skipped adaptive_draft_") == 2 and "EAGLE / EAGLE3" in out
+    assert set(ab_static.SKIPPED) == {"adaptive_draft_ov", "adaptive_draft_nov"}
+
+
+def test_a_paired_run_left_with_one_variant_after_the_skips_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    argv = ["ab_static.py", "--work", str(tmp_path), "--out", str(tmp_path / "o"), "--paired"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--variants", "never_ov,adaptive_draft_ov"])
+    assert ab_static.main() == 2
+    assert "skipped adaptive_draft_ov" in capsys.readouterr().out
+
+
+def test_engine_arguments_take_the_names_of_the_installed_release() -> None:
+    kw = {
+        "cuda_graph_bs": [1, 2],
+        "cuda_graph_max_bs": 2,
+        "piecewise_cuda_graph_max_tokens": 8192,
+        "dtype": "bf16",
+    }
+    old = frozenset({"cuda_graph_bs", "cuda_graph_max_bs", "piecewise_cuda_graph_max_tokens", "dtype"})
+    assert gpu_check.for_release(kw, old) == kw
+    new = frozenset(
+        {"cuda_graph_bs_decode", "cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill", "dtype"}
+    )
+    assert gpu_check.for_release(kw, new) == {
+        "cuda_graph_bs_decode": [1, 2],
+        "cuda_graph_max_bs_decode": 2,
+        "cuda_graph_max_bs_prefill": 8192,
+        "dtype": "bf16",
+    }
+    with pytest.raises(ValueError, match=r"\['dtype', 'speculative_adaptive'\]"):
+        gpu_check.for_release({"dtype": "bf16", "speculative_adaptive": True}, frozenset({"model_path"}))
+
+
+def test_a_v2_only_release_engine_gets_the_renamed_arguments_and_reports_its_release(
+    tmp_path: Path, fake_sglang: list[tuple[dict[str, object], str | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    renamed = {"cuda_graph_bs": "cuda_graph_bs_decode", "cuda_graph_max_bs": "cuda_graph_max_bs_decode"}
+    renamed["piecewise_cuda_graph_max_tokens"] = "cuda_graph_max_bs_prefill"
+    monkeypatch.setattr(
+        gpu_check, "server_arg_fields", lambda: frozenset(renamed.get(f, f) for f in FAKE_FIELDS)
+    )
+    monkeypatch.setattr(sys.modules["sglang"], "__version__", "0.5.17")
+    _, res, _, _ = ab_static.start_engine(_args(tmp_path, serve="adaptive_eagle3_ov"), "adaptive_eagle3_ov")
+    kw, _ = fake_sglang[0]
+    assert kw["cuda_graph_bs_decode"] and "cuda_graph_bs" not in kw
+    assert kw["cuda_graph_max_bs_prefill"] == ab_static.PAIRED_ENGINE_KW["piecewise_cuda_graph_max_tokens"]
+    assert kw["speculative_adaptive"] is True and kw["speculative_algorithm"] == "EAGLE3"
+    assert res["sglang"] == "0.5.17" and res["engine_kw"]["speculative_adaptive"] is True

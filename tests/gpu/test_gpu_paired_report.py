@@ -222,3 +222,45 @@ def test_the_acceptance_of_each_batch_shows_which_engines_did_the_same_thing() -
     assert "| never |" not in md.split("Acceptance length")[1].split("| ratio")[0]
     # a run without acceptance figures prints no such table
     assert "Acceptance length" not in PR.markdown("v1/triton", PR.section(_run()))
+
+
+def _v2_run() -> dict[str, Any]:
+    """A v2-only release's overlap run with the EAGLE-3 head: SGLang's adaptive mode beside ours."""
+    return {
+        "variants": [
+            "never_ov",
+            "sglang_eagle3_ov",
+            "adaptive_eagle3_ov",
+            "static_eagle3_ov",
+            "cm_eagle3_ov",
+        ],
+        "engines": {},
+        "batches": {
+            "never_ov": {"1": _rows(100, 100, 100), "64": _rows(1000, 1000, 1000)},
+            "sglang_eagle3_ov": {"1": _rows(160, 160, 160), "64": _rows(700, 700, 700)},
+            "adaptive_eagle3_ov": {"1": _rows(150, 150, 150), "64": _rows(990, 1010, 1000)},
+            "static_eagle3_ov": {"1": _rows(157, 158, 157), "64": _rows(690, 690, 690)},
+            "cm_eagle3_ov": {"1": _rows(156, 156, 156), "64": _rows(980, 985, 990)},
+        },
+    }
+
+
+def test_a_v2_only_release_key_is_held_to_its_own_goals_with_sglang_adaptive_the_anchor() -> None:
+    goals = PR.goals_for("sglang-0.5.17/overlap/eagle3/triton")
+    assert goals is PR.GOALS_V2 and PR.goals_for("v1/triton") is PR.GOALS
+    assert PR.goals_for("sglang-0.5.12.post1/v1/triton") is PR.GOALS  # before the v2-only releases
+    sec = PR.section(_v2_run(), goals=goals)
+    assert sec["variants"]["sglang-adaptive"] == "adaptive_eagle3_ov"
+    r = sec["ratios"]
+    # against SGLang's adaptive engine: ahead at 1 request, behind at 64 -> missed (goal 1.0)
+    assert r["cost_model / sglang-adaptive"]["by_c"]["1"]["median"] == pytest.approx(156 / 150, abs=1e-3)
+    assert r["cost_model / sglang-adaptive"]["by_c"]["64"]["median"] < 1.0
+    assert r["cost_model / sglang-adaptive"]["met"] is False
+    # static at 157/160 = 0.981 meets 0.98 at 1 request, 690/700 = 0.986 at 64
+    assert r["static / sglang-static"]["goal"] == 0.98 and r["static / sglang-static"]["met"] is True
+    assert r["cost_model / max(never, static)"]["goal"] == 0.97
+
+
+def test_a_key_naming_no_release_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="sglang-next"):
+        PR.goals_for("sglang-next/overlap/draft/triton")

@@ -51,6 +51,7 @@ def test_a_mixed_population_is_simulated_and_recorded(tmp_path: Path, capsys: An
         "prompt_spread": 0.5,
         "output_mean": 256,
         "output_spread": 0.2,
+        "source": "drawn",
     }
     _, ref = _simulate(tmp_path, capsys)
     assert ref["acceptance"] == {"alpha": 7.0, "beta": 3.0, "mean": 0.7}
@@ -63,8 +64,10 @@ def test_a_mixed_population_is_simulated_and_recorded(tmp_path: Path, capsys: An
 
 def test_best_fixed_is_named_per_scenario_and_every_row_has_its_ratio(tmp_path: Path, capsys: Any) -> None:
     text, doc = _simulate(tmp_path, capsys, *MIXED)
-    assert "best-fixed" in text
     assert [r["concurrency"] for r in doc["references"]] == [1, 16]
+    # each level's table names what its ratio column divides by: that level's best static-k
+    heads = [line for line in text.splitlines() if line.startswith("policy ")]
+    assert [h.split()[-1] for h in heads] == [r["best_fixed"] for r in doc["references"]]
     for ref in doc["references"]:
         level = [r for r in doc["runs"] if r["concurrency"] == ref["concurrency"]]
         statics = [r for r in level if r["policy"].startswith("static-")]

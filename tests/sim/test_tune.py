@@ -150,5 +150,28 @@ def test_tune_cli_prints_json_that_check_config_accepts(capsys: Any) -> None:
     captured = capsys.readouterr()
     cfg = json.loads(captured.out)
     assert cfg["name"] == "threshold"
-    assert "[3/3]" in captured.err and "best goodput" in captured.err
+    assert "[3/3]" in captured.err and "use it: " in captured.err
     assert main(["check-config", json.dumps(cfg)]) == 0
+
+
+def test_tune_compares_the_tuned_config_with_the_alternatives_and_says_whether_to_use_it(capsys: Any) -> None:
+    argv = ["tune", "--policy", "hysteresis", "--profile", "h200-llama8b", "--workload", "sweep",
+            "--concurrency", "4,128", "--duration", "3", "--budget", "3", "--jobs", "1"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    head = next(i for i, line in enumerate(err) if line.startswith("throughput (output tok/s"))
+    table = err[head + 1:-1]
+    values: dict[str, float] = {}
+    for line in table:
+        role, rest = line[2:20].strip(), line[20:].split()
+        assert rest[1:3] == ["output", "tok/s"]  # the unit on every row
+        values[role] = float(rest[0])
+    roles = {"tuned", "default config", "cost_model default", "best fixed depth", "no speculation"}
+    assert set(values) == roles
+    best_rival = max(v for k, v in values.items() if k != "tuned")
+    verdict = err[-1]
+    # derived from the printed numbers (4 significant digits, hence the slack), with the 0.5% tie
+    if values["tuned"] < best_rival * 0.995 * 0.999:
+        assert verdict.startswith("use it: no; ")
+    elif values["tuned"] > best_rival * 0.995 * 1.001:
+        assert verdict.startswith("use it: yes")

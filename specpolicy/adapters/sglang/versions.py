@@ -56,7 +56,10 @@ def check_version(version: str | None, allow_untested: bool = False) -> str:
     """
     supported = ", ".join(releases.tested())
     if version is None:
-        raise UnsupportedVersion(f"SGLang is not installed; specpolicy supports SGLang {supported}")
+        raise UnsupportedVersion(
+            f"SGLang is not installed (pip install 'sglang=={releases.tested()[-1]}'); specpolicy supports "
+            f"SGLang {supported}"
+        )
     if releases.release(version) is not None:
         return version
     layout = releases.layout_for(version)

@@ -68,10 +68,11 @@ class EngineFacts:
         return "MRV2" if self.use_v2_model_runner else "MRV1"
 
     def path(self) -> str:
-        """The engine path in the words of the start-up line."""
+        """The engine path in the words of the start-up line: model runner, scheduler base, graph mode."""
         sched = "async" if self.async_scheduling else "sync"
         return (
-            f"{self.model_runner} {sched}-scheduler method={self.method} "
+            f"{self.model_runner} {sched}-scheduler cudagraphs={self.cudagraph_mode or 'unknown'} "
+            f"method={self.method} "
             f"num_speculative_tokens={self.num_speculative_tokens} tp={self.tensor_parallel_size} "
             f"pp={self.pipeline_parallel_size} dp={self.data_parallel_size}"
         )
@@ -90,7 +91,8 @@ def facts_from_vllm_config(vllm_config: Any, version: str | None) -> EngineFacts
         method=None if spec is None else str(spec.method),
         num_speculative_tokens=0 if spec is None else int(spec.num_speculative_tokens or 0),
         schedule=schedule,
-        use_v2_model_runner=bool(vllm_config.use_v2_model_runner),
+        # 0.34 removed the V1 runner and this property with it: the V2 runner is the only one
+        use_v2_model_runner=bool(getattr(vllm_config, "use_v2_model_runner", True)),
         async_scheduling=bool(sched.async_scheduling),
         data_parallel_size=int(par.data_parallel_size),
         tensor_parallel_size=int(par.tensor_parallel_size),
@@ -180,6 +182,18 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
             f"vLLM {facts.version}'s V2 model runner drafts num_speculative_tokens={k_max} tokens every "
             "step whatever the depth; the policy's depth only sets how many of them are verified, so a lower "
             "depth saves verification, not drafting. VLLM_USE_V2_MODEL_RUNNER=0 drafts the policy's depth"
+        )
+    if (
+        facts.use_v2_model_runner
+        and row is not None
+        and not row.mrv2_graphs_per_depth
+        and 0 in candidate_steps
+        and facts.cudagraph_mode not in (None, "NONE", "PIECEWISE")
+    ):
+        warnings.append(
+            f"vLLM {facts.version}'s V2 model runner looks its decode CUDA graphs up by token count before "
+            "query length, so a depth-0 step whose batch size falls short of a deeper depth's rounded graph "
+            "size runs without a graph (vLLM 0.33 and later keep one table per depth)"
         )
     if not facts.use_v2_model_runner and facts.cudagraph_mode == "PIECEWISE" and 0 in candidate_steps:
         warnings.append(

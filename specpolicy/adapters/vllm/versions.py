@@ -37,12 +37,19 @@ class Release:
     ``absent``: names of ``contract.TARGETS`` the release does not have. ``mrv2_drafts_k``: whether the V2
     model runner drafts ``num_spec_tokens_to_schedule`` tokens; where it does not (0.26), it always drafts
     ``num_speculative_tokens``, which the sync scheduler then schedules whatever the policy chose, and which
-    the async scheduler trims to the policy's depth only at verification.
+    the async scheduler trims to the policy's depth only at verification. ``v1_runner``: whether the release
+    still has the V1 model runner (0.34 removed it, with ``VllmConfig.use_v2_model_runner``: every engine
+    runs the V2 runner there). ``mrv2_graphs_per_depth``: whether the V2 runner keeps one decode-graph
+    table per query length (0.33, 0.34), so every depth the schedule lists replays a FULL graph at each
+    batch size it covers; 0.26 looks graphs up by token count first, and a depth-0 batch whose token count
+    falls short of a deeper depth's rounded graph size runs without a graph.
     """
 
     version: str
     absent: tuple[str, ...] = ()
     mrv2_drafts_k: bool = True
+    v1_runner: bool = True
+    mrv2_graphs_per_depth: bool = False
 
 
 #: The releases the adapter is tested against, oldest first.
@@ -52,7 +59,13 @@ RELEASES: tuple[Release, ...] = (
         absent=("vllm.v1.core.sched.output.SchedulerOutput.skip_drafts",),
         mrv2_drafts_k=False,
     ),
-    Release("0.33.0"),
+    Release("0.33.0", mrv2_graphs_per_depth=True),
+    Release(
+        "0.34.0",
+        absent=("vllm.config.vllm.VllmConfig.use_v2_model_runner",),
+        v1_runner=False,
+        mrv2_graphs_per_depth=True,
+    ),
 )
 SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)
 #: First release with ``num_speculative_tokens_per_batch_size`` (vLLM PR #32374); nothing older can vary K.

@@ -25,7 +25,7 @@ from itertools import compress
 
 from ...profiles import StepCostModel
 from ...stats import clean_float
-from .table import MAX_BATCH, BucketGrid, CostCells
+from .table import CHANGE_RATIO, MAX_BATCH, BucketGrid, CostCells
 
 __all__ = ["PRIOR_STEP_COST", "StepCosts", "context_length"]
 
@@ -49,7 +49,17 @@ def context_length(value: object) -> float | None:
 class StepCosts:
     """Predicted step times per bucket and depth index: learned cells over a base."""
 
-    __slots__ = ("cells", "model", "grid", "arms", "prior_weight", "mismatch_ratio", "mismatch", "_memo")
+    __slots__ = (
+        "cells",
+        "model",
+        "grid",
+        "arms",
+        "prior_weight",
+        "mismatch_ratio",
+        "mismatch",
+        "pred",
+        "_memo",
+    )
 
     def __init__(
         self,
@@ -68,6 +78,8 @@ class StepCosts:
         self.mismatch_ratio = mismatch_ratio
         #: measured / profile spread that showed the profile's shape wrong (0.0: none seen).
         self.mismatch = 0.0
+        #: per bucket: the normalised times (as the cells hold them) ``predict`` gave last, per depth index
+        self.pred: list[list[float]] = [[0.0] * len(arms) for _ in range(len(grid))]
         self._memo: dict[tuple[int, int, int], float] = {}
 
     def bucket(self, batch: int) -> int:
@@ -76,14 +88,17 @@ class StepCosts:
 
     def add(
         self, batch: int, i: int, seq_len: float | None, t: float, step: int, count: int
-    ) -> tuple[int, bool]:
+    ) -> tuple[int, bool, bool]:
         """A measured run (batch > 0) at depth index ``i``: (its bucket, or -1 when it cannot be priced; True
-        when it showed a change in cost and the bucket started over)."""
+        when it showed a change in cost and the bucket started over; True when it ran ``CHANGE_RATIO``
+        faster than predicted, the estimate stale wherever it came from)."""
         b = self.bucket(batch)
         base = self.base(batch, self.arms[i], seq_len, b)
         if base > 0.0:
-            return b, self.cells.add(b, i, t / base, step, count)
-        return -1, False
+            x = t / base
+            stale = x * CHANGE_RATIO < self.pred[b][i]
+            return b, self.cells.add(b, i, x, step, count), stale
+        return -1, False, False
 
     def base(self, batch: float, k: int, seq_len: float | None, b: int) -> float:
         """What a measurement is divided by: the profile's prediction, else a sqrt shape within the bucket."""
@@ -142,12 +157,13 @@ class StepCosts:
                 r = self._fill(src, wrow, rrow, cur)
                 if src == b and self.model is None and sum([x > 0.0 for x in wrow]) == 1:
                     blind = cells.nearest_with(b, wrow.index(max(wrow))) < 0
+        self.pred[b] = r
         if self.model is not None:
             if src >= 0:
                 if not self.mismatch:
                     self._check(src)
                 if self.prior_weight > 0.0 and not self.mismatch:
-                    r = self._shrink(src, r)
+                    r = self.pred[b] = self._shrink(src, r)
                 if src == b:
                     blind = self.unverified(b)
             rep = self.grid.rep[b]

@@ -177,6 +177,7 @@ class CostModelPolicy:
         "_resume_n",
         "_probe_left",
         "_probe_run",
+        "_audit_watch",
         "_clamp_votes",
         "_disabled",
         "_disabled_at",
@@ -271,6 +272,9 @@ class CostModelPolicy:
         #: steps left of the probe being run, and its depth index
         self._probe_left = 0
         self._probe_run = 0
+        #: an audit being priced: [its depth, its steps, the running depth's steady step time, the sum of its
+        #: step times so far, its steps seen, other outcomes seen before them] (``_watch_audit``)
+        self._audit_watch: list[float] | None = None
         self._choice = Choice(n_b, n_a, c.switch_margin)
         self._best, self._v = self._choice.best, self._choice.v
         self._probes = ProbeSchedule(n_b, n_a, c.probe_budget, c.max_probe_interval, c.max_probe_share)
@@ -356,13 +360,18 @@ class CostModelPolicy:
                     or self._resume_unmeasured(b, pi)
                     else 1
                 )
-                probe = self._probes.take(b, vis, step, n_probe)
+                audit = probes.audit[b]
+                timed = audit and not probes.alarm[b] >> pi & 1  # an ordinary audit, not an alarm's
+                probe = probes.take(b, vis, step, n_probe)
                 if probe >= 0:
+                    if timed and self._agg_n and self._agg_k == self._arms[cur]:
+                        # its cost is measured: its steps and the one back, against the running depth's
+                        self._audit_watch = [self._arms[probe], n_probe, self._agg_t / self._agg_n, 0.0, 0, 0]
                     cur = self._probe_run = probe
                     self._probe_left = n_probe - 1
                     back = step + n_probe + 1
-                    if self._costs.cells.m[b][cur] < 2 and back < self._refresh_at[b]:
-                        self._refresh_at[b] = back  # a first or second measurement: back by then
+                    if (audit or self._costs.cells.m[b][cur] < 2) and back < self._refresh_at[b]:
+                        self._refresh_at[b] = back  # an audit, a first or second measurement: back by then
             if self._look == step and cur == self._cur and self._arms[cur] == 0:
                 cur = self._look_i  # a look at the batch's requests (``_price_batch``)
             self._last_k = self._arms[cur]
@@ -380,6 +389,8 @@ class CostModelPolicy:
         time is never billed to another decision), the context length the coming step's; a depth the
         engine ran shallower than decided then goes unnoticed."""
         _, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
+        if self._audit_watch is not None:
+            self._watch_audit(t, last_k if last_k.__class__ is int else k_obs)
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
             if c is None or c > MAX_NUM_STEPS:
@@ -504,6 +515,29 @@ class CostModelPolicy:
         except Exception:  # NaN, inf, negative, zero or not a number: missing
             pass
         return None
+
+    def _watch_audit(self, t: object, k: object) -> None:
+        """The step time of the outcome of a step decided at depth ``k``, while an audit is priced: its
+        steps (the outcomes decided at its depth; up to two others before them, the outcome lag), then the
+        step back. Once all are in, what it cost beyond as many steady steps of the running depth goes to
+        the schedule; a step without a sane time ends the watch unpriced."""
+        w = self._audit_watch
+        assert w is not None
+        if t.__class__ is not float or not 0.0 < t < 1e4:
+            self._audit_watch = None
+            return
+        k_audit, n, ref, total, seen, other = w
+        if seen < n:
+            if k == k_audit:
+                w[3] = total + t
+                w[4] = seen + 1
+            elif seen or other >= 2:
+                self._audit_watch = None  # not the audit's steps after all
+            else:
+                w[5] = other + 1
+            return
+        self._audit_watch = None
+        self._probes.price_audit((total + t) / ref - (n + 1))
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the
@@ -764,6 +798,8 @@ class CostModelPolicy:
         if self._chg_on and self._chg.scan(self._bufs):
             self._changed()
         acc.fold(step - self._acc_folded)
+        if self._rq:  # per-request outcomes arrive without the batch's ids too: counted here, not kept
+            self._reqs.fold(step)
         if self._chg_on:
             self._chg.rewind()
         self._acc_folded = step
@@ -807,6 +843,7 @@ class CostModelPolicy:
 
     def _fold_times(self) -> None:
         idx, costs, seen, visits = self._idx, self._costs, self._probes.seen, self._visits
+        stamp, now = self._probes.stamp, self._step
         for batch, k, seq_len, t, count, step in self._pending:
             if batch <= 0 or not 0 <= k <= MAX_NUM_STEPS:
                 continue
@@ -817,7 +854,7 @@ class CostModelPolicy:
             b = costs.bucket(batch)
             first_run = count >= 2 and not self._run_measured[b][i]
             before = cells.r[b][i] if first_run and cells.n[b][i] else 0.0
-            b, changed = costs.add(batch, i, seq_len, t, step, count)
+            b, changed, stale = costs.add(batch, i, seq_len, t, step, count)
             if first_run and b >= 0:
                 self._run_measured[b][i] = True
                 x = t / costs.base(batch, k, seq_len, b)
@@ -832,10 +869,15 @@ class CostModelPolicy:
                 measured = self._run_measured[b]
                 for j in range(len(measured)):
                     measured[j] = j == i and count >= 2
+            if (changed or stale) and b >= 0:  # the other buckets' estimates may be as stale
+                self._probes.raise_alarm(b, i, now)
+                self._refresh_at = [0] * len(self._refresh_at)  # each plans its audit on its next visit
             if b >= 0:
                 self._clamp_votes[i] = 0  # it does run
                 if seen[b][i] < visits[b]:
                     seen[b][i] = visits[b]
+                if stamp[b][i] < now:
+                    stamp[b][i] = now
         self._pending.clear()
 
     def _table(self, b: int, seq_len: float | None) -> None:
@@ -877,6 +919,8 @@ class CostModelPolicy:
             self._probe_steps if tr > _TRANSITION_LONG else 1,
             into if into > 0.0 else 0.0,
             tr,
+            self._step,
+            self._best[b],
         )
 
     def _prior_best(self) -> int:

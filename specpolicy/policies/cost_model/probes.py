@@ -36,6 +36,16 @@ SHARE_BURST = 16
 #: transitions it has seen): the first step after a switch is a transition (live: up to 1.5x a steady off
 #: step, 1.7x a speculative one after off), which can flip a near tie but not a loss this large.
 LONG_PROBE_LOSS = 0.4
+#: Steps between two audits (``ProbeSchedule.audit_due``), and the most a depth's measurement may age before
+#: one is due, where an audit costs at most ``AUDIT_STEPS * AUDIT_SHARE`` steps: what bounds, in steps, how
+#: long a stale estimate can keep the policy on the wrong side.
+AUDIT_STEPS = 672
+#: The share of the steps audits may cost where they are dear (a resume that pays a lazy drafter's
+#: catch-up), by what the least of the last ``AUDIT_PRICES`` audits took; their spacing then grows up to
+#: ``AUDIT_MAX_STEPS``. A slowdown makes only the audits during it dear: the least of four forgets them.
+AUDIT_SHARE = 0.004
+AUDIT_PRICES = 4
+AUDIT_MAX_STEPS = 8192
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
 _NEVER = -(10**9)
@@ -50,6 +60,15 @@ class ProbeSchedule:
         "long",
         "visits",
         "seen",
+        "stamp",
+        "audit",
+        "alarm",
+        "audit_next",
+        "audit_at",
+        "audit_gap",
+        "prices",
+        "audits",
+        "wave",
         "last",
         "count",
         "_share",
@@ -68,6 +87,22 @@ class ProbeSchedule:
         self.visits = [0] * n_buckets
         #: per bucket and depth index: the visit count of its last measurement or probe (-1: never).
         self.seen: list[list[int]] = [[-1] * n_arms for _ in range(n_buckets)]
+        #: per bucket and depth index: the step of its last measurement or probe (the audit's clock).
+        self.stamp: list[list[int]] = [[_NEVER] * n_arms for _ in range(n_buckets)]
+        #: per bucket: whether its next probe is an audit (``audit_due``)
+        self.audit = [False] * n_buckets
+        #: per bucket: the depth indices a change elsewhere calls to be audited at once (a bit mask)
+        self.alarm = [0] * n_buckets
+        #: no ordinary audit before this step, and the audits taken
+        self.audit_next = 0
+        #: the step of the last ordinary audit, the steps from one to the next, and what the last audits
+        #: cost (steps of the running depth beyond as many steady ones; none measured yet: free)
+        self.audit_at = _NEVER
+        self.audit_gap = AUDIT_STEPS
+        self.prices = [0.0]
+        self.audits = 0
+        #: per depth index: the step of its last alarm wave (``raise_alarm``)
+        self.wave = [_NEVER] * n_arms
         #: the step of the last probe.
         self.last = _NEVER
         #: probe steps taken.
@@ -90,13 +125,16 @@ class ProbeSchedule:
         steps: int = 1,
         into: float = 0.0,
         back: float = 0.0,
+        now: int = -1,
+        best: int = -1,
     ) -> None:
         """Bucket b's next probe from its values per depth index (``samples``: per cell, counted up to 3;
         ``first``: the shallowest depth, 0 when off is offered; ``hope``: while off runs, the values the
         depths would have at the best acceptance seen, see ``hope_due``; ``times``: the predicted step
         times, see ``_price``; ``steps``: the steps of a probe of a near tie; ``into``, ``back``: what the
         first step after the switch into the probed depth and after the one back cost beyond a steady step,
-        relative to it)."""
+        relative to it; ``now``: the step, for ``audit_due``, which is off when negative; ``best``: the
+        bucket's best depth index, what it runs once the switching rule lets it, the audit's reference)."""
         n = len(v)
         vcur = v[cur] if v[cur] > 0.0 else 1e-300
         price = _price(times, cur, n)
@@ -141,12 +179,81 @@ class ProbeSchedule:
             if far != cur and seen[far] < 0:
                 due_best, due_i = 0, far
                 due_loss = 0.0  # nothing to go by yet: measure it properly
+        audit = False
+        if now >= 0:  # before an ordinary probe: the audit bounds the staleness
+            a_i = self.audit_due(b, v, cur if best < 0 else best, off, first, now)
+            if a_i >= 0:
+                due_best, due_i, due_loss, audit = vis, a_i, 2.0, True
+        self.audit[b] = audit
         if due_i >= 0:
             self.probe_at[b] = max(due_best, vis)
             self.probe_i[b] = due_i
-            if due_loss > 1.0:  # the hope probe: its loss is computed here
+            if due_loss > 1.0:  # the hope probe or an audit: its loss is computed here
                 due_loss = max(0.0, 1.0 - v[due_i] / vcur)
             self.long[b] = due_loss <= LONG_PROBE_LOSS
+
+    def audit_due(self, b: int, v: list[float], cur: int, off: list[bool], first: int, now: int) -> int:
+        """The depth index bucket b audits now, or -1: the bound on staleness, in steps (``cur``: the depth
+        index it runs or is about to).
+
+        The budgeted schedule spaces a depth's re-measurements by what they cost, so a depth that looks
+        dear (a slowdown that has ended, slow outliers) waits long, in visits of its bucket. The audit does
+        not look at estimates: every ``audit_gap`` steps (``AUDIT_STEPS``, longer only where audits were
+        measured dear, ``price_audit``; of all buckets together) the running bucket's best measured depth of
+        the other kind (off while speculating, the best speculative depth while off; without off, the
+        runner-up) is measured once if its last measurement is older than that. A measurement that shows an
+        estimate stale raises an alarm in every other bucket (``raise_alarm``): each audits the same depth on
+        its next refresh, without waiting for the clock. One ordinary audit per ``audit_gap`` steps: its
+        cost is one probe per that many steps, whatever the number of buckets."""
+        stamp = self.stamp[b]
+        mask = self.alarm[b]
+        if mask:
+            for i in range(len(v)):
+                if mask >> i & 1:
+                    if i != cur and not off[i]:
+                        return i
+                    mask &= ~(1 << i)  # running (so measured anyway) or not offered
+            self.alarm[b] = mask
+        best, j = -1.0, -1
+        spec = first > 0 or cur > 0  # whether the running depth speculates
+        for i in range(len(v)):
+            if i == cur or off[i]:
+                continue
+            if first == 0 and (i > 0) == spec:
+                continue  # the same kind as the running depth (with off offered)
+            if stamp[i] <= _NEVER:
+                continue  # never measured here: explored, not audited
+            if v[i] > best:
+                best, j = v[i], i
+        if j < 0 or now < self.audit_next or now - stamp[j] < self.audit_gap:
+            return -1
+        return j
+
+    def price_audit(self, cost: float) -> None:
+        """What an audit was measured to cost, in steps of the running depth beyond as many steady ones:
+        the spacing of audits becomes ``AUDIT_STEPS`` or, where the least of the last ``AUDIT_PRICES``
+        costs more than ``AUDIT_STEPS * AUDIT_SHARE``, that over ``AUDIT_SHARE`` (at most
+        ``AUDIT_MAX_STEPS``)."""
+        prices = self.prices
+        prices.append(cost if cost > 0.0 else 0.0)
+        if len(prices) > AUDIT_PRICES:
+            del prices[0]
+        gap = min(prices) / AUDIT_SHARE
+        self.audit_gap = AUDIT_STEPS if not gap > AUDIT_STEPS else min(int(gap), AUDIT_MAX_STEPS)
+        if self.audit_at > _NEVER:
+            self.audit_next = self.audit_at + self.audit_gap
+
+    def raise_alarm(self, b: int, i: int, now: int) -> None:
+        """Depth index i of bucket b was found changed at step ``now``: every other bucket that has not
+        measured it since audits it. Within ``AUDIT_STEPS`` of an alarm for the same depth, "since" is the
+        first one's step: the buckets that answered it are not asked again."""
+        wave_at = self.wave[i]
+        if now - wave_at > AUDIT_STEPS:
+            wave_at = self.wave[i] = now
+        alarm, stamp = self.alarm, self.stamp
+        for nb in range(len(alarm)):
+            if nb != b and stamp[nb][i] < wave_at:
+                alarm[nb] |= 1 << i
 
     def hope_due(
         self, v: list[float], cur: int, off: list[bool], seen: list[int], hope: list[float]
@@ -182,6 +289,15 @@ class ProbeSchedule:
             return -1
         i = self.probe_i[b]
         self.seen[b][i] = vis
+        if self.audit[b]:  # an alarm's audit leaves the clock alone
+            self.audit[b] = False
+            self.audits += 1
+            if self.alarm[b] >> i & 1:
+                self.alarm[b] &= ~(1 << i)
+            else:
+                self.audit_at = step
+                self.audit_next = step + self.audit_gap
+        self.stamp[b][i] = step
         self.last = step + steps - 1
         self.count += steps
         self.probe_at[b] = FAR

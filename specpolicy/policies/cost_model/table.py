@@ -18,7 +18,9 @@ a real change shows one probe later; a mean over several steps is already robust
 slow steps out of it) and every sample is clipped to ``clip`` times the current estimate. Forgetting is by
 steps elapsed, so a rarely probed depth's cell follows its latest probes while the running depth's cell
 averages many steps. A jump is not left to the forgetting: a run of steps far from a well-measured cell
-(``CHANGE_RATIO``) restarts the bucket (a short-against-long window test).
+(``CHANGE_RATIO``) restarts the bucket (a short-against-long window test), and so does a single sample that
+far faster than a well-measured cell: outliers are slow, so a fast step shows the depth's cost, and the
+estimate it contradicts is stale (a slowdown that has ended).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ __all__ = ["MAX_BATCH", "BucketGrid", "CostCells"]
 #: Batch sizes above this share the last bucket.
 MAX_BATCH = 4096
 #: A run of at least CHANGE_RUN steps (stray slow steps already left out) whose mean differs from a
-#: well-measured cell's estimate by more than CHANGE_RATIO is a change in cost, not noise: its bucket's
-#: cells start over (the other depths' costs there are as stale as this one's).
+#: well-measured cell's estimate by more than CHANGE_RATIO, or any sample CHANGE_RATIO faster, is a change in
+#: cost, not noise: its bucket's cells start over (the other depths' costs there are as stale as this one's).
 CHANGE_RUN = 4
 CHANGE_RATIO = 1.5
 #: A cell's count of measured steps saturates here.
@@ -92,10 +94,21 @@ class CostCells:
     def add(self, b: int, i: int, x: float, step: int, count: int = 1) -> bool:
         """``count`` steps of bucket b, depth index i, whose mean measurement divided by its base is ``x``;
         True when it shows a change in cost (``CHANGE_RATIO``: the bucket then starts over from it)."""
-        changed = False
-        if count >= CHANGE_RUN and self.n[b][i] >= 3:
+        changed = fresh = False
+        n = self.n[b][i]
+        if n:
             r = self.r[b][i]
-            if x > r * CHANGE_RATIO or x * CHANGE_RATIO < r:
+            # Slow outliers are one-sided: a sample far faster than the estimate is the depth's cost, and the
+            # estimate is stale (a slowdown that ended). Against a well-measured cell it is a change, as a
+            # run far off either way is; against one or two samples (cold ones, or a switch's) it replaces
+            # them.
+            if x * CHANGE_RATIO < r:
+                if n >= 3:
+                    self.forget(b)
+                    changed = True
+                else:
+                    fresh = True
+            elif count >= CHANGE_RUN and n >= 3 and x > r * CHANGE_RATIO:
                 self.forget(b)
                 changed = True
         self.has[b] = True
@@ -114,8 +127,10 @@ class CostCells:
             age = step - last_row[i]
             if age > 0:
                 w *= math.exp(-self._decay * age)
-        if n == 0 or w <= 0.0:
+        if n == 0 or w <= 0.0 or fresh:
             r_row[i] = x
+            if fresh:  # the samples before are replaced (the median filter's window included)
+                self.s2[b][i] = x
         elif n == 1:  # the smaller of two: outliers are slow ones, and optimism gets re-measured
             r_row[i] = min(p1, x)
         elif n == 2:

@@ -10,6 +10,7 @@ its fields, never on version strings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import deque
@@ -22,10 +23,19 @@ import pytest
 pytest.importorskip("vllm")
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from pydantic import Field  # noqa: E402
+
+from specpolicy.adapters.vllm.versions import installed_version, release  # noqa: E402
+
+VERSION = installed_version()
+RELEASE = release(VERSION)
+assert RELEASE is not None, f"vLLM {VERSION} is not a tested release"
+# vLLM reads its environment lazily, so this still comes before it is read. A release with both runners gets
+# the V1 one pinned (its default depends on Triton); one without it refuses any value but 1.
+if RELEASE.v1_runner:
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 def _use_cpu_platform() -> None:
@@ -35,25 +45,27 @@ def _use_cpu_platform() -> None:
     build (a ``+cpu`` version) or on macOS, so with the CUDA wheel on a machine without a GPU it resolves
     the empty ``UnspecifiedPlatform`` while ``import vllm`` runs, and every ``create_engine_config`` then
     fails ("Device string must not be empty"). Only ``vllm.platforms`` holds that object, so replacing it
-    there gives both releases the same platform; on 0.33 this changes nothing.
+    there gives both releases the same platform; on 0.33 this changes nothing. 0.34's CPU platform refuses
+    an x86 machine without Triton (its CPU model runner compiles Triton kernels); the scheduler and configs
+    under test never run one, so the platform check is told Triton is there.
     """
     import vllm.platforms as platforms
+    import vllm.triton_utils
     from vllm.platforms.cpu import CpuPlatform
 
     if not isinstance(platforms.current_platform, CpuPlatform):
         platforms._current_platform = CpuPlatform()
+    assert RELEASE is not None
+    if not RELEASE.v1_runner:
+        vllm.triton_utils.HAS_TRITON = True
 
 
 _use_cpu_platform()
 
 from specpolicy import PolicyConfig, SpecMode, StepStats  # noqa: E402
-from specpolicy.adapters.vllm.versions import installed_version, release  # noqa: E402
 
 K_MAX = 3
 BLOCK = 16
-VERSION = installed_version()
-RELEASE = release(VERSION)
-assert RELEASE is not None, f"vLLM {VERSION} is not a tested release"
 
 
 # ---------------------------------------------------------------- a scripted policy, registered for the tests
@@ -95,8 +107,14 @@ def use_model_runner(monkeypatch: pytest.MonkeyPatch, runner: str) -> None:
 
     Forced to MRV2, vLLM 0.26 refuses the configuration when Triton is missing (0.33 only falls back to MRV1
     when it picks the default itself). The environments have no Triton and the scheduler never runs it, so
-    for MRV2 the check is told Triton is there.
+    for MRV2 the check is told Triton is there. A release without the V1 runner (0.34) skips an MRV1 test
+    and needs nothing for MRV2, the only runner it has.
     """
+    assert RELEASE is not None
+    if not RELEASE.v1_runner:
+        if runner == "MRV1":
+            pytest.skip(f"vLLM {VERSION} has no V1 model runner")
+        return
     import vllm.config.vllm as config_vllm
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "MRV2" else "0")
@@ -246,9 +264,10 @@ class FakeRunner:
             n_acc = max(0, min(drafts, self.accept(self.step, rid, drafts)))
             sampled.append([7] * (1 + n_acc))
         self.step += 1
-        return ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
-        )
+        extra: dict[str, Any] = {}
+        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+            extra["req_id_to_index"] = {r: i for i, r in enumerate(ids)}  # 0.34 uses positions in req_ids
+        return ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
 
     def drafts(self, so: Any) -> Any:
         """Sync scheduling: the drafter's proposals after the step (``take_draft_token_ids``)."""

@@ -21,7 +21,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import _vllm_harness as conftest  # noqa: E402

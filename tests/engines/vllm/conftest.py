@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-# Before vLLM is imported: CPU platform, a pinned model runner (its default depends on Triton), quiet logs.
+# Before vLLM is imported: CPU platform and quiet logs (_vllm_harness pins the model runner per release).
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 pytest.importorskip("vllm")
 

@@ -83,7 +83,10 @@ def test_config_fields_the_checks_read(make_config: Any) -> None:
         (7, 7, 1),
         (8, 8, 0),
     ]
-    assert isinstance(cfg.use_v2_model_runner, bool)
+    if "vllm.config.vllm.VllmConfig.use_v2_model_runner" in RELEASE.absent:  # one runner: the V2 one
+        assert not hasattr(cfg, "use_v2_model_runner") and not RELEASE.v1_runner
+    else:
+        assert isinstance(cfg.use_v2_model_runner, bool)
     assert cfg.additional_config["specpolicy"]["policy"]["name"] == "scripted"
     par = cfg.parallel_config
     assert (par.data_parallel_size, par.tensor_parallel_size, par.pipeline_parallel_size) == (1, 1, 1)
@@ -167,3 +170,18 @@ def test_doctor_report_on_this_installation() -> None:
     assert res["ok"], res["problems"]
     smoke = report(smoke=True, out=io.StringIO())  # no CUDA GPU here: skipped with the reason
     assert any("needs vLLM and a CUDA GPU" in p for p in smoke["problems"])
+
+
+def test_the_release_row_says_which_model_runners_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``v1_runner`` is what the checks and the start-up line rely on: the V1 runner's module exists exactly
+    where the row says so, and a release without it refuses to be asked for it."""
+    import importlib.util
+
+    assert (importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None) == RELEASE.v1_runner
+    assert importlib.util.find_spec("vllm.v1.worker.gpu.model_runner") is not None  # MRV2, everywhere
+    if not RELEASE.v1_runner:
+        from vllm.platforms import current_platform
+
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+        with pytest.raises(ValueError, match="Model Runner V1 has been removed"):
+            current_platform.validate_environ(True)

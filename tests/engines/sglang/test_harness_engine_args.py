@@ -1,0 +1,79 @@
+"""The GPU harness's engine arguments against the installed release's real ServerArgs.
+
+scripts/gpu_check.py writes the arguments under 0.5.12.post1's names and ``for_release`` renames those
+that later releases moved; this holds every variant of scripts/gpu/ab_static.py, alone and side by side,
+to the fields ``sglang.Engine(**kw)`` of this release accepts, and the CPU tests' stand-in to the real
+type. Run inside an engine venv (0.5.12.post1 and 0.5.17 at least).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+for _p in (ROOT / "scripts", ROOT / "scripts" / "gpu", ROOT / "tests" / "gpu" / "fakes" / "sglang" / "srt"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import ab_static  # noqa: E402
+import gpu_check  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fields() -> frozenset[str]:
+    return gpu_check.server_arg_fields()
+
+
+@pytest.mark.parametrize("variant", sorted(ab_static.VARIANTS))
+def test_every_variant_alone_and_paired_passes_only_real_server_args(
+    variant: str, fields: frozenset[str]
+) -> None:
+    path, _ = ab_static.VARIANTS[variant]
+    kw = {**gpu_check.engine_kwargs(path, Path("/m"), tp=2), **ab_static.ENGINE_KW.get(variant, {})}
+    for extra in ({}, ab_static.PAIRED_ENGINE_KW):
+        out = gpu_check.for_release({**kw, **extra}, fields)
+        assert set(out) <= fields
+        assert len(out) == len({**kw, **extra})  # nothing dropped, nothing merged
+
+
+def test_the_cuda_graph_arguments_carry_this_releases_names(
+    sglang_version: str, fields: frozenset[str]
+) -> None:
+    from packaging.version import Version
+
+    kw = gpu_check.for_release(
+        {**gpu_check.engine_kwargs("v2", Path("/m")), **ab_static.PAIRED_ENGINE_KW}, fields
+    )
+    if Version(sglang_version) >= Version("0.5.13"):
+        assert kw["cuda_graph_bs_decode"] == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+        assert kw["cuda_graph_max_bs_decode"] == 128 and kw["cuda_graph_max_bs_prefill"] == 8192
+        assert not {"cuda_graph_bs", "cuda_graph_max_bs", "piecewise_cuda_graph_max_tokens"} & set(kw)
+    else:
+        assert kw["cuda_graph_bs"] and kw["piecewise_cuda_graph_max_tokens"] == 8192
+
+
+def test_the_cpu_stand_in_names_only_fields_that_0_5_12_post1_has(
+    sglang_version: str, fields: frozenset[str]
+) -> None:
+    if sglang_version != "0.5.12.post1":
+        pytest.skip("the stand-in spells the names as 0.5.12.post1 does")
+    from server_args import FIELDS  # tests/gpu/fakes/sglang/srt/server_args.py
+
+    assert set(FIELDS) <= fields
+
+
+def test_sglang_adaptive_refuses_a_standalone_draft_model_as_the_skip_says(sglang_version: str) -> None:
+    from packaging.version import Version
+
+    if Version(sglang_version) < Version("0.5.13"):
+        pytest.skip("AdaptiveController arrives in 0.5.13")
+    import types
+
+    from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
+
+    reason = adaptive_unsupported_reason(types.SimpleNamespace(speculative_algorithm="STANDALONE"))  # type: ignore[arg-type]
+    assert reason is not None and "EAGLE/EAGLE3" in reason
+    assert ab_static.SKIPPED["adaptive_draft_ov"] == ab_static.ADAPTIVE_DRAFT_SKIP

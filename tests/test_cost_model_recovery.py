@@ -1,0 +1,119 @@
+"""cost_model after a transient episode: back at the right decision within a bound in steps.
+
+A slowdown of one kind of step (a co-tenant, a throttle, a cold start) or bad step times poison the
+estimates of the depths it touched. The probe schedule's audit (``probes.ProbeSchedule.audit_due``)
+re-measures the other kind of depth at least every ``AUDIT_STEPS`` steps whatever it looks like it costs,
+and an estimate found stale in one bucket raises an alarm in the others; a sample far faster than its
+estimate is believed.
+The closed loop is ``benchmarks/bench_recovery.py`` (its synthetic engine, its definition of recovered).
+"""
+
+from __future__ import annotations
+
+import pytest
+from _benchmarks import load
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specpolicy.policies.cost_model.probes import AUDIT_STEPS, ProbeSchedule
+
+bench = load("bench_recovery")
+
+#: After any episode of up to 5,000 steps, the right decision again within this many steps of its end.
+BOUND = 1000
+
+
+def _recovery(kind: str, factor: float, length: int, buckets: int, dwell: int, seed: int) -> int:
+    ep = bench.Episode(kind, factor, length, buckets, dwell=dwell, after=BOUND + 4 * bench.WINDOW, seed=seed)
+    return int(bench.run(ep).recovery)
+
+
+@settings(max_examples=25)
+@given(
+    kind=st.sampled_from(("spec-slow", "off-slow")),
+    factor=st.floats(2.0, 20.0),
+    length=st.integers(1, 1000),
+    buckets=st.integers(1, 8),
+    dwell=st.sampled_from((1, 10, 100, 1000)),
+    seed=st.integers(0, 2**16),
+)
+def test_after_an_episode_it_decides_right_within_the_bound(
+    kind: str, factor: float, length: int, buckets: int, dwell: int, seed: int
+) -> None:
+    """Both directions: speculation slowed (a good drafter afterwards: speculate) and off slowed (a useless
+    drafter afterwards: off), 2-20x, over one bucket or a batch moving over up to eight."""
+    rec = _recovery(kind, factor, length, buckets, dwell, seed)
+    assert 0 <= rec <= BOUND, (kind, factor, length, buckets, dwell, seed, rec)
+
+
+@pytest.mark.slow
+@settings(max_examples=60)
+@given(
+    kind=st.sampled_from(("spec-slow", "off-slow")),
+    factor=st.floats(2.0, 20.0),
+    length=st.integers(1, 5000),
+    buckets=st.integers(1, 8),
+    dwell=st.sampled_from((1, 10, 100, 1000)),
+    seed=st.integers(0, 2**16),
+)
+def test_after_a_long_episode_it_decides_right_within_the_bound(
+    kind: str, factor: float, length: int, buckets: int, dwell: int, seed: int
+) -> None:
+    rec = _recovery(kind, factor, length, buckets, dwell, seed)
+    assert 0 <= rec <= BOUND, (kind, factor, length, buckets, dwell, seed, rec)
+
+
+@pytest.mark.parametrize("factor", [4.0, 10.0])
+@pytest.mark.parametrize("buckets", [1, 8])
+@pytest.mark.parametrize("kind", ["spec-slow", "off-slow"])
+def test_the_figures_of_the_report(kind: str, factor: float, buckets: int) -> None:
+    """The cases the report measured (1,000 steps slow): within the bound, where it took 13,900-57,300
+    steps in one bucket before."""
+    assert 0 <= _recovery(kind, factor, 1000, buckets, 10, 0) <= BOUND
+
+
+def test_the_audit_ignores_the_price_and_counts_steps_not_visits() -> None:
+    """A measured depth of the other kind that looks 100x dearer (its loss and price put the budgeted
+    re-measurement beyond the horizon) is audited once its measurement is AUDIT_STEPS steps old, however
+    rarely its bucket is visited; then not again for AUDIT_STEPS steps."""
+    n = 4
+    sched = ProbeSchedule(8, n, 0.002, 4096)
+    v = [1.0, 0.01, 0.01, 0.01]  # off runs; the speculative depths look 100x worse
+    t = [1.0, 100.0, 100.0, 100.0]
+    sched.stamp[3] = [10, 10, 10, 10]
+    sched.seen[3] = [1, 1, 1, 1]
+    sched.visits[3] = 2  # the bucket was visited twice in all
+    sched.plan(3, v, 0, [False] * n, [3] * n, False, 0, None, t, now=AUDIT_STEPS + 9)
+    assert sched.probe_at[3] > 10**5  # not yet due: in visits the budget waits 400,000 visits
+    sched.plan(3, v, 0, [False] * n, [3] * n, False, 0, None, t, now=AUDIT_STEPS + 10)
+    assert sched.probe_at[3] <= sched.visits[3] and sched.probe_i[3] in (1, 2, 3)
+    assert sched.take(3, sched.visits[3], AUDIT_STEPS + 10) >= 1
+    # another bucket, just as stale: the clock is shared, so the next audit is AUDIT_STEPS later
+    sched.stamp[5] = [10, 10, 10, 10]
+    sched.seen[5] = [1, 1, 1, 1]
+    sched.plan(5, v, 0, [False] * n, [3] * n, False, 0, None, t, now=AUDIT_STEPS + 20)
+    assert sched.probe_at[5] > 10**5
+    sched.plan(5, v, 0, [False] * n, [3] * n, False, 0, None, t, now=2 * AUDIT_STEPS + 10)
+    assert sched.probe_at[5] <= sched.visits[5]
+
+
+def test_an_alarm_audits_every_other_bucket_at_once() -> None:
+    """A depth found stale in one bucket: every bucket that has not measured it since audits it on its next
+    refresh, without waiting for the shared clock; a bucket that answered is not asked again by the same
+    wave."""
+    n = 4
+    sched = ProbeSchedule(6, n, 0.002, 4096)
+    for b in range(6):
+        sched.stamp[b] = [5, 5, 5, 5]
+        sched.seen[b] = [1, 1, 1, 1]
+    sched.audit_next = 10**6  # the clock would allow none
+    v = [1.0, 0.01, 0.01, 0.01]
+    sched.raise_alarm(0, 2, 100)
+    for b in range(1, 6):
+        sched.plan(b, v, 0, [False] * n, [3] * n, False, 0, None, None, now=101)
+        assert (sched.probe_at[b] <= sched.visits[b], sched.probe_i[b]) == (True, 2)
+    sched.plan(0, v, 0, [False] * n, [3] * n, False, 0, None, None, now=101)
+    assert sched.probe_at[0] > 1000  # the bucket that found it: its budgeted probe only
+    assert sched.take(1, 0, 101) == 2 and sched.stamp[1][2] == 101
+    sched.raise_alarm(4, 2, 150)  # the same wave, found again: bucket 1 answered already
+    assert not sched.alarm[1] >> 2 & 1 and sched.alarm[3] >> 2 & 1

@@ -1,0 +1,107 @@
+"""The test command (scripts/test.sh) and the engine-env build: envs before the tests that use them, a
+progress line while an env builds, and a summary that keeps the expected per-release skips apart."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from test_summary import summarise  # noqa: E402
+
+# A stand-in for python3 that logs what it was asked to do: pip and pytest are not run, a pytest run writes
+# an empty JUnit report, anything else (the summary script) runs in the real Python.
+FAKE_PY = f"""#!/usr/bin/env bash
+echo "python $*" >> "$FAKE_LOG"
+if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then
+  for a in "$@"; do
+    case "$a" in --junitxml=*) echo '<testsuite tests="1"/>' > "${{a#--junitxml=}}";; esac
+  done
+  exit 0
+fi
+[ "$1" = "-m" ] && exit 0
+[ "$1" = "--version" ] && {{ echo "Python 3"; exit 0; }}
+exec {sys.executable} "$@"
+"""
+
+
+def _fake_python(tmp: Path) -> Path:
+    fake = tmp / "python"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    return fake
+
+
+def test_engine_envs_are_built_before_the_core_tests(tmp_path: Path) -> None:
+    tree = tmp_path / "repo"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "test.sh", tree / "scripts")
+    shutil.copy(ROOT / "scripts" / "test_summary.py", tree / "scripts")
+    log = tmp_path / "log"
+    (tree / "scripts" / "engine-envs.sh").write_text(
+        'if [ "${1:-}" = --list ]; then echo sglang-x; exit 0; fi\n'
+        f'echo "build $*" >> {log}\nmkdir -p "$SPECPOLICY_ENV_DIR/sglang-x/bin"\n'
+        f'cp {_fake_python(tmp_path)} "$SPECPOLICY_ENV_DIR/sglang-x/bin/python"\n'
+    )
+    env = dict(os.environ, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
+               SPECPOLICY_ENV_DIR=str(tmp_path / "envs"))
+    proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh")], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = log.read_text().splitlines()
+    build = steps.index("build sglang-x")
+    core = next(i for i, s in enumerate(steps) if "pytest" in s and "--ignore=tests/engines" in s)
+    engine = next(i for i, s in enumerate(steps) if "pytest" in s and "tests/engines/sglang" in s)
+    assert build < core < engine
+    assert proc.stdout.splitlines()[-1] == "total: 2 passed, 0 failed, 0 skipped"
+
+
+def test_an_env_build_prints_progress_while_it_runs(tmp_path: Path) -> None:
+    # python -m venv makes a venv whose python "installs" slowly (2.5 s a step) and passes the torch check.
+    venv_py = "#!/usr/bin/env bash\n[ \"$1\" = -m ] && sleep 2.5\nexit 0\n"
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; '
+        f"printf '%s' '{venv_py}' > \"$3/bin/python\"; chmod +x \"$3/bin/python\"; fi\n"
+    )
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), SPECPOLICY_ENV_DIR=str(tmp_path / "envs"),
+               SPECPOLICY_HEARTBEAT_S="1")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "engine-envs.sh"), "sglang-0.5.23"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    beats = [line for line in proc.stdout.splitlines() if re.search(r"sglang-0.5.23: .*, \d+ s so far", line)]
+    assert len(beats) >= 6  # four steps of 2.5 s, a line a second
+    seconds = [int(re.search(r"(\d+) s so far", b).group(1)) for b in beats]  # type: ignore[union-attr]
+    assert seconds == sorted(seconds) and seconds[-1] >= 6
+    assert any("installing torch 2.13.0 (CPU)" in b for b in beats)
+    assert proc.stdout.splitlines()[-1].startswith("[engine-envs] sglang-0.5.23: ready in ")
+    assert (tmp_path / "envs" / "sglang-0.5.23" / ".complete").exists()
+
+
+def _report(path: Path, skips: list[str], passed: int, failed: int = 0) -> None:
+    cases = "".join(f'<testcase name="s{i}"><skipped message="{m}"/></testcase>' for i, m in enumerate(skips))
+    cases += "".join(f'<testcase name="f{i}"><failure message="x"/></testcase>' for i in range(failed))
+    n = len(skips) + passed + failed
+    path.write_text(f'<testsuites><testsuite tests="{n}" failures="{failed}" errors="0" '
+                    f'skipped="{len(skips)}">{cases}</testsuite></testsuites>')
+
+
+def test_the_summary_keeps_expected_per_release_skips_apart(tmp_path: Path) -> None:
+    _report(tmp_path / "core.xml", ["Skipped: the documented examples were run without sglang installed"], 10)
+    _report(tmp_path / "sglang-0.5.23.xml", [
+        "Skipped: legacy paths need sglang 0.5.10.post1 or 0.5.12.post1",
+        "needs sglang 0.5.12.post1, found 0.5.23",
+        "needs sglang 0.5.12.post1, found 0.5.23",
+    ], 5, failed=1)
+    lines = summarise(str(tmp_path))
+    assert lines[0].endswith(": 3") and lines[0].startswith("skipped, expected on the pinned releases")
+    assert lines[1] == "skipped, other: 1"
+    assert lines[2] == "  1 x the documented examples were run without sglang installed"
+    assert lines[-1] == "total: 15 passed, 1 failed, 4 skipped"
