@@ -2,9 +2,9 @@
 
 With overlap scheduling the scheduler stashes each step's next draft input in the FutureMap and the next
 step gathers it back by request-pool row (``resolve_forward_inputs``, a GPU kernel: here its buffers are
-read directly), with the lengths the worker published. An off step must survive that round trip: the next step sees the sampled token as its bonus
-token, the lengths grown by one, and the proposals and hidden states it handed on (the placeholders the
-catch-up rewrites) unchanged.
+read directly), with the lengths the worker published. An off step must survive that round trip: the next
+step sees the sampled token as its bonus token, the lengths grown by one, and the proposals and hidden
+states it handed on (the placeholders the catch-up rewrites) unchanged.
 """
 
 from __future__ import annotations
