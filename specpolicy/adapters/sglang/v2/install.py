@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ....errors import ConfigError
@@ -28,7 +28,7 @@ from ..legacy import hooks as patching
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
 from ..legacy.hidden_window import HiddenWindow
-from ..legacy.install import fitted_window
+from ..legacy.install import HookPlan, InstallInfo, fitted_window
 from ..legacy.swap import KEEP, swapped
 from . import step
 
@@ -41,16 +41,6 @@ SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 
 class InstallError(AdapterInstallError):
     """The adapter cannot run on this engine or configuration; the message says why."""
-
-
-@dataclass
-class InstallInfo:
-    """What ``install`` did in this process."""
-
-    version: str
-    installed: bool
-    reason: str = ""
-    patched: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,8 +60,6 @@ def _fail(settings: AdapterSettings, reason: str) -> None:
         refuse=lambda why: InstallError(f"specpolicy cannot run the policy: {why}"),
     )
 
-
-HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
 
 
 def hook_plan() -> HookPlan:
