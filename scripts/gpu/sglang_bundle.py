@@ -180,6 +180,9 @@ RELEASES: dict[str, Release] = {
                 "apache-tvm-ffi==0.1.11",
                 "cuda-tile==1.7.0",  # flashinfer's requirement (>=1.4.0); its cuTile kernels load lazily
                 "xgrammar==0.2.1",
+                # the draft worker's CUDA-graph capture imports dsa_backend, which imports deep_gemm at
+                # module level on CUDA (seen live: every speculative engine failed at start-up without it)
+                "sgl-deep-gemm==0.1.5.post1",
                 *_COMMON,
             ),
             "sglang-kernel==0.4.5",
@@ -203,7 +206,6 @@ RELEASES: dict[str, Release] = {
                 "tilelang": "imported lazily by DSA / NSA kernels",
                 "humming-kernels": "imported lazily by the humming quantization kernels",
                 "tokenspeed-mla": "imported only by the tokenspeed_mla attention backend",
-                "sgl-deep-gemm": "optional: configurer.py probes it inside try (DeepGEMM off without it)",
                 "llguidance": "grammar_backend=none; imported only by the llguidance grammar backend",
                 "outlines": "imported only by the outlines grammar backend",
                 "anthropic": "the Anthropic-compatible HTTP endpoint only",
