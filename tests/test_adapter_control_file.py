@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
 from specpolicy import policy as policy_mod
-from specpolicy.adapters.control_file import SwapRefused, parse_control, read_control, write_control
+from specpolicy.adapters.control_file import parse_control, read_control, write_control
 from specpolicy.adapters.controller import StepController
 from specpolicy.adapters.runtime import AdapterRuntime
 from specpolicy.adapters.settings import AdapterSettings
@@ -334,8 +334,12 @@ def test_local_agreement_over_several_ranks_does_not_watch(tmp_path: Path) -> No
 
 
 def test_settings_name_the_field_and_its_range() -> None:
-    with pytest.raises(ConfigError, match=r"control_every.*(1|greater)"):
+    with pytest.raises(ConfigError, match=r"control_every: .*greater than or equal to 1 \(got 0\)"):
         AdapterSettings.build("static", control_every=0)
+    with pytest.raises(ConfigError, match=r"control_every: .*less than or equal to 1000000"):
+        AdapterSettings.build("static", control_every=10**7)
+    with pytest.raises(ConfigError, match=r"control_every"):
+        AdapterSettings.from_env({"SPECPOLICY_POLICY": "static", "SPECPOLICY_CONTROL_EVERY": "often"})
     s = AdapterSettings.from_env(
         {"SPECPOLICY_POLICY": "static", "SPECPOLICY_CONTROL": "/run/c.json", "SPECPOLICY_CONTROL_EVERY": "9"}
     )
@@ -365,8 +369,8 @@ def test_parse_control_rejects_what_is_not_a_control_document() -> None:
     with pytest.raises(ConfigError, match="must be a JSON object"):
         parse_control(b'"static"')
     assert parse_control(b'{"policy": "static"}') == parse_config("static")
-    with pytest.raises(SwapRefused):
-        raise SwapRefused("x")
+    with pytest.raises(ConfigError, match=r"policy\.static\.num_steps"):
+        parse_control(b'{"policy": {"name": "static", "num_steps": 65}}')
 
 
 @settings(max_examples=40, deadline=None)
