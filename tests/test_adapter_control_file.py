@@ -290,7 +290,7 @@ class _Member:
         return self.wire.blobs[self.j - 1]
 
 
-def _ranked(ctl: Path, wire: _Wire, rank: int, every: int) -> AdapterRuntime:
+def _ranked(ctl: Path, wire: _Wire, rank: int, every: int, world: int = 2) -> AdapterRuntime:
     return AdapterRuntime(
         AdapterSettings.build({"name": "static", "num_steps": 3}, control_path=ctl, control_every=every),
         engine="test",
@@ -299,7 +299,7 @@ def _ranked(ctl: Path, wire: _Wire, rank: int, every: int) -> AdapterRuntime:
         allowed_steps=range(8),
         default_steps=3,
         rank=rank,
-        world_size=2,
+        world_size=world,
         sync_factory=lambda: wire.member(rank),
     )
 
@@ -400,3 +400,39 @@ def test_every_step_runs_the_latest_valid_policy_seen_at_the_last_check(
         else:
             ctl.write_bytes(b'{"policy": {"name": "static", "num_steps": -1}}')
             file_k = None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    every=st.integers(1, 4),
+    world=st.integers(2, 4),
+    writes=st.lists(st.tuples(st.integers(1, 5), st.integers(-1, 7)), min_size=1, max_size=6),
+)
+def test_ranks_always_run_the_same_depth_and_switch_at_the_same_step(
+    tmp_path_factory: pytest.TempPathFactory, every: int, world: int, writes: list[tuple[int, int]]
+) -> None:
+    """Whatever rank 0 reads (good depths, -1: a bad file) and whenever, every rank runs rank 0's depth
+    and records each change at the step rank 0 made it."""
+    ctl = tmp_path_factory.mktemp("ctl") / "ctl.json"
+    wire = _Wire()
+    ranks = [_ranked(ctl, wire, r, every=every, world=world) for r in range(world)]
+    installed: list[list[tuple[int, str]]] = [[] for _ in ranks]
+    for r, rt in enumerate(ranks):
+        assert rt.control is not None
+        install = rt.control.install
+
+        def spy(config: Any, built: Any, step: int, source: str, r: int = r, install: Any = install) -> None:
+            installed[r].append((step, json.dumps(config.model_dump(mode="json"))))
+            install(config, built, step, source)
+
+        rt.control.install = spy  # type: ignore[method-assign]
+    for gap, k in writes:
+        for _ in range(gap):
+            depths = {rt.decide(StepStats(4)) for rt in ranks}
+            assert len(depths) == 1
+        if k >= 0:
+            write_control(ctl, _static(k))
+        else:
+            ctl.write_bytes(b"{")
+    assert all(seen == installed[0] for seen in installed)
+    assert {rt.settings.policy for rt in ranks} == {ranks[0].settings.policy}
