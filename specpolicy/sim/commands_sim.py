@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from .run import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DECIDE_COST_US,
@@ -18,6 +19,7 @@ from .run import (
     run_simulation,
 )
 from .scenario_options import add_arguments, from_args
+from .swap import PolicySwap
 from .workloads import WORKLOADS, parse_concurrency
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
@@ -126,6 +128,14 @@ def register(sub: Any) -> None:
         metavar="X",
         help="add a goodput column: tokens/s of requests whose TPOT <= X ms",
     )
+    s.add_argument(
+        "--swap-to",
+        metavar="NAME|CONFIG",
+        help="replace every policy under test by this one mid-run, as a live policy change "
+        "(specpolicy control set) does; with --swap-at or --swap-at-step",
+    )
+    s.add_argument("--swap-at", type=float, metavar="S", help="the change's simulated time in seconds")
+    s.add_argument("--swap-at-step", type=int, metavar="N", help="the change's decision number instead")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     s.set_defaults(func=cmd_simulate)
 
@@ -191,8 +201,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from .plot import require_matplotlib
 
         require_matplotlib()
+    swap = None
+    if args.swap_to is not None:
+        swap = PolicySwap.build(args.swap_to, args.swap_at, args.swap_at_step)
+    elif args.swap_at is not None or args.swap_at_step is not None:
+        raise ConfigError("--swap-at / --swap-at-step: need --swap-to (the policy to change to)")
     spec = SimulationSpec(
         **_spec(args),
+        swap=swap,
         policies=tuple(args.policy) if args.policy else None,
         feedback_lag=args.feedback_lag,
         max_running=args.max_running,
