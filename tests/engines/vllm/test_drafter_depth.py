@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _vllm_harness import K_MAX, VERSION, use_model_runner
+from _vllm_harness import K_MAX, VERSION, FakeRunner, add_request, build_scheduler, use_model_runner
 
 from specpolicy.adapters import _patch
 from specpolicy.adapters.vllm import drafter_depth
@@ -228,6 +228,38 @@ def _batch(speculator: Any) -> Any:
     from vllm.v1.worker.gpu.input_batch import InputBatch
 
     return InputBatch.make_dummy(N_REQS, N_REQS, speculator.input_buffers)
+
+
+def test_the_policys_depths_reach_the_drafter_and_come_back_as_the_next_steps_drafts(
+    make_config: Any, monkeypatch: pytest.MonkeyPatch, speculator: Any, hooked: list[str]
+) -> None:
+    """The whole loop with sync scheduling, in ``EngineCore.step``'s order: vLLM's scheduler asks the policy,
+    the runner's drafter drafts that depth, and the scheduler verifies exactly those drafts next step."""
+    use_model_runner(monkeypatch, "MRV2")
+    depths = [K_MAX, 0, 2, 1, 0, 0, K_MAX, 1, 2]
+    cfg = make_config(
+        additional_config={"specpolicy": {"policy": {"name": "scripted", "depths": depths}, "metrics": False}}
+    )
+    sched = build_scheduler(cfg)
+    ids = [f"r{i}" for i in range(N_REQS)]
+    for rid in ids:
+        add_request(sched, rid)
+    target = FakeRunner(sched, lambda s, r, d: d)
+    runner = runner_for(cfg, speculator)
+    forwards, verified = [], []
+    for _ in depths:
+        so = sched.schedule()
+        verified.append({len(so.scheduled_spec_decode_tokens.get(r, ())) for r in ids})
+        _execute_model(runner, so)
+        sched.update_from_output(so, target.run(so))
+        n, _drafts = propose(speculator)
+        forwards.append(n)
+        batch = _batch(speculator)
+        batch.req_ids = list(so.num_scheduled_tokens)
+        runner.draft_tokens_handler.set_draft_tokens(batch, speculator.draft_tokens[:N_REQS])
+        sched.update_draft_token_ids(runner.draft_tokens_handler.get_draft_tokens())
+    assert forwards == [max(d, 1) for d in depths]
+    assert verified == [{0}] + [{d} for d in depths[:-1]]
 
 
 def test_dummy_runs_and_calls_without_a_fresh_depth_draft_at_full_depth(
