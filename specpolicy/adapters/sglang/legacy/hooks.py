@@ -42,7 +42,7 @@ from .off_step import (
     v1_off_step,
     v2_off_step,
 )
-from .one_token import FieldNames, build_verify_input, pad_v2_result
+from .one_token import FieldNames, build_verify_input, pad_v2_result, v2_launch_cache_locs
 from .runtime import StepRuntime
 
 log = logging.getLogger("specpolicy.sglang.legacy")
@@ -262,27 +262,6 @@ def v2_verify(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]
         return result
 
     return verify
-
-
-def v2_launch_cache_locs(worker: Any, batch: Any, num_draft_tokens: int) -> None:
-    """The draft extend after verify runs ``num_draft_tokens`` positions per request and writes the draft KV
-    at the slots a launch-depth verify assigns; a one-token verify assigned one, so assign all of them again
-    (the scheduler's v2 reservation already holds them). Found by the live GPU check: the draft-extend CUDA
-    graph failed with "size of tensor a (128) must match the size of tensor b (32)"."""
-    from sglang.srt.speculative.eagle_info_v2 import assign_extend_cache_locs_func
-
-    if batch.forward_mode.is_idle():
-        return
-    seq_lens = batch.seq_lens
-    batch.out_cache_loc = assign_extend_cache_locs_func(
-        req_pool_indices=batch.req_pool_indices,
-        req_to_token=worker.req_to_token_pool.req_to_token,
-        start_offset=seq_lens,
-        end_offset=seq_lens + num_draft_tokens,
-        batch_size=len(seq_lens),
-        draft_token_num=num_draft_tokens,
-        device=seq_lens.device,
-    )
 
 
 def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .decode_target import DecodeTarget
 from .draft_lag import DraftLag
-from .one_token import FieldNames, OneTokenTarget, pad_v2_result
+from .one_token import FieldNames, OneTokenTarget, pad_v2_result, v2_launch_cache_locs
 
 #: on the draft input of a lazy v2 off step: its proposals and hidden states are placeholders. The FutureMap
 #: hooks replace ``True`` by ``(FutureIndices, indices)`` of the store that skipped them.
@@ -453,8 +453,6 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         if not names.has_result_stride:  # 0.5.10.post1 reads tokens at the launch stride
             pad_v2_result(result, launch_tokens, names)
         return result
-    from .hooks import v2_launch_cache_locs
-
     v2_launch_cache_locs(worker, mwb, launch_tokens)  # the draft extend writes D positions per request
     pad_v2_result(result, launch_tokens, names)
     dw = worker.draft_worker
