@@ -52,10 +52,11 @@ from typing import Any
 
 from ..errors import short_repr, short_str
 from ..stats import StepStats
-from ..trace import TRACE_FORMAT, dumps_record, record_dict
+from ..trace import TRACE_FORMAT
 from .controller import StepRecord
+from .trace_file import HEAD_BYTES, Partial, encode, is_header, not_a_trace, os_error, rank_path
 
-__all__ = ["DROP_CAUSES", "TraceWriter", "rank_path"]
+__all__ = ["DROP_CAUSES", "TraceWriter"]
 
 log = logging.getLogger("specpolicy.trace")
 
@@ -75,23 +76,8 @@ _YIELD_SLEEP_S = 1e-5
 _BATCH = 256
 #: Estimated memory of one queued record besides its per-request lists (tuple, StepStats, floats).
 _RECORD_BYTES = 400
-#: Fields a written record cannot do without (read_trace requires them).
-_REQUIRED = ("step", "batch_size", "num_steps")
-#: Bytes of an existing file read to find its first line (a trace header is far shorter).
-_HEAD_BYTES = 1 << 16
 #: Live writers, for the fork hook (weak: a writer that is gone needs no reset).
 _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
-
-
-def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
-    """The file a rank writes: ``{rank}`` in the path is substituted; otherwise ranks > 0 get ``.rankN``."""
-    text = os.fspath(path)
-    if "{rank}" in text:
-        return Path(text.replace("{rank}", str(rank)))
-    p = Path(text)
-    if rank == 0:
-        return p
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
 class TraceWriter:
@@ -264,7 +250,7 @@ class TraceWriter:
                 lines.append(pending)
                 continue
             step, stats, k, decide_s, fallback, ts, t = pending
-            line = _encode(step, stats, k, t, rank, ts, decide_s, fallback)
+            line = encode(step, stats, k, t, rank, ts, decide_s, fallback)
             if line is None:
                 self._drop(self._writer_drops, "bad_record", 1, f"step {short_repr(step)}")
             else:
@@ -303,11 +289,11 @@ class TraceWriter:
                     self._open_file()
                     continue
                 i, fresh = j, False
-        except _Partial as exc:
+        except Partial as exc:
             self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
             self._close_fd()  # reopen on the next batch: the disk may have room again
         except OSError as exc:
-            self._drop(self._writer_drops, "write_error", len(lines) - i, _os_error(exc))
+            self._drop(self._writer_drops, "write_error", len(lines) - i, os_error(exc))
             self._close_fd()
 
     def _write_chunk(self, lines: list[bytes]) -> None:
@@ -340,7 +326,7 @@ class TraceWriter:
             self._size += acc
             if not self._abandoned:
                 self.written += whole
-            raise _Partial(lines[whole:], exc) from None
+            raise Partial(lines[whole:], exc) from None
         self._size += done
         if not self._abandoned:
             self.written += len(lines)
@@ -367,7 +353,7 @@ class TraceWriter:
                 head = (json.dumps(self.header, separators=(",", ":"), default=str) + "\n").encode()
                 os.write(fd, head)
                 size = len(head)
-            elif not _is_header(os.pread(fd, _HEAD_BYTES, 0)):
+            elif not is_header(os.pread(fd, HEAD_BYTES, 0)):
                 raise OSError(
                     errno.EEXIST, not_a_trace(self.path) or f"{self.path} is not a specpolicy trace"
                 )
@@ -466,38 +452,6 @@ class TraceWriter:
             log.error("specpolicy: closing the step trace %s failed: %s", self.path, short_str(exc))
 
 
-def _is_header(head: bytes) -> bool:
-    """Whether ``head`` (a file's first bytes) starts with a specpolicy trace header line."""
-    line = head.split(b"\n", 1)[0]
-    try:
-        first = json.loads(line)
-    except ValueError:
-        return False
-    return (
-        isinstance(first, dict)
-        and first.get("kind") == "header"
-        and str(first.get("format", "")).startswith("specpolicy-trace/")
-    )
-
-
-def not_a_trace(path: Path) -> str | None:
-    """Why the trace writer must not write into ``path``: it exists, is not empty and does not start with a
-    specpolicy trace header (or cannot be read); None when it is absent, empty or a trace."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEAD_BYTES)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"the step trace path {path} cannot be read ({_os_error(exc)}); the trace is off"
-    if not head or _is_header(head):
-        return None
-    return (
-        f"the step trace path {path} holds a file that is not a specpolicy trace; it is left as it is and "
-        "nothing is traced: remove it or choose another trace path"
-    )
-
-
 def _after_fork() -> None:
     for writer in list(_WRITERS):
         writer._after_fork_in_child()
@@ -505,60 +459,3 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-
-class _Partial(OSError):
-    """A write that stopped part-way: ``lines`` did not land (their count is what gets dropped)."""
-
-    def __init__(self, lines: list[bytes], cause: OSError) -> None:
-        super().__init__(cause.errno or errno.EIO, _os_error(cause))
-        self.lines = lines
-
-
-def _os_error(exc: OSError) -> str:
-    return exc.strerror or short_str(exc, 80)
-
-
-def _encode(
-    step: int,
-    stats: StepStats,
-    k: int,
-    t: float | None,
-    rank: int,
-    ts: float,
-    decide_s: float,
-    fallback: bool,
-) -> bytes | None:
-    """The record's JSON line; a field that cannot be serialised is written as null and named in
-    ``extra.invalid``; None when a required field is among them (the record is then dropped)."""
-    try:
-        d = record_dict(
-            step,
-            stats,
-            k,
-            t,
-            rank=rank,
-            ts=round(ts, 6),
-            decide_us=round(decide_s * 1e6, 3),
-            fallback=fallback,
-        )
-    except Exception:  # noqa: BLE001 - stats is not even a tuple of 8
-        return None
-    try:
-        return (dumps_record(d) + "\n").encode()
-    except Exception:  # noqa: BLE001 - NaN, inf or an odd type in some field: find which
-        pass
-    bad = []
-    for key, value in d.items():
-        try:
-            dumps_record({key: value})
-        except Exception:  # noqa: BLE001
-            bad.append(key)
-            d[key] = None
-    if any(key in _REQUIRED for key in bad):
-        return None
-    d["extra"] = {"invalid": bad}
-    try:
-        return (dumps_record(d) + "\n").encode()
-    except Exception:  # noqa: BLE001
-        return None
