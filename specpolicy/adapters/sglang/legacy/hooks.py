@@ -16,7 +16,7 @@ sync.
 Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
 attaches a runtime to the freshly built worker (see ``attach``).
 
-With the decode off step (``off_step.OffPath.decode``, the default) an off step is a plain decode: with a
+With the decode off step (``off_path.OffPath.decode``, the default) an off step is a plain decode: with a
 lazy draft (``OffPath.lag``) both workers bypass draft and verify entirely (``off_step.v1_off_step``,
 ``off_step.v2_off_step``) and the drafter is caught up before the next speculative step; with a per-step
 draft extend (EAGLE) v1's verify runs its target forward as a decode and v2 runs SGLang's draft extend
@@ -33,15 +33,9 @@ from ..._patch import ORIGINALS as ORIGINALS  # re-exported: install and the tes
 from ..._patch import unwrap_all as unwrap_all
 from ..._patch import wrap as wrap
 from ..request_ids import request_ids
-from .off_step import (
-    PLACEHOLDERS,
-    OffPath,
-    catch_up_v1,
-    catch_up_v2,
-    root_ids_for_draft,
-    v1_off_step,
-    v2_off_step,
-)
+from .catch_up import catch_up_v1, catch_up_v2
+from .off_path import PLACEHOLDERS, OffPath
+from .off_step import root_ids_for_draft, v1_off_step, v2_off_step
 from .one_token import FieldNames, build_verify_input, pad_v2_result, v2_launch_cache_locs
 from .runtime import StepRuntime
 
