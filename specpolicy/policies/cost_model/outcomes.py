@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...mode import MAX_NUM_STEPS
-from ...stats import StepStats, clean_count, clean_float, clean_sequence
+from ...stats import StepStats, clean_count, clean_float, clean_sequence, sample_sequence
 from .costs import context_length
 from .estimates import Estimates
 from .table import MAX_BATCH
@@ -25,17 +25,6 @@ _CLAMP_VOTES = 4
 _AGG_OUTLIER = 3.0
 #: The weight of a measured transition, a mean of the first ones, then an EWMA's (``_transition_weight``).
 _TRANSITION_WEIGHT = 0.25
-
-
-def _as_list(value: object) -> list[Any] | None:
-    """A per-request field that is not a list, as one (numpy arrays, tuples), or None when it is none."""
-    seq = clean_sequence(value)
-    if seq is None:
-        return None
-    try:
-        return list(seq)
-    except Exception:  # noqa: BLE001 - an array that cannot be iterated
-        return None
 
 
 def _transition_weight(n: int) -> float:
@@ -65,18 +54,30 @@ class Outcomes(Estimates):
                 k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
             else:
                 k_obs = c
-        # a list, or another sequence copied into one; a string, a number or an object: missing
-        if acc.__class__ is list or (acc is not None and (acc := _as_list(acc)) is not None):
+        # a list, or another sequence sampled into one (``sample_sequence``: the cost of the sample whatever
+        # the container); a string, a number or an object: missing
+        if acc.__class__ is list:
+            whole: Any = acc
+        elif acc is not None and (got := sample_sequence(acc, _SAMPLE_CAP, step >> 1)) is not None:
+            whole = None
+            sample, n = got
+        else:
+            acc = None
+        if acc is not None:
             try:  # a strided sample of the per-request counts, as bytes (C speed; bad values raise)
-                n = len(acc)
+                if whole is not None:
+                    n = len(whole)
                 if n <= _SAMPLE_CAP:
-                    stride, sample = 1, acc
+                    stride = 1
+                    if whole is not None:
+                        sample = whole
                 elif step & 1:
                     n = 0  # large batches: every other step is plenty (and halves the cost)
                     self.s.acc_steps += 1
                 else:
                     stride = -(-n // _SAMPLE_CAP)
-                    sample = acc[(step >> 1) % stride :: stride]
+                    if whole is not None:
+                        sample = whole[(step >> 1) % stride :: stride]
                 if n and k_obs > 0:
                     if drafted is not None and drafted.__class__ is not list:
                         drafted = clean_sequence(drafted)
@@ -93,7 +94,7 @@ class Outcomes(Estimates):
                                 )
                             )
                     else:
-                        self._take_general(sample, drafted, k_obs, stride, (step >> 1) % stride, n)
+                        self._take_trimmed(sample, drafted, k_obs, step >> 1, n)
                     if self.s.chg_on and (not step & 15 or k_obs != self.s.k_prev):  # and probe outcomes
                         if self.s.chg.scan(self.s.bufs):
                             self._changed()
@@ -234,15 +235,6 @@ class Outcomes(Estimates):
         c = clean_count(batch)
         return self.s.last_batch if c is None else c
 
-    def _take_general(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
-        """Acceptance from a non-list sequence and/or with per-request draft counts (trimmed drafts)."""
-        if sample.__class__ is not list:
-            sample = list(sample)
-        if drafted is None:
-            self.s.acc.add(depth, bytes(sample))
-            return
-        self._take_trimmed(sample, drafted, depth, stride, off, n)
-
     def _ran_other(self, decided: int, ran: Any) -> None:
         """The engine ran a shallower depth than decided: after a few times, stop offering that depth and
         deeper ones (the engine cannot run them: no graph for them, or a cap of its own)."""
@@ -277,12 +269,13 @@ class Outcomes(Estimates):
         except Exception:
             pass
 
-    def _take_trimmed(self, sample: Any, drafted: Any, depth: int, stride: int, off: int, n: int) -> None:
-        if drafted.__class__ is not list and drafted.__class__ is not tuple:
-            drafted = list(drafted)
-        if len(drafted) != n:
+    def _take_trimmed(self, sample: list[Any], drafted: Any, depth: int, offset: int, n: int) -> None:
+        """Acceptance with per-request draft counts (trimmed drafts): ``drafted`` sampled as ``sample`` was
+        (the same stride and offset over ``n`` requests)."""
+        got = sample_sequence(drafted, _SAMPLE_CAP, offset)
+        if got is None or got[1] != n:
             return
-        dsample = drafted[off::stride] if stride > 1 else drafted
+        dsample = got[0]
         if dsample.count(depth) == len(dsample):
             self.s.acc.add(depth, bytes(sample))
             return
