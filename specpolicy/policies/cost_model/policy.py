@@ -12,13 +12,14 @@ from collections.abc import Mapping
 
 from ...mode import MAX_NUM_STEPS, SpecMode
 from ...profiles import StepCostModel
+from ...snapshot import StateError, decode_into, encode, open_envelope, seal
 from ...stats import StepStats
 from .choice import BIG_GAIN
 from .config import CostModelConfig
 from .costs import context_length
 from .estimates import BATCH_SAMPLE, TRANSITION_KNOWN, TRANSITION_LONG
 from .refresh import Refresh
-from .state import LoopState
+from .state import CLASSES, LOOSE, LoopState
 from .table import MAX_BATCH, BucketGrid
 
 __all__ = ["CostModelPolicy"]
@@ -59,6 +60,24 @@ class CostModelPolicy(Refresh):
         self.s = LoopState.fresh(self.config, self._arms, self._grid, self.cost_model)
         self._refresh_expected()
         self.s.cur = self._prior_best()
+
+    def state_dict(self) -> dict[str, object]:
+        """The whole state (``LoopState``) as JSON data, with the config it was learned under."""
+        return seal(self.config.name, self.config.model_dump(mode="json"), encode(self.s, CLASSES))
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Continue from a saved state: loaded into a fresh one, which replaces the running state only once
+        all of it loaded (``StateError`` naming the field otherwise)."""
+        data = open_envelope(state, self.config.name, self.config.model_dump(mode="json"))
+        s = LoopState.fresh(self.config, self._arms, self._grid, self.cost_model)
+        decode_into(s, data, CLASSES, "state", LOOSE)
+        top = len(self._arms) - 1
+        for name in ("cur", "probe_run", "look_i"):
+            i = getattr(s, name)
+            if not (i.__class__ is int and 0 <= i <= top):
+                raise StateError(f"state.{name}", f"must be a depth index in [0, {top}], got {i!r}")
+        s.bind()
+        self.s = s
 
     def decide(self, stats: StepStats) -> SpecMode:
         s = self.s

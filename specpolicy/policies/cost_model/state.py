@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...profiles import StepCostModel
+from ...snapshot import Classes
 from .acceptance import AcceptanceEstimator
 from .change import ChangeDetector
 from .choice import Choice
@@ -20,10 +21,10 @@ from .config import CostModelConfig
 from .costs import StepCosts
 from .probes import ProbeSchedule
 from .requests import RequestAcceptance
-from .table import BucketGrid
+from .table import BucketGrid, CostCells
 from .weights import TwoPoint
 
-__all__ = ["ALIASES", "LoopState"]
+__all__ = ["ALIASES", "CLASSES", "LOOSE", "LoopState"]
 
 #: While off (no acceptance data), acceptance forgets this many times more slowly.
 _IDLE_FORGET = 8.0
@@ -214,3 +215,19 @@ class LoopState:
         self.rq = self.reqs.pending
         self.best, self.v = self.choice.best, self.choice.v
         self.visits, self.probe_at = self.probes.visits, self.probes.probe_at
+
+
+#: The state's objects as ``snapshot`` saves them: each with the slots it does not save (fixed by the config,
+#: or aliases), and the fields of no fixed kind or length.
+CLASSES: Classes = {
+    LoopState: frozenset(ALIASES),
+    AcceptanceEstimator: frozenset(),
+    RequestAcceptance: frozenset(),
+    TwoPoint: frozenset(),
+    ChangeDetector: frozenset(),
+    StepCosts: frozenset({"model", "grid", "arms"}),
+    CostCells: frozenset(),
+    Choice: frozenset(),
+    ProbeSchedule: frozenset(),
+}
+LOOSE: Classes = {LoopState: frozenset({"batch_sample"}), ProbeSchedule: frozenset({"prices"})}
