@@ -43,6 +43,9 @@ ENV_VARS: dict[str, str] = {
     "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
     "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
     "watchdog_s": "SPECPOLICY_WATCHDOG_S",
+    "warm_start_path": "SPECPOLICY_WARM_START",
+    "warm_start_every": "SPECPOLICY_WARM_START_EVERY",
+    "warm_start_max_age_s": "SPECPOLICY_WARM_START_MAX_AGE_S",
 }
 
 OnInstallFailure = Literal["refuse", "warn"]
@@ -108,6 +111,24 @@ class AdapterSettings(BaseModel):
         ge=0.01,
         le=86_400.0,
         description="log the stack of a decide() call running longer than this, >= 10 ms; none = off",
+    )
+
+    warm_start_path: Path | None = Field(
+        None,
+        description="file the policy's learned state is saved to and loaded from at start (warm start);"
+        " none = off",
+    )
+    warm_start_every: int = Field(
+        4096,
+        ge=16,
+        le=10**9,
+        description="warm start: steps between two saves of the state (and at shutdown)",
+    )
+    warm_start_max_age_s: float = Field(
+        7 * 86_400.0,
+        ge=1.0,
+        le=10 * 365 * 86_400.0,
+        description="warm start: a state file saved longer ago than this is stale, and not loaded",
     )
 
     @field_validator("policy", mode="before")
@@ -177,6 +198,8 @@ class AdapterSettings(BaseModel):
         if self.trace_path is not None:
             parts.append(f"trace={self.trace_path}")
         parts.append(f"metrics={'on' if self.metrics else 'off'}")
+        if self.warm_start_path is not None:
+            parts.append(f"warm_start={self.warm_start_path}")
         parts.append(f"tp_agreement={self.tp_agreement}")
         return " ".join(parts)
 
