@@ -11,23 +11,25 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short_repr
 from ..profiles import CostProfile, ProfileError, load_profile, with_off_cost
 from .acceptance import AcceptanceModel
 from .comparators import (
     REFERENCE_KINDS,
     Comparator,
     build_decider,
+    build_policy,
     default_comparators,
     measure_decide_cost_s,
 )
 from .engine import EngineConfig, RunResult, simulate
 from .progress import ProgressBar
+from .warm import takes_state
 from .workloads import RequestShape, Scenario, load_workload
 
 __all__ = [
@@ -74,6 +76,10 @@ class SimulationSpec:
     track_requests: bool = False
     acceptance: AcceptanceModel | None = None
     shape: RequestShape | None = None
+    #: a saved policy state (``warm.read_state``): the policies it belongs to start from it
+    warm_start: Mapping[str, Any] | None = None
+    #: keep each policy's state at the end of its runs (``RunResult.policy_state``)
+    save_state: bool = False
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -159,11 +165,12 @@ class _Task:
     comparator: Comparator
     config: EngineConfig
     track_requests: bool
+    warm_state: Mapping[str, Any] | None = None
 
 
 def _run_task(task: _Task) -> RunResult:
     profile = resolve_profile(task.profile_ref, task.off_cost)
-    decider = build_decider(task.comparator, profile)
+    decider = build_decider(task.comparator, profile, task.warm_state)
     return simulate(
         task.scenario,
         profile,
@@ -198,14 +205,13 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     )
     if profile.off_cost == "lazy":
         # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each (docs/simulator.md).
-        comparators = [
-            replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators
-        ]
+        comparators = [replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators]
         if any(c.kind == "sglang" for c in comparators):
             notes.append(
                 "sglang-adaptive runs its off steps SGLang's own way, a draft pass on each (catch_up); the "
                 "other rows run the specpolicy adapter's lazy off step"
             )
+    warm_labels = _warm_labels(spec, comparators, notes)
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
@@ -226,9 +232,11 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 speculative=comp.kind != "never",
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,
+                save_state=spec.save_state,
             )
             off = comp.off_cost if comp.off_cost is not None else spec.off_cost
-            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests))
+            warm = spec.warm_start if comp.label in warm_labels else None
+            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests, warm))
     results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
     outcomes = tuple(
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
@@ -266,6 +274,21 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     )
 
 
+def _warm_labels(spec: SimulationSpec, comparators: Sequence[Comparator], notes: list[str]) -> set[str]:
+    """The comparators that start from ``spec.warm_start`` (a note says which); ConfigError when none."""
+    state = spec.warm_start
+    if state is None:
+        return set()
+    labels = {c.label for c in comparators if c.under_test and takes_state(build_policy(c), state)}
+    if not labels:
+        raise ConfigError(
+            f"--warm-start: the state is {state.get('policy')!r}'s with config "
+            f"{short_repr(state.get('config'))}, which no simulated policy has (name it with --policy)"
+        )
+    notes.append(f"warm start: {', '.join(sorted(labels))} start from the saved state; the others start cold")
+    return labels
+
+
 def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[RunResult]:
     total = sum(t.scenario.duration_s for t in tasks)
     bar = ProgressBar(total, enabled=progress)
@@ -280,7 +303,7 @@ def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[R
         out = []
         for task in tasks:
             profile = resolve_profile(task.profile_ref, task.off_cost)
-            decider = build_decider(task.comparator, profile)
+            decider = build_decider(task.comparator, profile, task.warm_state)
             out.append(
                 simulate(
                     task.scenario,
