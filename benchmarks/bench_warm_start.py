@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     steady = [r for r in rows if r["steady"]]
     met = sum(r["warm_within_goal"] for r in steady)
     print(
-        f"warm within {GOAL_STEPS} steps: {met} of the {len(steady)} runs with a steady depth (one depth in at "
-        f"least {args.share:.0%} of the second half of the first run); the others' depth follows each "
+        f"warm within {GOAL_STEPS} steps: {met} of the {len(steady)} runs with a steady depth (one depth in "
+        f"at least {args.share:.0%} of the second half of the first run); the others' depth follows each "
         "request's acceptance"
     )
     if args.json:
