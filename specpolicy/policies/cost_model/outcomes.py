@@ -46,7 +46,8 @@ class Outcomes(Estimates):
         time is never billed to another decision), the context length the coming step's; a depth the
         engine ran shallower than decided then goes unnoticed."""
         _, _, seq_len, k_obs, acc, drafted, t, mean, last_b, last_k, last_len, last_ids = stats[:12]
-        if self.s.audit_watch is not None:
+        s = self.s
+        if s.audit_watch is not None:
             self._watch_audit(t, last_k if last_k.__class__ is int else k_obs)
         if k_obs.__class__ is not int or not 0 <= k_obs <= MAX_NUM_STEPS:
             c = clean_count(k_obs)
@@ -73,7 +74,7 @@ class Outcomes(Estimates):
                         sample = whole
                 elif step & 1:
                     n = 0  # large batches: every other step is plenty (and halves the cost)
-                    self.s.acc_steps += 1
+                    s.acc_steps += 1
                 else:
                     stride = -(-n // _SAMPLE_CAP)
                     if whole is not None:
@@ -83,10 +84,10 @@ class Outcomes(Estimates):
                         drafted = clean_sequence(drafted)
                     if drafted is None:
                         counts = bytes(sample)
-                        self.s.bufs[k_obs] += counts
-                        self.s.acc_steps += 1
+                        s.bufs[k_obs] += counts
+                        s.acc_steps += 1
                         if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
-                            self.s.rq.append(
+                            s.rq.append(
                                 (
                                     k_obs,
                                     last_ids if stride == 1 else last_ids[(step >> 1) % stride :: stride],
@@ -95,36 +96,36 @@ class Outcomes(Estimates):
                             )
                     else:
                         self._take_trimmed(sample, drafted, k_obs, step >> 1, n)
-                    if self.s.chg_on and (not step & 15 or k_obs != self.s.k_prev):  # and probe outcomes
-                        if self.s.chg.scan(self.s.bufs):
+                    if s.chg_on and (not step & 15 or k_obs != s.k_prev):  # and probe outcomes
+                        if s.chg.scan(s.bufs):
                             self._changed()
-                        self.s.k_prev = k_obs
+                        s.k_prev = k_obs
             except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                 pass
         elif k_obs > 0 and mean is not None:
             self._take_mean(mean, k_obs)
         if not (  # the common step: a new, sane time of the run being measured, the depth decided run
             t.__class__ is float
-            and last_b == self.s.agg_batch
-            and k_obs == self.s.agg_k
+            and last_b == s.agg_batch
+            and k_obs == s.agg_k
             and last_k == k_obs
             and last_b.__class__ is int
-            and t != self.s.last_t
+            and t != s.last_t
             and 0.0 < t < 1e4
         ):
             t = self._take_time(step, batch, seq_len, k_obs, acc, t, last_b, last_k, last_len)
             if t is None:
                 return
         else:
-            self.s.last_t = t
-        n_agg = self.s.agg_n
-        if t * n_agg > _AGG_OUTLIER * self.s.agg_t or (
-            n_agg == 1 and (self.s.agg_switch or t * _AGG_OUTLIER < self.s.agg_t)
+            s.last_t = t
+        n_agg = s.agg_n
+        if t * n_agg > _AGG_OUTLIER * s.agg_t or (
+            n_agg == 1 and (s.agg_switch or t * _AGG_OUTLIER < s.agg_t)
         ):
             self._agg_stray(t, n_agg)
         else:
-            self.s.agg_t += t
-            self.s.agg_n = n_agg + 1
+            s.agg_t += t
+            s.agg_n = n_agg + 1
 
     def _take_time(
         self,
