@@ -19,6 +19,7 @@ from ..errors import short_str
 from ..policy import Policy
 from ..registry import get_entry
 from ..stats import StepStats
+from .control_file import attach_control
 from .controller import StepController, StepObserver
 from .settings import AdapterSettings
 from .tp import AgreedDecider, DecisionSync, agreement_mode
@@ -93,6 +94,7 @@ class AdapterRuntime:
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
+        given_wrap = wrap  # a policy swapped in later may need it
         if wrap is not None and policy is None and set(candidates) <= set(allowed_steps):
             wrap = None  # it would map every depth the policy can choose onto itself
         if wrap is None:
@@ -178,11 +180,10 @@ class AdapterRuntime:
             )
         #: The depth to run this step, guarded and agreed across ranks: the controller's own ``decide`` when
         #: there is nothing to agree on (one rank), so the step pays for no extra call.
-        self.decide: Callable[[StepStats], int] = (
-            self.controller.decide
-            if world_size <= 1
-            else AgreedDecider(self.controller, self.mode, sync, world_size).decide
-        )
+        agreed = None if world_size <= 1 else AgreedDecider(self.controller, self.mode, sync, world_size)
+        self.decide: Callable[[StepStats], int] = self.controller.decide if agreed is None else agreed.decide
+        #: policy changes without a restart (``settings.control_path``); None when off
+        self.control = attach_control(self, given_wrap, agreed)
 
     def startup_line(self) -> str:
         """The one log line that says what is live: engine, path, policy and its configuration, depths."""

@@ -43,6 +43,8 @@ ENV_VARS: dict[str, str] = {
     "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
     "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
     "watchdog_s": "SPECPOLICY_WATCHDOG_S",
+    "control_path": "SPECPOLICY_CONTROL",
+    "control_every": "SPECPOLICY_CONTROL_EVERY",
     "warm_start_path": "SPECPOLICY_WARM_START",
     "warm_start_every": "SPECPOLICY_WARM_START_EVERY",
     "warm_start_max_age_s": "SPECPOLICY_WARM_START_MAX_AGE_S",
@@ -112,7 +114,12 @@ class AdapterSettings(BaseModel):
         le=86_400.0,
         description="log the stack of a decide() call running longer than this, >= 10 ms; none = off",
     )
-
+    control_path: Path | None = Field(
+        None, description="control file checked for a policy change while running; none = off"
+    )
+    control_every: int = Field(
+        256, ge=1, le=10**6, description="steps between two checks of the control file (one os.stat each)"
+    )
     warm_start_path: Path | None = Field(
         None,
         description="file the policy's learned state is saved to and loaded from at start (warm start);"
@@ -198,6 +205,8 @@ class AdapterSettings(BaseModel):
         if self.trace_path is not None:
             parts.append(f"trace={self.trace_path}")
         parts.append(f"metrics={'on' if self.metrics else 'off'}")
+        if self.control_path is not None:
+            parts.append(f"control={self.control_path} every {self.control_every} steps")
         if self.warm_start_path is not None:
             parts.append(f"warm_start={self.warm_start_path}")
         parts.append(f"tp_agreement={self.tp_agreement}")

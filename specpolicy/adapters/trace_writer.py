@@ -3,7 +3,8 @@
 It receives each step's record once, complete (the controller pairs decisions with their outcomes). The step
 path only appends the record to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
-passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy).
+passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy); ``note``
+adds an event line among the records (a policy change, ``adapters.control_file``).
 
 Accounting is exact: every record offered is either written (all its bytes reached the file) or dropped with
 a cause (``DROP_CAUSES``), so after ``close()`` ``written + dropped == offered``; the first drop of each cause
@@ -131,7 +132,7 @@ class TraceWriter:
         self.written = 0
         self._drops = dict.fromkeys(DROP_CAUSES, 0)  # queue_full, after_close, close_timeout: engine thread
         self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)  # write_error, bad_record: writer thread
-        self._queue: deque[tuple[_Pending, int]] = deque()
+        self._queue: deque[tuple[_Pending | bytes, int]] = deque()  # bytes: an event line (``note``)
         self._max_pending = max_pending
         self._max_pending_bytes = max_pending_bytes
         self._bytes_in = 0  # engine thread: estimated bytes queued, ever
@@ -193,7 +194,18 @@ class TraceWriter:
         ts = time.time() - (time.perf_counter() - decided_at)  # the decision's wall-clock time
         self._push((step, stats, k, decide_s, fallback, ts, step_time_s))
 
-    def _push(self, pending: _Pending) -> None:
+    def note(self, event: Mapping[str, Any]) -> None:
+        """Queue an event line (a policy change: ``{"kind": "policy_swap", "step": ...}``) among the step
+        records, with this rank and the wall-clock time; counted like a record. Rare, so encoded here."""
+        try:
+            line = json.dumps({**event, "rank": self.rank, "ts": round(time.time(), 6)}, default=str)
+        except Exception:  # noqa: BLE001 - an event that cannot be written is dropped, counted
+            self.offered += 1
+            self._drop(self._drops, "bad_record", 1, "an event line")
+            return
+        self._push(line.encode() + b"\n")
+
+    def _push(self, pending: _Pending | bytes) -> None:
         self.offered += 1
         if self._closed:
             self._drop(
@@ -203,8 +215,11 @@ class TraceWriter:
                 "in a forked child: the trace is the parent's" if self._forked else "",
             )
             return
-        acc = pending[1][4]
-        size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
+        if pending.__class__ is bytes:  # an event line (``note``)
+            size = _RECORD_BYTES + len(pending)
+        else:
+            acc = pending[1][4]  # type: ignore[index]
+            size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
         if (
             len(self._queue) >= self._max_pending
             or self._bytes_in - self._bytes_out + size > self._max_pending_bytes
@@ -238,13 +253,17 @@ class TraceWriter:
                 self._write_batch(batch)
                 self._inflight = 0
 
-    def _write_batch(self, batch: list[tuple[_Pending, int]]) -> None:
+    def _write_batch(self, batch: list[tuple[_Pending | bytes, int]]) -> None:
         lines: list[bytes] = []
         perf = time.perf_counter
         mark = perf()
         rank = self.rank
-        for (step, stats, k, decide_s, fallback, ts, t), size in batch:
+        for pending, size in batch:
             self._bytes_out += size
+            if isinstance(pending, bytes):  # an event line, encoded already
+                lines.append(pending)
+                continue
+            step, stats, k, decide_s, fallback, ts, t = pending
             line = _encode(step, stats, k, t, rank, ts, decide_s, fallback)
             if line is None:
                 self._drop(self._writer_drops, "bad_record", 1, f"step {short_repr(step)}")

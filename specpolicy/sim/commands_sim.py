@@ -19,6 +19,7 @@ from .run import (
     run_simulation,
 )
 from .scenario_options import add_arguments, from_args
+from .swap import PolicySwap
 from .warm import read_state
 from .workloads import WORKLOADS, parse_concurrency
 
@@ -129,6 +130,13 @@ def register(sub: Any) -> None:
         help="add a goodput column: tokens/s of requests whose TPOT <= X ms",
     )
     s.add_argument(
+        "--swap-to",
+        metavar="NAME|CONFIG",
+        help="replace every policy under test by this one mid-run, as a live policy change "
+        "(specpolicy control set) does; with --swap-at or --swap-at-step",
+    )
+    s.add_argument("--swap-at", type=float, metavar="S", help="the change's simulated time in seconds")
+    s.add_argument("--swap-at-step", type=int, metavar="N", help="the change's decision number instead")
         "--warm-start",
         metavar="FILE",
         help="start the policies a saved state belongs to (same policy and config) from it: a state written "
@@ -204,8 +212,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from .plot import require_matplotlib
 
         require_matplotlib()
+    swap = None
+    if args.swap_to is not None:
+        swap = PolicySwap.build(args.swap_to, args.swap_at, args.swap_at_step)
+    elif args.swap_at is not None or args.swap_at_step is not None:
+        raise ConfigError("--swap-at / --swap-at-step: need --swap-to (the policy to change to)")
     spec = SimulationSpec(
         **_spec(args),
+        swap=swap,
         policies=tuple(args.policy) if args.policy else None,
         feedback_lag=args.feedback_lag,
         max_running=args.max_running,
@@ -217,7 +231,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     sim = run_simulation(spec, progress=False if args.no_progress else None)
     if args.save_state:
-        kept = [o for o in sim.outcomes if o.comparator.under_test and o.result.policy_state is not None]
+        kept = [o for o in sim.outcomes if o.result.policy_state is not None]  # the policies under test
         if not kept:
             raise ConfigError("--save-state: no simulated policy keeps a state")
         first = kept[0].comparator.label

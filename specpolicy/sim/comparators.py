@@ -65,12 +65,6 @@ class Comparator:
     def is_static(self) -> bool:
         return self.label.startswith("static-")
 
-    @property
-    def under_test(self) -> bool:
-        """A policy compared (registered or named by ``--policy``), not one of the reference rows."""
-        return self.kind == "policy" and not self.is_static and self.label != "schedule-vllm"
-
-
 class PolicyDecider:
     """A policy under test: sees StepStats only."""
 

@@ -25,11 +25,13 @@ after its own decode. The one-token verify described above is the fallback.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..._patch import ORIGINALS as ORIGINALS  # re-exported: install and the tests use them here
+from ..._patch import unwrap_all as unwrap_all
+from ..._patch import wrap as wrap
 from ..request_ids import request_ids
 from .off_step import (
     PLACEHOLDERS,
@@ -48,33 +50,6 @@ log = logging.getLogger("specpolicy.sglang.legacy")
 RT = "_specpolicy_rt"  # attribute holding the StepRuntime on a worker (and the v2 draft worker)
 OT = "_specpolicy_off_path"  # attribute holding the OffPath (off-step machinery) on a worker
 STEP = "_specpolicy_step"  # attribute carrying a v2 result's decision number to the scheduler's resolve
-
-#: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
-#: and for restoring in tests.
-ORIGINALS: dict[tuple[type, str], tuple[Callable[..., Any], bool]] = {}
-
-
-def wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Set ``cls.name`` to ``make(original)`` once (the original may be inherited); later calls are no-ops."""
-    key = (cls, name)
-    if key in ORIGINALS:
-        return
-    own = name in cls.__dict__
-    orig = cls.__dict__[name] if own else getattr(cls, name)
-    wrapper = functools.wraps(orig)(make(orig))
-    wrapper.__specpolicy_wrapped__ = orig  # type: ignore[attr-defined]
-    ORIGINALS[key] = (orig, own)
-    setattr(cls, name, wrapper)
-
-
-def unwrap_all() -> None:
-    """Restore every original method (tests)."""
-    for (cls, name), (orig, own) in list(ORIGINALS.items()):
-        if own:
-            setattr(cls, name, orig)
-        else:
-            delattr(cls, name)
-    ORIGINALS.clear()
 
 
 def _is_decode(batch: Any) -> bool:
