@@ -137,6 +137,7 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--swap-at", type=float, metavar="S", help="the change's simulated time in seconds")
     s.add_argument("--swap-at-step", type=int, metavar="N", help="the change's decision number instead")
+    s.add_argument(
         "--warm-start",
         metavar="FILE",
         help="start the policies a saved state belongs to (same policy and config) from it: a state written "

@@ -65,6 +65,7 @@ class Comparator:
     def is_static(self) -> bool:
         return self.label.startswith("static-")
 
+
 class PolicyDecider:
     """A policy under test: sees StepStats only."""
 
