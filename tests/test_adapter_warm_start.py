@@ -13,7 +13,7 @@ import pytest
 from specpolicy.adapters.controller import StepRecord
 from specpolicy.adapters.runtime import AdapterRuntime
 from specpolicy.adapters.settings import ENV_POLICY, ENV_VARS, AdapterSettings
-from specpolicy.adapters.warm_start import FILE_FORMAT, WarmStart, state_path
+from specpolicy.adapters.warm_start import FILE_FORMAT, WarmStart
 from specpolicy.errors import ConfigError
 from specpolicy.registry import make_policy, parse_config
 from specpolicy.stats import StepStats
@@ -21,8 +21,10 @@ from specpolicy.stats import StepStats
 POLICY = {"name": "cost_model"}
 
 
-def _runtime(path: Path, every: int = 4096, **kw: Any) -> AdapterRuntime:
-    settings = AdapterSettings.build(POLICY, metrics=False, warm_start_path=path, warm_start_every=every)
+def _runtime(path: Path, every: int = 4096, tp_agreement: str = "auto", **kw: Any) -> AdapterRuntime:
+    settings = AdapterSettings.build(
+        POLICY, metrics=False, warm_start_path=path, warm_start_every=every, tp_agreement=tp_agreement
+    )
     args: dict[str, Any] = {"engine": "sglang", "engine_version": "0.5.17", "path": "p", "model": "m"}
     args.update(kw)
     return AdapterRuntime(settings, allowed_steps=range(8), default_steps=3, drafter="d", **args)
@@ -183,10 +185,19 @@ def test_the_counts_reach_the_metrics(tmp_path: Path) -> None:
     rt.close()
 
 
-def test_each_rank_keeps_its_own_file(tmp_path: Path) -> None:
-    path = tmp_path / "s.json"
-    assert state_path(path, 0, 2) == path and state_path(path, 0, 1) == path
-    assert state_path(path, 1, 2) == tmp_path / "s.json.rank1"
+def test_every_rank_loads_rank_0s_file_and_only_rank_0_writes(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    first = _runtime(path, every=16, tp_agreement="local", world_size=2)  # rank 0 of 2
+    _serve(first, 40)
+    first.close()
+    before = path.read_text()
+    other = _runtime(path, every=16, tp_agreement="local", world_size=2, rank=1)
+    assert other.warm_start is not None and other.warm_start.counts == {"warm_start_loaded": 1}
+    assert _state(other) == _state(first)
+    _serve(other, 40)
+    other.close()
+    assert path.read_text() == before  # rank 1 never writes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
 
 
 def test_an_observer_record_before_the_first_interval_saves_nothing(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from .control_file import attach_control
 from .controller import StepController, StepObserver
 from .settings import AdapterSettings
 from .tp import AgreedDecider, DecisionSync, agreement_mode
-from .warm_start import WarmStart, gpu_name, state_path
+from .warm_start import WarmStart, gpu_name
 
 __all__ = ["AdapterRuntime", "AdapterInstallError", "check_candidate_steps"]
 
@@ -229,12 +229,11 @@ def _warm_start(runtime: AdapterRuntime, model: str | None, drafter: str | None)
         "drafter": drafter,
         "gpu": gpu_name(),
         "world_size": runtime.world_size,
-        "rank": runtime.rank,
         "policy": settings.policy.model_dump(mode="json"),
         "specpolicy": __version__,
     }
     warm = WarmStart(
-        state_path(settings.warm_start_path, runtime.rank, runtime.world_size),
+        settings.warm_start_path,
         lambda: runtime.policy,
         fingerprint,
         every=settings.warm_start_every,

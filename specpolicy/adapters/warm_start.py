@@ -3,11 +3,14 @@ start when the file was saved by the same deployment.
 
 The file holds the policy's ``state_dict()`` and a fingerprint of what it was learned on (engine and
 release, model, drafter, GPU, ranks, the policy's config, the specpolicy release): step costs and acceptance
-learned on one of them say little about another. It is written every ``warm_start_every`` steps and at
+learned on one of them say little about another. Rank 0 writes it every ``warm_start_every`` steps and at
 shutdown, atomically (a temporary file in the same folder, then a rename), so a crash mid-write leaves the
 previous file. A file that is missing, older than ``warm_start_max_age_s``, unreadable or of another
 deployment is reported once in the log with the reason and the policy starts cold: a warm start is never
 a reason for the engine not to start. Every outcome is counted (``counts``, the metrics' engine events).
+
+With several ranks every rank loads rank 0's file: ranks that decide alone (``tp_agreement=local``) decide
+alike only from the same state, and their states, learned from rank-identical inputs, are rank 0's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..policy import Policy, Stateful
 from ..snapshot import StateError
 from .controller import StepRecord
 
-__all__ = ["FILE_FORMAT", "FILE_VERSION", "WarmStart", "gpu_name", "state_path"]
+__all__ = ["FILE_FORMAT", "FILE_VERSION", "WarmStart", "gpu_name"]
 
 log = logging.getLogger("specpolicy.adapter")
 
@@ -48,22 +51,17 @@ def gpu_name() -> str:
     return "cpu"
 
 
-def state_path(path: Path, rank: int, world_size: int) -> Path:
-    """Rank 0's file is ``path``; with several ranks, each other rank keeps its own (``FILE.rank<N>``)."""
-    return path if world_size <= 1 or rank == 0 else path.with_name(f"{path.name}.rank{rank}")
-
-
 class WarmStart:
     """Loads a policy's state at start and saves it periodically and at ``close``; an observer of the steps
     (``on_record``), so the controller needs nothing of it.
 
     Args:
-        path: the state file of this rank (``state_path``).
+        path: the state file.
         policy: returns the policy whose state is kept (the settings' policy, before an engine's wrapper).
         fingerprint: what the state is valid for; a file with another is not loaded.
         every: steps between two saves.
         max_age_s: a file saved longer ago is stale.
-        rank: for the log.
+        rank: for the log; only rank 0 saves.
     """
 
     def __init__(
@@ -166,7 +164,7 @@ class WarmStart:
 
     # -- saving ----------------------------------------------------------------------------------------------
     def on_record(self, record: StepRecord) -> None:
-        if record.step >= self._next_save:
+        if record.step >= self._next_save and self.rank == 0:
             self._next_save = record.step + self.every
             self.save(record.step)
 
@@ -212,5 +210,6 @@ class WarmStart:
         return True
 
     def close(self, step: int | None = None) -> None:
-        """Save the final state (shutdown)."""
-        self.save(step)
+        """Save the final state (shutdown; rank 0)."""
+        if self.rank == 0:
+            self.save(step)
