@@ -140,6 +140,24 @@ def test_a_state_of_another_policy_config_is_a_mismatch(tmp_path: Path) -> None:
     assert rt.warm_start.reason is not None and "policy" in rt.warm_start.reason
 
 
+def test_a_policy_changed_while_running_saves_under_its_own_config(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    rt = _runtime(path)
+    _serve(rt, 50)
+    new = parse_config({"name": "cost_model", "switch_margin": 0.2})
+    rt.policy = make_policy(new)  # what a control-file change installs
+    rt.settings = rt.settings.model_copy(update={"policy": new})
+    _serve(rt, 50)
+    rt.close()
+    assert json.loads(path.read_text())["fingerprint"]["policy"]["switch_margin"] == 0.2
+    settings = AdapterSettings.build(new, metrics=False, warm_start_path=path)
+    again = AdapterRuntime(
+        settings, engine="sglang", engine_version="0.5.17", path="p", allowed_steps=range(8), default_steps=3,
+        model="m", drafter="d",
+    )  # fmt: skip
+    assert again.warm_start is not None and again.warm_start.counts == {"warm_start_loaded": 1}
+
+
 def test_a_stale_file_is_not_loaded(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     _saved(path)
@@ -149,7 +167,12 @@ def test_a_stale_file_is_not_loaded(tmp_path: Path) -> None:
 
     def warm(age: float) -> WarmStart:
         return WarmStart(
-            path, lambda: policy, fingerprint, every=64, max_age_s=3600.0, clock=lambda: saved_at + age
+            path,
+            lambda: policy,
+            lambda: fingerprint,
+            every=64,
+            max_age_s=3600.0,
+            clock=lambda: saved_at + age,
         )
 
     assert warm(3599.0).load()
@@ -202,7 +225,7 @@ def test_every_rank_loads_rank_0s_file_and_only_rank_0_writes(tmp_path: Path) ->
 
 def test_an_observer_record_before_the_first_interval_saves_nothing(tmp_path: Path) -> None:
     policy = make_policy(parse_config(POLICY))
-    warm = WarmStart(tmp_path / "s.json", lambda: policy, {}, every=64, max_age_s=60.0)
+    warm = WarmStart(tmp_path / "s.json", lambda: policy, dict, every=64, max_age_s=60.0)
     warm.on_record(StepRecord(63, StepStats(1), 3, 0.0, False, 0.0))
     assert warm.counts == {} and not (tmp_path / "s.json").exists()
     warm.on_record(StepRecord(64, StepStats(1), 3, 0.0, False, 0.0))

@@ -222,16 +222,20 @@ def _warm_start(runtime: AdapterRuntime, model: str | None, drafter: str | None)
     settings = runtime.settings
     if settings.warm_start_path is None:
         return None
-    fingerprint = {
-        "engine": runtime.engine,
-        "engine_version": runtime.engine_version,
-        "model": model,
-        "drafter": drafter,
-        "gpu": gpu_name(),
-        "world_size": runtime.world_size,
-        "policy": settings.policy.model_dump(mode="json"),
-        "specpolicy": __version__,
-    }
+    gpu = gpu_name()
+
+    def fingerprint() -> dict[str, object]:
+        return {
+            "engine": runtime.engine,
+            "engine_version": runtime.engine_version,
+            "model": model,
+            "drafter": drafter,
+            "gpu": gpu,
+            "world_size": runtime.world_size,
+            "policy": runtime.settings.policy.model_dump(mode="json"),  # the running one's (control file)
+            "specpolicy": __version__,
+        }
+
     warm = WarmStart(
         settings.warm_start_path,
         lambda: runtime.policy,

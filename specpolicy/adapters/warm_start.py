@@ -58,7 +58,8 @@ class WarmStart:
     Args:
         path: the state file.
         policy: returns the policy whose state is kept (the settings' policy, before an engine's wrapper).
-        fingerprint: what the state is valid for; a file with another is not loaded.
+        fingerprint: returns what the state is valid for (asked at each load and save: a policy changed
+            while running saves under its own config); a file with another is not loaded.
         every: steps between two saves.
         max_age_s: a file saved longer ago is stale.
         rank: for the log; only rank 0 saves.
@@ -68,7 +69,7 @@ class WarmStart:
         self,
         path: Path,
         policy: Callable[[], Policy],
-        fingerprint: Mapping[str, object],
+        fingerprint: Callable[[], Mapping[str, object]],
         *,
         every: int,
         max_age_s: float,
@@ -77,7 +78,7 @@ class WarmStart:
     ) -> None:
         self.path = path
         self.policy = policy
-        self.fingerprint = json.loads(json.dumps(fingerprint, default=str))  # as a file holds it
+        self._fingerprint = fingerprint
         self.every = every
         self.max_age_s = max_age_s
         self.rank = rank
@@ -88,6 +89,11 @@ class WarmStart:
         self.reason: str | None = None
         self._next_save = every
         self._save_logged = False
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint now, as a file holds it (JSON; what JSON lacks as its string)."""
+        loaded: dict[str, Any] = json.loads(json.dumps(dict(self._fingerprint()), default=str))
+        return loaded
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -145,13 +151,13 @@ class WarmStart:
             return "stale", f"saved {age:.0f} s ago, over warm_start_max_age_s={self.max_age_s:g}"
         if age < -_CLOCK_SLACK_S:
             return "corrupt", f"saved_at is {-age:.0f} s in the future"
-        theirs = data.get("fingerprint")
+        theirs, mine = data.get("fingerprint"), self.fingerprint()
         if not isinstance(theirs, dict):
             return "corrupt", "no fingerprint"
-        differ = sorted(k for k in {*theirs, *self.fingerprint} if theirs.get(k) != self.fingerprint.get(k))
+        differ = sorted(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
         if differ:
             key = differ[0]
-            were, now = short_repr(theirs.get(key)), short_repr(self.fingerprint.get(key))
+            were, now = short_repr(theirs.get(key)), short_repr(mine.get(key))
             return "mismatch", f"saved for another {', '.join(differ)} ({key}: {were}, here {now})"
         state = data.get("state")
         if not isinstance(state, Mapping):
@@ -179,7 +185,7 @@ class WarmStart:
                 "version": FILE_VERSION,
                 "saved_at": self.clock(),
                 "step": step,
-                "fingerprint": self.fingerprint,
+                "fingerprint": self.fingerprint(),
                 "state": policy.state_dict(),
             }
             text = json.dumps(body, allow_nan=False, separators=(",", ":"))
