@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
+from .. import __version__
 from ..errors import short_str
 from ..policy import Policy
 from ..registry import get_entry
@@ -21,6 +23,7 @@ from .control_file import attach_control
 from .controller import StepController, StepObserver
 from .settings import AdapterSettings
 from .tp import AgreedDecider, DecisionSync, agreement_mode
+from .warm_start import WarmStart, gpu_name
 
 __all__ = ["AdapterRuntime", "AdapterInstallError", "check_candidate_steps"]
 
@@ -65,6 +68,7 @@ class AdapterRuntime:
         observers: more observers of the step records, beside the trace and the metrics.
         header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
             and the adapter's running totals for the metrics.
+        model, drafter: what the engine serves, for the warm start's fingerprint (``warm_start``).
     """
 
     def __init__(
@@ -85,6 +89,8 @@ class AdapterRuntime:
         wrap: Callable[[Policy], Policy] | None = None,
         policy: Policy | None = None,
         observers: Sequence[StepObserver] = (),
+        model: str | None = None,
+        drafter: str | None = None,
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
@@ -104,6 +110,10 @@ class AdapterRuntime:
         self.wants_request_ids = policy is not None or config.needs_request_ids()
         self.policy = get_entry(config.name).factory(config) if policy is None else policy
         observers = list(observers)
+        self.warm_start = _warm_start(self, model, drafter)
+        if self.warm_start is not None:
+            observers.append(self.warm_start)
+            engine_counts = _with_counts(engine_counts, self.warm_start.counts)
         self.trace = None
         self.metrics = None
         if settings.trace_path is not None:
@@ -189,11 +199,59 @@ class AdapterRuntime:
         """Close metrics, trace and watchdog; never raises, and one failing does not skip the others."""
         # the controller first (its waiting decisions reach the observers), then the trace: its final counts
         # reach the metrics' last push
-        closers = (("controller", self.controller), ("trace", self.trace), ("metrics", self.metrics))
+        closers = (
+            ("controller", self.controller.close),
+            (
+                "warm start",
+                None if self.warm_start is None else partial(self.warm_start.close, self.controller.step),
+            ),
+            ("trace", None if self.trace is None else self.trace.close),
+            ("metrics", None if self.metrics is None else self.metrics.close),
+        )
         for what, closer in closers:
             if closer is None:
                 continue
             try:
-                closer.close()
+                closer()
             except Exception as exc:  # noqa: BLE001 - shutdown must finish
                 log.error("specpolicy rank %d: closing the %s failed: %s", self.rank, what, short_str(exc))
+
+
+def _warm_start(runtime: AdapterRuntime, model: str | None, drafter: str | None) -> WarmStart | None:
+    """The settings' warm start, its state loaded into the runtime's policy (or the reason it was not)."""
+    settings = runtime.settings
+    if settings.warm_start_path is None:
+        return None
+    gpu = gpu_name()
+
+    def fingerprint() -> dict[str, object]:
+        return {
+            "engine": runtime.engine,
+            "engine_version": runtime.engine_version,
+            "model": model,
+            "drafter": drafter,
+            "gpu": gpu,
+            "world_size": runtime.world_size,
+            "policy": runtime.settings.policy.model_dump(mode="json"),  # the running one's (control file)
+            "specpolicy": __version__,
+        }
+
+    warm = WarmStart(
+        settings.warm_start_path,
+        lambda: runtime.policy,
+        fingerprint,
+        every=settings.warm_start_every,
+        max_age_s=settings.warm_start_max_age_s,
+        rank=runtime.rank,
+    )
+    warm.load()
+    return warm
+
+
+def _with_counts(
+    counts: Callable[[], Mapping[str, int]] | None, more: Mapping[str, int]
+) -> Callable[[], Mapping[str, int]]:
+    """The adapter's running totals and ``more`` (a live mapping) together, for the metrics."""
+    if counts is None:
+        return lambda: dict(more)
+    return lambda: {**counts(), **more}

@@ -20,6 +20,7 @@ from .run import (
 )
 from .scenario_options import add_arguments, from_args
 from .swap import PolicySwap
+from .warm import read_state
 from .workloads import WORKLOADS, parse_concurrency
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
@@ -136,6 +137,17 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--swap-at", type=float, metavar="S", help="the change's simulated time in seconds")
     s.add_argument("--swap-at-step", type=int, metavar="N", help="the change's decision number instead")
+    s.add_argument(
+        "--warm-start",
+        metavar="FILE",
+        help="start the policies a saved state belongs to (same policy and config) from it: a state written "
+        "by --save-state or an adapter's warm-start file; the others start cold",
+    )
+    s.add_argument(
+        "--save-state",
+        metavar="FILE",
+        help="write the state the first policy compared (in --policy order) ends its last run with",
+    )
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     s.set_defaults(func=cmd_simulate)
 
@@ -215,8 +227,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         switch_cost_ms=args.switch_cost_ms,
         timeline_bin_s=5.0 if args.plot else None,
+        warm_start=read_state(args.warm_start) if args.warm_start else None,
+        save_state=bool(args.save_state),
     )
     sim = run_simulation(spec, progress=False if args.no_progress else None)
+    if args.save_state:
+        kept = [o for o in sim.outcomes if o.result.policy_state is not None]  # the policies under test
+        if not kept:
+            raise ConfigError("--save-state: no simulated policy keeps a state")
+        first = kept[0].comparator.label
+        last = [o.result.policy_state for o in kept if o.comparator.label == first][-1]
+        Path(args.save_state).write_text(json.dumps(last, allow_nan=False) + "\n")
+        print(f"wrote {args.save_state} ({first}'s state)", file=sys.stderr)
     from .report import format_table, to_json
 
     print(format_table(sim, args.slo_tpot_ms, wide=args.wide))

@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from ..adapters.controller import StepController
 from ..mode import MAX_NUM_STEPS, SpecMode
+from ..policy import Stateful
 from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
@@ -99,6 +100,8 @@ class EngineConfig:
     seed: int = 0
     timeline_bin_s: float | None = None
     max_steps_cap: int = 2_000_000
+    #: keep the policy's state at the end of the run (``RunResult.policy_state``)
+    save_state: bool = False
 
     def __post_init__(self) -> None:
         if type(self.max_running) is not int or self.max_running < 1:
@@ -358,4 +361,11 @@ def simulate(
         first_error=None if controller is None else controller.first_error,
         swap_step=swap_step,
         swap_s=swap_s,
+        policy_state=_final_state(decider) if config.save_state else None,
     )
+
+
+def _final_state(decider: Decider | None) -> dict[str, object] | None:
+    """The state of a policy decider's policy (``Stateful``) at the end of its run, else None."""
+    policy = getattr(decider, "policy", None)
+    return policy.state_dict() if isinstance(policy, Stateful) else None

@@ -11,12 +11,12 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short_repr
 from ..profiles import CostProfile, ProfileError, load_profile, with_off_cost
 from .acceptance import AcceptanceModel
 from .comparators import (
@@ -32,6 +32,7 @@ from .comparators import (
 from .engine import DeciderSwap, EngineConfig, RunResult, SimProfile, simulate
 from .progress import ProgressBar
 from .swap import PolicySwap
+from .warm import takes_state
 from .workloads import RequestShape, Scenario, load_workload
 
 __all__ = [
@@ -80,6 +81,10 @@ class SimulationSpec:
     shape: RequestShape | None = None
     #: every policy row's policy is replaced mid-run (``sim.swap``); None: no change
     swap: PolicySwap | None = None
+    #: a saved policy state (``warm.read_state``): the policies it belongs to start from it
+    warm_start: Mapping[str, Any] | None = None
+    #: keep each policy's state at the end of its runs (``RunResult.policy_state``)
+    save_state: bool = False
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -166,6 +171,7 @@ class _Task:
     config: EngineConfig
     track_requests: bool
     swap: PolicySwap | None = None
+    warm_state: Mapping[str, Any] | None = None
 
 
 def _swap_of(task: _Task) -> DeciderSwap | None:
@@ -181,7 +187,7 @@ def _run_one(task: _Task, profile: SimProfile, progress: Any) -> RunResult:
     return simulate(
         task.scenario,
         profile,
-        build_decider(task.comparator, profile),
+        build_decider(task.comparator, profile, task.warm_state),
         task.config,
         track_requests=task.track_requests,
         progress=progress,
@@ -238,6 +244,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
             profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=False
         )[0]
     }
+    warm_labels = _warm_labels(spec, [c for c in comparators if c.label in tested], notes)
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
@@ -258,10 +265,12 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 speculative=comp.kind != "never",
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,
+                save_state=spec.save_state and comp.label in tested,
             )
             off = comp.off_cost if comp.off_cost is not None else spec.off_cost
             row_swap = swap if comp.label in tested else None
-            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests, row_swap))
+            warm = spec.warm_start if comp.label in warm_labels else None
+            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests, row_swap, warm))
     results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
     outcomes = tuple(
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
@@ -297,6 +306,22 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         wall_s=time.perf_counter() - t0,
         decide_costs_s=costs,
     )
+
+
+def _warm_labels(spec: SimulationSpec, tested: Sequence[Comparator], notes: list[str]) -> set[str]:
+    """The policies under test that start from ``spec.warm_start`` (a note says which); ConfigError when
+    none does."""
+    state = spec.warm_start
+    if state is None:
+        return set()
+    labels = {c.label for c in tested if c.kind == "policy" and takes_state(build_policy(c), state)}
+    if not labels:
+        raise ConfigError(
+            f"--warm-start: the state is {state.get('policy')!r}'s with config "
+            f"{short_repr(state.get('config'))}, which no simulated policy has (name it with --policy)"
+        )
+    notes.append(f"warm start: {', '.join(sorted(labels))} start from the saved state; the others start cold")
+    return labels
 
 
 def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[RunResult]:

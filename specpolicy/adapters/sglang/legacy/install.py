@@ -401,6 +401,8 @@ def attach(scheduler: Any) -> StepRuntime | None:
         sync_factory=_tp_sync,
         header={"off_step": off.label},
         engine_counts=lambda: off.counts(runtimes[0]) if runtimes else {},
+        model=getattr(sa, "model_path", None),
+        drafter=getattr(sa, "speculative_draft_model_path", None),
         gpu_timer=_gpu_timer(worker) if path == "v2" and settings.step_clock == "auto" else None,
     )
     art = rt.runtime
