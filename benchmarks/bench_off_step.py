@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     import sglang
     import test_legacy_eagle_lazy as tel
 
-    from specpolicy.adapters.sglang.legacy import hooks
+    from specpolicy.adapters import _patch as patching
     from specpolicy.adapters.sglang.legacy.install import _patch
     from specpolicy.adapters.sglang.legacy.one_token import FieldNames
 
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             ops = _op_counts(rows, args.steps) if args.ops else {}
             catch_ups = _catch_up_counts(rows) if args.ops else {}
         finally:
-            hooks.unwrap_all()
+            patching.unwrap_all()
     import specpolicy
 
     print(

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specpolicy.profiles import available_profiles
 from specpolicy.sim.matrix import (
     POPULATIONS,
     SWEEP_LEVELS,
@@ -27,7 +28,6 @@ from specpolicy.sim.matrix import (
     format_matrix,
     run_matrix,
 )
-from specpolicy.sim.profile import available_profiles
 from specpolicy.sim.workloads import BUILTIN, DEFAULT_SWEEP_LEVELS
 
 #: ``--durations default``: the simulator's own default duration of each workload (the daily cycle as long

@@ -482,7 +482,7 @@ def _pack(work: Path, out: Path, ids: tuple[str, ...], tag: str) -> None:
 def _usable_policies(labels: tuple[str, ...]) -> tuple[str, ...]:
     """Drop perf policies this specpolicy build cannot configure: one bad child would stop the dispatcher,
     and with it the engine, at start-up."""
-    from specpolicy.policy import parse_config
+    from specpolicy.registry import parse_config
 
     specs = planmod.perf_policies()
     keep = []

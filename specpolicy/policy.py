@@ -4,8 +4,7 @@ A policy is a small pure object: ``decide(stats) -> SpecMode`` once per engine s
 configuration is a frozen pydantic model whose ``name`` field is the registry key; all configs together form a
 discriminated union on ``name``. Built-in policies live in ``specpolicy.policies``; third-party ones register
 through the ``specpolicy.policies`` entry-point group with a ``PolicyEntry``. The registry itself (lookup,
-parsing, ``make_policy``) is ``specpolicy.registry``, one floor above the policies; its names are still
-importable from here.
+parsing, ``make_policy``) is ``specpolicy.registry``, one floor above the policies.
 
 A composition (``specpolicy.policies.compose``) holds other policies' configs in ``NestedConfig`` fields and
 never imports the registry (the registry imports it): a nested spec is parsed by the registry when it is
@@ -247,27 +246,3 @@ def _nested(value: Any) -> Any:
 #: A config field holding another policy's config (any registered policy, by name, mapping or object). It
 #: serialises as that policy's config, so ``check-config`` prints it in full and reads it back.
 NestedConfig = Annotated[PolicyConfig, SerializeAsAny(), BeforeValidator(_nested)]
-
-_MOVED = frozenset(
-    {
-        "ENTRY_POINT_GROUP",
-        "available_policies",
-        "config_json_schema",
-        "config_union",
-        "get_entry",
-        "make_policy",
-        "parse_config",
-        "_Registry",
-        "_registry",
-        "_config_union",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    """The registry's names, for code that imports them from here (they lived here before registry.py)."""
-    if name in _MOVED:
-        from . import registry  # on first use only: the registry imports this module
-
-        return getattr(registry, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

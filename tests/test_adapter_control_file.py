@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy import policy as policy_mod
+from specpolicy import registry as policy_mod
 from specpolicy.adapters.control_file import parse_control, read_control, write_control
 from specpolicy.adapters.controller import StepController
 from specpolicy.adapters.runtime import AdapterRuntime

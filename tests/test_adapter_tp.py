@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from specpolicy import PolicyEntry, SpecMode, StepStats, make_policy
 from specpolicy.adapters.controller import StepController
 from specpolicy.adapters.tp import AgreedDecider, LocalSync, agreement_mode, policy_uses_timing
-from specpolicy.policy import PolicyConfig, parse_config
+from specpolicy.policy import PolicyConfig
+from specpolicy.registry import parse_config
 
 
 class _Timed(PolicyConfig):

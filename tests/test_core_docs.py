@@ -39,7 +39,7 @@ def test_acceptance_worked_example() -> None:
 
 
 def test_cost_model_md_step_costs_are_the_shipped_profiles() -> None:
-    from specpolicy.sim.profile import load_profile
+    from specpolicy.profiles import load_profile
 
     text = (DOCS / "cost-model.md").read_text().replace("\n", " ")
     found = re.search(r"\(([\d.]+) vs ([\d.]+) ms target forward in the shipped `([\w-]+)` profile", text)

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from specpolicy import StepStats, make_policy
 from specpolicy.adapters.controller import StepController
 from specpolicy.errors import ConfigError
-from specpolicy.policies._cost_table import CostCells
 from specpolicy.policies.cost_model import CostModelConfig, make_cost_model
-from specpolicy.policy import Policy, ReportsEstimates, parse_config
+from specpolicy.policies.cost_model.table import CostCells
+from specpolicy.policy import Policy, ReportsEstimates
+from specpolicy.registry import parse_config
 
 StepTime = Callable[[int, int], float]  # (batch, depth) -> seconds
 
@@ -559,7 +560,7 @@ def test_profile_seeded_policy_corrects_a_wrong_profile() -> None:
 def test_shipped_profile_gives_its_best_depth_first(name: str) -> None:
     """First decision per batch size = the profile's argmax of E(k)/T(k) at the prior acceptance (where the
     best depth leads the runner-up by > 2%, so the bucket's representative batch size cannot flip it)."""
-    profile_mod = pytest.importorskip("specpolicy.sim.profile")
+    profile_mod = pytest.importorskip("specpolicy.profiles")
     if name not in profile_mod.available_profiles():
         pytest.skip(f"profile {name} not shipped in this checkout")
     profile = profile_mod.load_profile(name)
@@ -580,7 +581,7 @@ def test_shipped_profile_gives_its_best_depth_first(name: str) -> None:
 
 
 def test_profile_by_json_path(tmp_path: object) -> None:
-    profile_mod = pytest.importorskip("specpolicy.sim.profile")
+    profile_mod = pytest.importorskip("specpolicy.profiles")
     names = profile_mod.available_profiles()
     if not names:
         pytest.skip("no shipped profiles in this checkout")

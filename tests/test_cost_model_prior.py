@@ -129,7 +129,7 @@ def test_a_uniformly_slower_machine_is_not_a_mismatch() -> None:
 def _spec3x_profile(tmp_path: Path) -> Path:
     """The shipped h200-llama8b profile with every speculative cycle's parts (verify of 2+ tokens, draft
     steps, cycle overhead) 3x dearer; the off step keeps its plain forward pass."""
-    profile_mod = pytest.importorskip("specpolicy.sim.profile")
+    profile_mod = pytest.importorskip("specpolicy.profiles")
     if "h200-llama8b" not in profile_mod.available_profiles():
         pytest.skip("h200-llama8b not shipped in this checkout")
     doc = profile_mod.load_profile("h200-llama8b").to_dict()

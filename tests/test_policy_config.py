@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specpolicy import ConfigError, SpecMode, StepStats, available_policies, make_policy, parse_config
-from specpolicy.policy import config_json_schema, config_union
+from specpolicy.registry import config_json_schema, config_union
 
 HYST = {"name": "hysteresis", "disable_at": 40, "enable_at": 20, "min_dwell_steps": 5, "num_steps": 4}
 

@@ -27,7 +27,7 @@ from specpolicy import (
     parse_config,
 )
 from specpolicy.policies import BUILTIN_ENTRIES
-from specpolicy.policy import config_union, get_entry
+from specpolicy.registry import config_union, get_entry
 
 #: Non-default configurations worth running through the generic properties too.
 EXTRA_CONFIGS: dict[str, list[dict[str, Any]]] = {

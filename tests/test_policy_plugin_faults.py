@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specpolicy import ConfigError, make_policy, parse_config
-from specpolicy import policy as registry
+from specpolicy import ConfigError, make_policy, parse_config, registry
 from specpolicy.policies.hysteresis import HysteresisPolicy
 from specpolicy.registry import broken_plugins
 

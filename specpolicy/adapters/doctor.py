@@ -15,14 +15,7 @@ from typing import Any, TextIO
 
 from .doctor_section import REINSTALL_FIX, finish, new_section, problem
 
-__all__ = ["report", "sglang_report", "check_targets"]
-
-
-def sglang_report(**kw: Any) -> dict[str, Any]:
-    """The SGLang section, not printed (moved to ``specpolicy.adapters.sglang.doctor.section``)."""
-    from .sglang.doctor import section
-
-    return section(**kw)
+__all__ = ["report", "check_targets"]
 
 
 def check_targets(targets: tuple[str, ...]) -> dict[str, str]:

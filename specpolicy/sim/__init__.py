@@ -1,19 +1,2 @@
-"""The simulator: step-cost profiles, workloads, an engine model and reports (``specpolicy simulate``)."""
-
-from ..profiles import (
-    PROFILE_FORMAT,
-    CostProfile,
-    ProfileError,
-    available_profiles,
-    load_profile,
-    with_off_cost,
-)
-
-__all__ = [
-    "PROFILE_FORMAT",
-    "CostProfile",
-    "ProfileError",
-    "available_profiles",
-    "load_profile",
-    "with_off_cost",
-]
+"""The simulator: workloads, an engine model and reports (``specpolicy simulate``); the step-cost profiles
+it replays are ``specpolicy.profiles``."""

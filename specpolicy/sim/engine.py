@@ -46,7 +46,7 @@ IntArray = npt.NDArray[np.int64]
 
 
 class SimProfile(Protocol):
-    """What the engine needs of a step-cost profile (``specpolicy.sim.profile.CostProfile`` provides it)."""
+    """What the engine needs of a step-cost profile (``specpolicy.profiles.CostProfile`` provides it)."""
 
     @property
     def max_steps(self) -> int: ...

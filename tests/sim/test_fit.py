@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specpolicy.sim import ProfileError, load_profile
+from specpolicy.profiles import CostProfile, ProfileError, load_profile, profile_from_dict
 from specpolicy.sim.fit import FitOptions, estimate_acceptance, fit_profile, fit_trace_files, synthetic_trace
-from specpolicy.sim.profile import CostProfile, profile_from_dict
 from specpolicy.trace import TraceRecord
 
 # Stated tolerance: every fitted step time within 5% of the true one inside the traced range (batch

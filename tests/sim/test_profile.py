@@ -12,9 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.costs import StepCostModel
-from specpolicy.sim import CostProfile, ProfileError, available_profiles, load_profile, with_off_cost
-from specpolicy.sim.profile import PROFILE_FORMAT, profile_from_dict
+from specpolicy.profiles import (
+    PROFILE_FORMAT,
+    CostProfile,
+    ProfileError,
+    StepCostModel,
+    available_profiles,
+    load_profile,
+    profile_from_dict,
+    with_off_cost,
+)
 
 SHIPPED = ["h200-live-sglang", "h200-llama70b", "h200-llama8b", "moe-verify-heavy", "seed-k25-tp8-pcie"]
 # Fitted from a live engine trace (docs/gpu-results.md), not built from the measured grids; it covers the

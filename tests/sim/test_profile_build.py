@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specpolicy.sim import available_profiles
+from specpolicy.profiles import available_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_profiles.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specpolicy.cli import main
-from specpolicy.sim import load_profile
+from specpolicy.profiles import load_profile
 from specpolicy.sim.fit import synthetic_trace
 
 

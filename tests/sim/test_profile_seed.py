@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from specpolicy.sim import load_profile
+from specpolicy.profiles import load_profile
 from specpolicy.sim.steady_state import ClosedLoop, closed_loop_tok_s, expected_tokens_per_step
 
 # concurrency: (EAGLE-3 launch configuration tok/s, speculation-free baseline tok/s), from the field report.

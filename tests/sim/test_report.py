@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from specpolicy.policy import available_policies, get_entry
+from specpolicy.registry import available_policies, get_entry
 from specpolicy.sim.report import REQUIRED_RUN_KEYS, format_table, rows, to_json
 from specpolicy.sim.run import Simulation, SimulationSpec, run_simulation
 

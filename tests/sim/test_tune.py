@@ -14,7 +14,8 @@ from pydantic import Field
 from specpolicy.cli import main
 from specpolicy.errors import ConfigError
 from specpolicy.mode import MAX_NUM_STEPS
-from specpolicy.policy import PolicyConfig, make_policy, parse_config
+from specpolicy.policy import PolicyConfig
+from specpolicy.registry import make_policy, parse_config
 from specpolicy.sim.tune import Param, parse_param_ranges, search_space, tune
 
 

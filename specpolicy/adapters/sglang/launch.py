@@ -33,7 +33,7 @@ from ..runtime import AdapterInstallError, check_candidate_steps
 from ..settings import ENV_POLICY, AdapterSettings
 from .versions import check_version, installed_version, route_for
 
-__all__ = ["main", "prepare", "PreparedLaunch", "LaunchPlan", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]
+__all__ = ["main", "prepare", "PreparedLaunch", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]
 
 PROG = "specpolicy-sglang"
 EXIT_CONFIG = 2  # invalid specpolicy configuration (same status argparse uses for usage errors)
@@ -137,10 +137,6 @@ class PreparedLaunch:
     sglang_argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-#: The former name, kept for callers of ``prepare`` that spell the type.
-LaunchPlan = PreparedLaunch
 
 
 def _settings_from(ns: argparse.Namespace) -> AdapterSettings:

@@ -37,7 +37,7 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
 
     import torch.distributed as dist
 
-    from specpolicy import policy as policy_mod
+    from specpolicy import registry as policy_mod
     from specpolicy.adapters.runtime import AdapterRuntime
     from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.tp import BroadcastSync
@@ -119,7 +119,7 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
 
     import torch.distributed as dist
 
-    from specpolicy import policy as policy_mod
+    from specpolicy import registry as policy_mod
     from specpolicy.adapters.runtime import AdapterRuntime
     from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.tp import BroadcastSync

@@ -260,16 +260,16 @@ def no_context(*args: Any, **kwargs: Any) -> Any:
 
 def wrap_v1_hooks(names: Any) -> None:
     """Wrap SGLang's v1 worker (``EAGLEWorker``) with the adapter's hooks from install's own hook plan;
-    undo with ``hooks.unwrap_all()``."""
+    undo with ``patching.unwrap_all()``."""
     import sglang
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
 
-    from specpolicy.adapters.sglang.legacy import hooks
+    from specpolicy.adapters import _patch as patching
     from specpolicy.adapters.sglang.legacy.install import hook_plan
 
     for cls, name, make in hook_plan(sglang.__version__, names):
         if cls is EAGLEWorker:
-            hooks.wrap(cls, name, make)
+            patching.wrap(cls, name, make)
 
 
 def patch_kernels(monkeypatch: Any) -> None:

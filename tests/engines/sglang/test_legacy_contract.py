@@ -19,6 +19,7 @@ import pytest
 import torch
 from conftest import requires_version
 
+from specpolicy.adapters import _patch as patching
 from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import legacy
 from specpolicy.adapters.sglang.legacy import hooks, scheduler_entry
@@ -37,10 +38,10 @@ install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install
 
 @pytest.fixture
 def clean() -> Any:
-    hooks.unwrap_all()
+    patching.unwrap_all()
     install_mod._STATE.__init__()
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
     install_mod._STATE.__init__()
 
 
@@ -114,7 +115,7 @@ def test_install_wraps_each_target_once_and_can_be_undone(sglang_version: str, c
         again is info
         and EAGLEWorker.__dict__["verify"].__specpolicy_wrapped__ is originals[(EAGLEWorker, "verify")]
     )
-    hooks.unwrap_all()
+    patching.unwrap_all()
     for (cls, name), orig in originals.items():
         assert cls.__dict__.get(name) is orig
     assert resolve not in Scheduler.__dict__  # inherited from the output-processor mixin again
@@ -129,7 +130,7 @@ def test_unsupported_release_is_refused_with_the_supported_list(
         legacy.install(_settings())
     info = legacy.install(_settings(on_install_failure="warn"))
     assert not info.installed and "0.5.9" in info.reason
-    assert hooks.ORIGINALS == {}
+    assert patching.ORIGINALS == {}
 
 
 @LEGACY
@@ -190,7 +191,7 @@ def test_scheduler_entry_installs_before_running_sglang(monkeypatch: pytest.Monk
     seen: list[Any] = []
 
     def fake_run(server_args: Any, port_args: Any, *args: Any, **kwargs: Any) -> str:
-        seen.append(((server_args, port_args, *args), kwargs, bool(hooks.ORIGINALS)))
+        seen.append(((server_args, port_args, *args), kwargs, bool(patching.ORIGINALS)))
         return "ran"
 
     monkeypatch.setattr(scheduler_module, "run_scheduler_process", fake_run)

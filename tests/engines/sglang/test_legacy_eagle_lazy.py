@@ -33,6 +33,7 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # no
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 
+from specpolicy.adapters import _patch as patching  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
 from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow  # noqa: E402
@@ -54,7 +55,7 @@ def _wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ods.patch_forward_batch(monkeypatch)
     ls.wrap_v1_hooks(names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 @pytest.fixture(name="wrapped_v2")
@@ -65,7 +66,7 @@ def _wrapped_v2(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_versi
     ods.patch_forward_batch(monkeypatch)
     _patch("0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1", names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 def _window(rows: int) -> HiddenWindow:
@@ -756,7 +757,7 @@ def test_v2_lazy_off_steps_neither_store_nor_gather_their_placeholders(
         held.append(batch.spec_info.topk_p)
     assert written == []  # no proposal or hidden state copied into the map
     assert held[0] is held[1] is held[2]  # nor gathered from it
-    from specpolicy.adapters.sglang.legacy.off_step import PLACEHOLDERS
+    from specpolicy.adapters.sglang.legacy.off_path import PLACEHOLDERS
 
     stored = getattr(batch.spec_info, PLACEHOLDERS)
     assert stored[0] is batch.spec_info.future_indices

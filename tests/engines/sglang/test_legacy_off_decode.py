@@ -28,6 +28,7 @@ from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
+from specpolicy.adapters import _patch as patching  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy import off_step as off_mod  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
@@ -51,7 +52,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ods.patch_forward_batch(monkeypatch)
     ls.wrap_v1_hooks(names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 def _runtime(depth: int) -> Any:
@@ -457,7 +458,7 @@ def wrapped_v2(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_versio
     ods.patch_forward_batch(monkeypatch)
     _patch("0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1", names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 def _v2(names: FieldNames, *, lazy: bool) -> Any:

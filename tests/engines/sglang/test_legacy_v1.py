@@ -25,8 +25,9 @@ pytest.importorskip("sglang.srt.speculative.eagle_worker")
 
 from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
 
+from specpolicy.adapters import _patch as patching  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
-from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
@@ -45,7 +46,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> Any:
     ls.patch_kernels(monkeypatch)
     ls.wrap_v1_hooks(names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 def _attach(setup: Any, depth: int) -> StepRuntime:

@@ -35,9 +35,10 @@ from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
+from specpolicy.adapters import _patch as patching  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.install import _patch  # noqa: E402
-from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
@@ -59,7 +60,7 @@ def wrapped(names: FieldNames, monkeypatch: pytest.MonkeyPatch, sglang_version: 
     table = "0.5.12.post1" if sglang_version == "0.5.12.post1" else "0.5.10.post1"
     _patch(table, names)
     yield
-    hooks.unwrap_all()
+    patching.unwrap_all()
 
 
 def _setup(names: FieldNames, depth: int) -> tuple[Any, Any, Any, StepRuntime]:

@@ -106,7 +106,7 @@ class _Rule:
 
 @pytest.fixture
 def rule_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specpolicy import policy as policy_mod
+    from specpolicy import registry as policy_mod
 
     entry = PolicyEntry("rule_for_tests", _RuleConfig, _Rule)
     monkeypatch.setitem(policy_mod._registry().entries, "rule_for_tests", entry)

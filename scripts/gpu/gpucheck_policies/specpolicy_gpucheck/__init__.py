@@ -36,7 +36,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from specpolicy import MAX_NUM_STEPS, Policy, PolicyConfig, PolicyEntry, SpecMode, StepStats, make_policy
 from specpolicy.errors import ConfigError, format_validation_error
 from specpolicy.policies.alternate import AlternateConfig, AlternatePolicy
-from specpolicy.policy import parse_config
+from specpolicy.registry import parse_config
 
 __all__ = [
     "CONTROL_SIZE",

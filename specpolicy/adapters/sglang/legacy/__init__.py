@@ -29,14 +29,13 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
 from __future__ import annotations
 
 from .install import InstallError, InstallInfo, install, sglang_version
-from .launch import LaunchPlan, LegacyLaunch, prepare_launch, server_args_problems
+from .launch import LegacyLaunch, prepare_launch, server_args_problems
 from .targets import SUPPORTED_VERSIONS
 
 __all__ = [
     "SUPPORTED_VERSIONS",
     "InstallError",
     "InstallInfo",
-    "LaunchPlan",
     "LegacyLaunch",
     "install",
     "prepare_launch",

@@ -29,9 +29,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..._patch import ORIGINALS as ORIGINALS  # re-exported: install and the tests use them here
-from ..._patch import unwrap_all as unwrap_all
-from ..._patch import wrap as wrap
 from ..request_ids import request_ids
 from .catch_up import catch_up_v1, catch_up_v2
 from .off_path import PLACEHOLDERS, OffPath

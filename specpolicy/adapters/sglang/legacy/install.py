@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
+from ..._patch import wrap
 from ..._support import installed_version
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
@@ -114,7 +115,7 @@ HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., An
 def _patch(version: str, names: FieldNames) -> list[str]:
     plan = hook_plan(version, names)
     for cls, name, make in plan:
-        hooks.wrap(cls, name, make)
+        wrap(cls, name, make)
     return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
 
 

@@ -24,7 +24,7 @@ from ..releases import layout_for, legacy_releases
 from .install import SUPPORTED_ALGORITHMS, InstallError, parallelism_problems, sglang_version
 from .scheduler_entry import run_scheduler_process
 
-__all__ = ["LegacyLaunch", "LaunchPlan", "prepare_launch", "server_args_problems"]
+__all__ = ["LegacyLaunch", "prepare_launch", "server_args_problems"]
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,6 @@ class LegacyLaunch:
     run_scheduler_process_func: Callable[..., Any]
     route: str  # "plugin+scheduler-func" (0.5.12.post1) or "scheduler-func" (0.5.10.post1)
     warnings: tuple[str, ...] = ()
-
-
-#: The former name, kept for callers of ``prepare_launch`` that spell the type.
-LaunchPlan = LegacyLaunch
 
 
 def server_args_problems(server_args: Any) -> list[str]:

@@ -32,7 +32,7 @@ from ...settings import AdapterSettings
 from ...tp import DecisionSync
 from .gpu_timer import GpuStepTimer
 
-__all__ = ["OnOffAtDepth", "StepRuntime", "Path", "make_runtime"]
+__all__ = ["StepRuntime", "Path", "make_runtime"]
 
 _ID_SLOT = MAX_OPEN - 1
 
