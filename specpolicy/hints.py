@@ -143,7 +143,7 @@ class HintBook:
     ``batch`` costs O(hinted requests) and nothing when there are none. Owned by one adapter.
     """
 
-    __slots__ = ("live", "requests_off", "requests_capped", "bad", "_logged")
+    __slots__ = ("live", "requests_off", "requests_capped", "bad", "trimmed", "_logged")
 
     def __init__(self) -> None:
         #: request key -> allowance, for the requests with a hint still alive
@@ -151,6 +151,8 @@ class HintBook:
         self.requests_off = 0
         self.requests_capped = 0
         self.bad = 0
+        #: request steps whose drafts an engine that verifies per request cut to the request's allowance
+        self.trimmed = 0
         self._logged = False
 
     def admit(self, key: Hashable, params: object) -> int | None:
@@ -194,7 +196,12 @@ class HintBook:
 
     def counts(self) -> dict[str, int]:
         """The running totals the metrics mirror (``specpolicy_hints_total{event}``)."""
-        return {"requests_off": self.requests_off, "requests_capped": self.requests_capped, "bad": self.bad}
+        return {
+            "requests_off": self.requests_off,
+            "requests_capped": self.requests_capped,
+            "bad": self.bad,
+            "request_steps_trimmed": self.trimmed,
+        }
 
 
 def hint_of(params: Any) -> int | None:

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
+from ...hints import aggregate
 from ..runtime import AdapterRuntime
 from .checks import preflight
+from .hints import RequestHints
 from .ledger import StepLedger
 from .versions import installed_version
 
@@ -38,12 +42,13 @@ __all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge",
 log = logging.getLogger("vllm.specpolicy")
 
 _perf_counter = time.perf_counter
+_NO_HINTS: Mapping[Any, int] = MappingProxyType({})
 
 
 class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
-    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids")
+    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids", "hints")
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
@@ -52,6 +57,8 @@ class CoreBridge:
         self.errors = 0
         self._logged = False
         self._with_ids = runtime.wants_request_ids
+        #: the requests' own hints (``extra_args["specpolicy"]``); None when the settings turn them off
+        self.hints = RequestHints(runtime.hints) if runtime.settings.hints else None
 
     def schedule(self, sched: Any, so: Any) -> int:
         """Depth for a non-empty step: O(scheduled requests) attribute reads, then one guarded decide()."""
@@ -60,6 +67,8 @@ class CoreBridge:
         ctx = 0
         samples = False
         ids: list[str] | None = [] if self._with_ids else None
+        live = _NO_HINTS if self.hints is None else self.hints.live
+        hinted: list[int] | None = [] if live else None
         for req_id, n in so.num_scheduled_tokens.items():
             r = requests[req_id]
             c = r.num_computed_tokens
@@ -74,9 +83,13 @@ class CoreBridge:
                     ctx += end
                     if ids is not None:
                         ids.append(req_id)
+                    if hinted is not None and (a := live.get(req_id)) is not None:
+                        hinted.append(a)
         waiting = sched.get_request_counts()[1]
         mean_seq_len = ctx / n_decode if n_decode else None
-        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, _perf_counter(), ids)
+        hints = None if hinted is None else aggregate(hinted)
+        now = _perf_counter()
+        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, now, ids, hints)
 
     def fail(self, exc: BaseException) -> int:
         """An adapter error (not a policy error, which the controller contains): log once, run the default."""
@@ -115,6 +128,7 @@ def install(vllm_config: Any) -> CoreBridge | None:
         default_steps=k_max,
         rank=int(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
         world_size=1,  # one scheduler per engine core; TP/PP ranks receive its SchedulerOutput
+        per_request_hints=True,
         header={
             "model_runner": facts.model_runner,
             "async_scheduling": facts.async_scheduling,
@@ -138,6 +152,18 @@ class _PolicyMixin:
         if installed is _UNSET:
             installed = install(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
         self._specpolicy = installed
+
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)  # type: ignore[misc]
+        sp = self._specpolicy
+        if sp is not None and sp.hints is not None:
+            sp.hints.admit(request)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        sp = self._specpolicy
+        if sp is not None and sp.hints is not None and sp.hints.live:
+            sp.hints.trim(self.requests)  # type: ignore[attr-defined] # drafts cut to each allowance
+        return super().schedule(*args, **kwargs)  # type: ignore[misc]
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         sp = self._specpolicy
