@@ -18,7 +18,7 @@ from .run import (
     run_simulation,
 )
 from .scenario_options import add_arguments, from_args
-from .workloads import WORKLOADS, parse_concurrency
+from .workloads import WORKLOADS, parse_concurrency, parse_hint_mix
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
 
@@ -111,6 +111,13 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--max-running", type=int, default=256, help="max requests decoding at once (default 256)")
     s.add_argument(
+        "--hints",
+        metavar="SPEC",
+        help="per-request hints: off=F[,capped=F,max_depth=N][,per_request=true][,rule=any|majority|all] "
+        "(fractions of the requests; per_request: verify per request as vLLM, else one depth per batch "
+        "as SGLang, off under the rule, default majority)",
+    )
+    s.add_argument(
         "--jitter", type=float, default=0.01, help="log-normal step-time noise, sigma (default 0.01)"
     )
     s.add_argument(
@@ -199,6 +206,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         switch_cost_ms=args.switch_cost_ms,
         timeline_bin_s=5.0 if args.plot else None,
+        hints=parse_hint_mix(args.hints),
     )
     sim = run_simulation(spec, progress=False if args.no_progress else None)
     from .report import format_table, to_json

@@ -28,7 +28,7 @@ from .comparators import (
 )
 from .engine import EngineConfig, RunResult, simulate
 from .progress import ProgressBar
-from .workloads import RequestShape, Scenario, load_workload
+from .workloads import HintMix, RequestShape, Scenario, load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -74,6 +74,7 @@ class SimulationSpec:
     track_requests: bool = False
     acceptance: AcceptanceModel | None = None
     shape: RequestShape | None = None
+    hints: HintMix | None = None
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -192,6 +193,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         concurrency=spec.concurrency,
         shape=spec.shape,
         acceptance=spec.acceptance,
+        hints=spec.hints,
     )
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
