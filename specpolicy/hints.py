@@ -91,23 +91,23 @@ def parse_hint(value: object) -> int | None:
     return n
 
 
+_new = tuple.__new__
+
+
 def aggregate(allowances: Iterable[int]) -> BatchHints | None:
     """The BatchHints of the allowances of a batch's hinted requests, or None when there are none."""
-    off = capped = 0
-    lo = MAX_NUM_STEPS + 1
-    hi = 0
-    for a in allowances:
-        if a == 0:
-            off += 1
-        else:
-            capped += 1
-            if a < lo:
-                lo = a
-            if a > hi:
-                hi = a
-    if not off and not capped:
+    al = allowances if isinstance(allowances, list) else list(allowances)
+    n = len(al)
+    if not n:
         return None
-    return BatchHints(off, capped, lo if capped else 0, hi)
+    off = al.count(0)
+    hints: BatchHints
+    if off == n:
+        hints = _new(BatchHints, (off, 0, 0, 0))
+    else:
+        caps = [a for a in al if a] if off else al
+        hints = _new(BatchHints, (off, n - off, min(caps), max(caps)))
+    return hints
 
 
 class BatchRule(NamedTuple):
@@ -125,11 +125,11 @@ class BatchRule(NamedTuple):
     def limit(self, hints: Sequence[int], batch_size: int) -> int:
         """The largest depth the batch's hints allow (``MAX_NUM_STEPS`` when they allow any)."""
         off, capped, min_cap, max_cap = hints
-        if self.per_request:
+        rule, per_request = self
+        if per_request:
             if off >= batch_size:
                 return 0
             return max_cap if off + capped >= batch_size else MAX_NUM_STEPS
-        rule = self.off
         if off and (rule == "any" or off >= batch_size or (rule == "majority" and 2 * off > batch_size)):
             return 0
         return min_cap if capped else MAX_NUM_STEPS

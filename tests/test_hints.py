@@ -58,7 +58,7 @@ def test_book_counts_each_request_once_and_contains_bad_hints(caplog: pytest.Log
     with caplog.at_level(logging.WARNING, logger="specpolicy.hints"):
         assert book.admit("e", {HINT_KEY: "sometimes"}) is None
         assert book.admit("f", {HINT_KEY: object()}) is None
-    assert book.counts() == {"requests_off": 1, "requests_capped": 1, "bad": 2}
+    assert book.counts() == {"requests_off": 1, "requests_capped": 1, "bad": 2, "request_steps_trimmed": 0}
     assert [r for r in caplog.records if "hint is ignored" in r.getMessage()].__len__() == 1
     assert set(book.live) == {"a", "b"}
     book.drop("a")

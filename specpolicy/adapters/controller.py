@@ -276,7 +276,7 @@ class StepController:
         """``k`` lowered to what the batch's hints allow (``hint_rule``), counted; malformed hints (from a
         caller other than an adapter) are ignored."""
         try:
-            limit = self.hint_rule.limit(stats.hints, stats[0])  # type: ignore[arg-type]
+            limit = self.hint_rule.limit(stats[_HINTS], stats[0])  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - StepStats.fast skips validation: no usable hints
             return k
         if limit >= k:

@@ -98,6 +98,8 @@ class SpecPolicyParams:
         #: the hints of the decode batch about to run (None: none of its requests has one)
         self.hints: BatchHints | None = None
         self._hints_n = 0
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.request_hints is None else self.request_hints.live
 
     # -- AdaptiveSpecPolicy --
     @property
@@ -169,9 +171,8 @@ class SpecPolicyParams:
             reqs = batch.reqs
             n = len(reqs)
             self.request_ids = request_ids(reqs) if self._wants_ids else None
-            rh = self.request_hints
-            if rh is not None and rh.book.live:
-                self.hints = rh.of_batch(reqs)
+            if self._hint_live:
+                self.hints = self.request_hints.of_batch(reqs)  # type: ignore[union-attr]
                 self._hints_n = n
             else:
                 self.hints = None

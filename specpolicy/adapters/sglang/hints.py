@@ -2,7 +2,10 @@
 
 A request's hint is read when it is prefilled (every extend batch passes through ``on_extend``), once; a
 decode batch's hints are gathered by ``of_batch`` only while some hinted request is alive, so a server
-without hints pays one truthiness check per step. SGLang runs one depth per batch, so the controller's
+without hints pays one truthiness check per step, and only when the batch's membership changed: SGLang
+replaces ``ScheduleBatch.reqs`` when it filters the batch and extends it when it merges one in, so the same
+list object at the same length holds the same requests (the list is kept referenced, so no other list can
+take its address). SGLang runs one depth per batch, so the controller's
 ``BatchRule`` (``hint_off_rule``, the smallest cap) turns the batch's hints into its depth.
 """
 
@@ -22,12 +25,18 @@ PRUNE_EVERY = 64
 class RequestHints:
     """The hinted requests of one scheduler process (owned by its adapter); never raises into SGLang."""
 
-    __slots__ = ("book", "_reqs", "_age")
+    __slots__ = ("book", "live", "_reqs", "_age", "_list", "_len", "_last")
 
     def __init__(self, book: HintBook) -> None:
         self.book = book
+        #: request id -> allowance of the live hinted requests (the book's own dict: adapters check it
+        #: before calling ``of_batch``)
+        self.live = book.live
         self._reqs: dict[Hashable, Any] = {}  # rid -> Req of the live hinted requests, to see them finish
         self._age = 0
+        self._list: object = None  # the batch list of the last scan, its length, and what it found
+        self._len = -1
+        self._last: BatchHints | None = None
 
     def on_extend(self, reqs: Sequence[Any] | None) -> None:
         """Read the hints of the requests of an extend (prefill) batch."""
@@ -47,6 +56,8 @@ class RequestHints:
         live = self.book.live
         if not live or not reqs:
             return None
+        if reqs is self._list and len(reqs) == self._len:
+            return self._last
         try:
             get = live.get
             hits = [a for r in reqs if (a := get(r.rid)) is not None]
@@ -55,7 +66,10 @@ class RequestHints:
                 if self._age >= PRUNE_EVERY:
                     self._age = 0
                     self._prune()
-            return aggregate(hits)
+            self._last = last = aggregate(hits)
+            self._list = reqs
+            self._len = len(reqs)
+            return last
         except Exception:  # noqa: BLE001 - hints are optional inputs
             return None
 
@@ -65,3 +79,4 @@ class RequestHints:
             if r.finished():
                 del self._reqs[rid]
                 self.book.drop(rid)
+        self._list = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...hints import HintBook
+from ...hints import BatchHints, HintBook, aggregate
 
 __all__ = ["RequestHints"]
 
@@ -54,4 +54,23 @@ class RequestHints:
                     book.trimmed += 1
         except Exception:  # noqa: BLE001 - the step runs with the drafts it has
             return
+
+    def of_step(self, scheduled: Any, requests: Any) -> BatchHints | None:
+        """The hints of the decoding requests of a step (``num_scheduled_tokens``: id -> tokens), found
+        from the hinted requests (O(hinted), not O(batch)); decoding as ``CoreBridge.schedule`` counts it."""
+        try:
+            got = []
+            for rid, allowance in self.live.items():
+                n = scheduled.get(rid)
+                if n is None:
+                    continue
+                r = requests[rid]
+                c = r.num_computed_tokens
+                placeholders = r.num_output_placeholders
+                end = r.num_tokens + placeholders
+                if c + n >= end and c + 1 >= end and (placeholders or r.num_output_tokens):
+                    got.append(allowance)
+            return aggregate(got)
+        except Exception:  # noqa: BLE001 - hints are optional inputs
+            return None
 

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
-from ...hints import aggregate
 from ..runtime import AdapterRuntime
 from .checks import preflight
 from .hints import RequestHints
@@ -42,13 +39,14 @@ __all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge",
 log = logging.getLogger("vllm.specpolicy")
 
 _perf_counter = time.perf_counter
-_NO_HINTS: Mapping[Any, int] = MappingProxyType({})
 
 
 class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
-    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids", "hints")
+    __slots__ = (
+        "runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids", "hints", "_hint_live"
+    )
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
@@ -59,6 +57,8 @@ class CoreBridge:
         self._with_ids = runtime.wants_request_ids
         #: the requests' own hints (``extra_args["specpolicy"]``); None when the settings turn them off
         self.hints = RequestHints(runtime.hints) if runtime.settings.hints else None
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.hints is None else self.hints.live
 
     def schedule(self, sched: Any, so: Any) -> int:
         """Depth for a non-empty step: O(scheduled requests) attribute reads, then one guarded decide()."""
@@ -67,8 +67,6 @@ class CoreBridge:
         ctx = 0
         samples = False
         ids: list[str] | None = [] if self._with_ids else None
-        live = _NO_HINTS if self.hints is None else self.hints.live
-        hinted: list[int] | None = [] if live else None
         for req_id, n in so.num_scheduled_tokens.items():
             r = requests[req_id]
             c = r.num_computed_tokens
@@ -83,11 +81,10 @@ class CoreBridge:
                     ctx += end
                     if ids is not None:
                         ids.append(req_id)
-                    if hinted is not None and (a := live.get(req_id)) is not None:
-                        hinted.append(a)
         waiting = sched.get_request_counts()[1]
         mean_seq_len = ctx / n_decode if n_decode else None
-        hints = None if hinted is None else aggregate(hinted)
+        live = self._hint_live
+        hints = self.hints.of_step(so.num_scheduled_tokens, requests) if live else None  # type: ignore[union-attr]
         now = _perf_counter()
         return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, now, ids, hints)
 
@@ -161,8 +158,8 @@ class _PolicyMixin:
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         sp = self._specpolicy
-        if sp is not None and sp.hints is not None and sp.hints.live:
-            sp.hints.trim(self.requests)  # type: ignore[attr-defined] # drafts cut to each allowance
+        if sp is not None and sp._hint_live:
+            sp.hints.trim(self.requests)  # type: ignore[union-attr,attr-defined] # drafts cut to allowances
         return super().schedule(*args, **kwargs)  # type: ignore[misc]
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:

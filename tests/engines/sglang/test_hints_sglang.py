@@ -51,7 +51,8 @@ def test_real_requests_hints_are_read_once_and_bad_ones_counted() -> None:
     rt.on_non_decode(reqs)  # their prefill
     rt.on_non_decode(reqs[:2])  # a later chunk of the same requests: not counted again
     assert rt.runtime.hint_counts() == {
-        "requests_off": 1, "requests_capped": 2, "bad": 1, "steps_off": 0, "steps_capped": 0
+        "requests_off": 1, "requests_capped": 2, "bad": 1, "request_steps_trimmed": 0, "steps_off": 0,
+        "steps_capped": 0,
     }
 
 
@@ -145,5 +146,32 @@ def test_v2_bridge_reads_the_batch_hints(monkeypatch: pytest.MonkeyPatch) -> Non
     params.note_batch(sched, vs.schedule_batch(reqs=reqs, forward_mode=ForwardMode.DECODE))
     assert params.get_steps_for_batch(3) == 3  # another batch size than noted: its hints are not used
     assert art.hint_counts() == {
-        "requests_off": 1, "requests_capped": 1, "bad": 0, "steps_off": 1, "steps_capped": 1
+        "requests_off": 1, "requests_capped": 1, "bad": 0, "request_steps_trimmed": 0, "steps_off": 1,
+        "steps_capped": 1,
     }
+
+
+def test_batch_hints_follow_sglang_filter_and_merge() -> None:
+    """SGLang filters a batch into a new list and merges by extending it: each is a rescan, the same list
+    at the same length is not; finished requests are forgotten."""
+    from specpolicy.adapters.sglang import hints as sh
+    from specpolicy.hints import HintBook
+
+    rh = sh.RequestHints(HintBook())
+    reqs = _reqs(["off", None, "max_depth=2"])
+    rh.on_extend(reqs)
+    running = list(reqs)
+    assert rh.of_batch(running) == (1, 1, 2, 2)
+    running = [running[1], running[2]]  # filter_batch: a new list without the opted-out request
+    assert rh.of_batch(running) == (0, 1, 2, 2)
+    more = _reqs([None, None, None, "off"])[3:]
+    rh.on_extend(more)
+    running.extend(more)  # merge_batch: the same list, longer
+    assert rh.of_batch(running) == (1, 1, 2, 2)
+    assert rh.of_batch(running) is rh.of_batch(running)  # unchanged: the last scan's result
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+    reqs[0].finished_reason = FINISH_LENGTH(length=1)
+    for _ in range(sh.PRUNE_EVERY + 1):
+        rh.of_batch(list(running))  # the first request is in no batch any more, and finished
+    assert set(rh.live) == {more[0].rid, reqs[2].rid}

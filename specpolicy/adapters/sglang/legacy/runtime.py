@@ -79,6 +79,7 @@ class StepRuntime:
         "_next_stats",
         "_ids",
         "request_hints",
+        "_hint_live",
     )
 
     def __init__(
@@ -122,6 +123,8 @@ class StepRuntime:
         self._ids: list[tuple[int, Sequence[Hashable] | None] | None] = [None] * (_ID_SLOT + 1)
         #: the requests' own hints (``custom_params["specpolicy"]``), read at their prefill; None: off
         self.request_hints = RequestHints(runtime.hints) if runtime.settings.hints else None
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.request_hints is None else self.request_hints.live
 
     def begin_decode(
         self,
@@ -157,8 +160,7 @@ class StepRuntime:
         elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
             self._flush_accepted()
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
-        rh = self.request_hints
-        hints = None if rh is None or not rh.book.live else rh.of_batch(reqs)
+        hints = self.request_hints.of_batch(reqs) if self._hint_live else None  # type: ignore[union-attr]
         stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids, hints)
         if forced_on:
             ctl.force(stats, self.launch_depth)
