@@ -196,3 +196,19 @@ def test_metrics_mirror_the_hint_counters() -> None:
 
     assert value("requests_off") == 1 and value("bad") == 1 and value("steps_off") == 1
     assert value("requests_capped") is None  # never moved
+
+
+def test_bench_hints_stays_runnable(tmp_path: Any) -> None:
+    """benchmarks/bench_hints.py: a tiny run reports every path at every batch size (no timings)."""
+    import json
+
+    from _benchmarks import load
+
+    bench = load("bench_hints")
+    out = tmp_path / "hints.json"
+    assert bench.main(["--steps", "4", "--repeats", "1", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["batch"] for r in rows] == list(bench.BATCH_SIZES)
+    assert all(r["hinted_requests"] >= 1 for r in rows)
+    for r in rows:
+        assert {"idle_ns", "sglang_ns", "sglang_rescan_ns", "vllm_ns", "decide_cost_model_ns"} <= set(r)
