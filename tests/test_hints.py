@@ -212,3 +212,22 @@ def test_bench_hints_stays_runnable(tmp_path: Any) -> None:
     assert all(r["hinted_requests"] >= 1 for r in rows)
     for r in rows:
         assert {"idle_ns", "sglang_ns", "sglang_rescan_ns", "vllm_ns", "decide_cost_model_ns"} <= set(r)
+
+
+def test_the_trace_records_the_batch_hints(tmp_path: Any) -> None:
+    import json
+
+    from specpolicy.adapters.trace_writer import TraceWriter
+    from specpolicy.trace import TraceRecord
+
+    path = tmp_path / "t.jsonl"
+    tw = TraceWriter(path)
+    ctl = StepController(Fixed(3), allowed_steps=range(4), default_steps=3, observers=[tw])
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))) == 0
+    ctl.outcome(ctl.step, None, 0.01)
+    ctl.close()
+    tw.close()
+    line = json.loads(path.read_text().splitlines()[-1])
+    assert line["hints"] == [2, 0, 0, 0] and line["num_steps"] == 0
+    rec = TraceRecord.from_stats(1, StepStats(2, hints=(2, 0, 0, 0)), 0, None)
+    assert rec.stats().hints == [2, 0, 0, 0]
