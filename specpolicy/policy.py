@@ -34,6 +34,7 @@ __all__ = [
     "PolicyEntry",
     "ReportsEstimates",
     "RequestsSteps",
+    "Stateful",
 ]
 
 
@@ -55,6 +56,21 @@ class ReportsEstimates(Protocol):
     """Optional: a policy exposing its internal estimates (EWMA acceptance, predicted tokens/s) to metrics."""
 
     def estimates(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Optional: a policy whose learned state can be saved and loaded (a warm start after a restart).
+
+    ``state_dict()`` returns JSON data (``json.dumps`` with ``allow_nan=False`` takes it) in a versioned
+    envelope (``specpolicy.snapshot``); ``load_state_dict()`` into a policy of the same kind and config makes
+    it decide as the saved one would from then on. A state it cannot take raises ``snapshot.StateError``
+    naming the field, and leaves the policy as it was.
+    """
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None: ...
 
 
 @runtime_checkable

@@ -4,7 +4,8 @@ Engine adapters write it (buffered, off the hot path); ``specpolicy simulate`` r
 ``specpolicy profile fit`` fits a step-cost profile from it. Each record describes ONE executed step: the
 StepStats the policy saw before it, the depth the step ran with, and that step's measured wall time (written
 once known, so a record is emitted one step late). Lines whose ``kind`` is ``"header"`` carry run metadata
-(engine, version, worker path, policy config) and are skipped by ``read_trace``.
+(engine, version, worker path, policy config); ``"policy_swap"`` and ``"policy_swap_refused"`` lines say
+that the policy changed (or a change was refused) before decision ``step``. ``read_trace`` skips both.
 """
 
 from __future__ import annotations
@@ -211,9 +212,10 @@ def iter_trace_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_trace(path: str | Path) -> Iterator[TraceRecord]:
-    """Yield the step records of a trace file (rotated files are read one at a time by the caller)."""
+    """Yield the step records of a trace file (rotated files are read one at a time by the caller); lines
+    with a ``kind`` (headers, policy changes) are not step records."""
     for lineno, obj in iter_trace_lines(path):
-        if obj.get("kind") == "header":
+        if "kind" in obj:
             continue
         try:
             yield TraceRecord.from_dict(obj)

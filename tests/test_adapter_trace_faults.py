@@ -18,7 +18,7 @@ from _benchmarks import load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters import trace_writer as tw
+from specpolicy.adapters import trace_file
 from specpolicy.adapters.controller import StepRecord
 from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
@@ -155,7 +155,7 @@ def test_the_writer_serialises_records_as_trace_record_does(
 ) -> None:
     stats = StepStats.fast(b, 1, seq, k, acc, None, t)
     kw: dict[str, Any] = {"rank": 2, "ts": 1.5, "decide_us": 2.25, "fallback": True}
-    line = tw._encode(step, stats, 3, t, 2, 1.5, 2.25e-6, True)
+    line = trace_file.encode(step, stats, 3, t, 2, 1.5, 2.25e-6, True)
     assert line is not None
     assert line.decode() == TraceRecord.from_stats(step, stats, 3, t, **kw).to_json() + "\n"
     assert record_dict(step, stats, 3, t, **kw)["accepted_draft_tokens"] is acc  # no copy

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy.adapters.controller import StepController, StepRecord
-from specpolicy.adapters.trace_writer import TraceWriter, rank_path
+from specpolicy.adapters.trace_file import rank_path
+from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.policies.static import StaticConfig, StaticPolicy
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy import StepStats, available_policies, make_policy, parse_config
+from specpolicy import ReportsEstimates, StepStats, available_policies, make_policy, parse_config
 from specpolicy.stats import mean_accepted_drafts, sample_sequence
 
 BATCH = 65_536
@@ -52,17 +52,7 @@ class Counted(Sequence[int]):
 
 
 def _specs() -> list[Any]:
-    out: list[Any] = []
-    for name in available_policies():
-        marks = []
-        if name in ("cost_model", "clamp"):  # clamp's default inner policy is cost_model
-            marks = [
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="cost_model copies a non-list field whole (cost_model/policy.py, _as_list)",
-                )
-            ]
-        out.append(pytest.param({"name": name}, id=name, marks=marks))
+    out: list[Any] = [pytest.param({"name": name}, id=name) for name in available_policies()]
     out.append(pytest.param({"name": "clamp", "inner": {"name": "acceptance"}}, id="clamp-acceptance"))
     out.append(pytest.param({"name": "gate", "inner": {"name": "acceptance"}}, id="gate-acceptance"))
     return out
@@ -114,3 +104,35 @@ def test_a_numpy_batch_gives_the_mean_a_list_of_it_gives() -> None:
 @pytest.mark.parametrize("value", ["abc", b"ab", 12, object(), iter([1, 2]), None])
 def test_anything_but_a_sequence_is_no_sample(value: object) -> None:
     assert sample_sequence(value, 8) is None
+
+
+@pytest.mark.parametrize("container", [np.asarray, tuple], ids=["numpy", "tuple"])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(1, 40),  # batch
+            st.integers(0, 3),  # accepted (of depth 3), per request below
+            st.booleans(),  # drafts trimmed to 2 for every other request
+            st.floats(0.005, 0.05),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_cost_model_decides_the_same_from_any_container(
+    container: Any, steps: list[tuple[int, int, bool, float]]
+) -> None:
+    """cost_model samples a numpy array or a tuple as it samples a list: the same decisions and estimates."""
+    as_list = make_policy(parse_config({"name": "cost_model"}))
+    other = make_policy(parse_config({"name": "cost_model"}))
+    for i, (batch, a, trimmed, t) in enumerate(steps):
+        drafted = [2 if trimmed and j % 2 else 3 for j in range(batch)]
+        acc = [min((a + j) % 4, d) for j, d in enumerate(drafted)]
+        ids = list(range(i, i + batch))
+        lists = StepStats.fast(batch, 0, 500.0, 3, acc, drafted, t, None, batch, 3, 500.0, ids, ids)
+        others = StepStats.fast(
+            batch, 0, 500.0, 3, container(acc), container(drafted), t, None, batch, 3, 500.0, ids, ids
+        )
+        assert as_list.decide(lists) == other.decide(others), i
+    assert isinstance(as_list, ReportsEstimates) and isinstance(other, ReportsEstimates)
+    assert as_list.estimates() == other.estimates()

@@ -76,8 +76,8 @@ def test_a_lucky_first_step_does_not_raise_the_best_seen(batch: int, seed: int) 
     eight sampled of a large batch); the best seen stays the prior."""
     policy = _policy()
     _feed(policy, batch, 1, 1.0, random.Random(seed))
-    assert policy._acc.rates[1] > PRIOR
-    assert policy._a_hi == PRIOR
+    assert policy.s.acc.rates[1] > PRIOR
+    assert policy.s.a_hi == PRIOR
 
 
 @given(rate=st.floats(0.8, 0.95), seed=st.integers(0, 2**16))
@@ -87,7 +87,7 @@ def test_a_well_measured_higher_rate_raises_the_best_seen_whole(rate: float, see
     than the noise of the first estimate taken whole (128 tries: a standard deviation of 0.035 at 0.8)."""
     policy = _policy()
     _feed(policy, 8, 200, rate, random.Random(seed))
-    assert rate - 0.03 < policy._a_hi < rate + 0.12
+    assert rate - 0.03 < policy.s.a_hi < rate + 0.12
 
 
 @given(rate=st.floats(0.75, 0.95), seed=st.integers(0, 2**16))
@@ -96,7 +96,7 @@ def test_at_one_request_a_well_measured_estimate_counts_whole(rate: float, seed:
     best seen is at least the estimate, where its lower bound would have stood several hundredths below."""
     policy = _policy()
     _feed(policy, 1, 300, rate, random.Random(seed))
-    est, tries = policy._acc.rates[1], policy._acc.tries(1)
+    est, tries = policy.s.acc.rates[1], policy.s.acc.tries(1)
     assert tries >= 128.0
-    assert policy._a_hi >= est - 1e-9
+    assert policy.s.a_hi >= est - 1e-9
     assert lower_bound(est, tries) < est - 0.04

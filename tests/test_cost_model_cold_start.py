@@ -98,6 +98,6 @@ def test_a_resumes_cost_never_becomes_the_depths_cost(seed: int, on_ms: float, r
     _rate(seed, steps=400, policy=policy, on_ms=on_ms, resume_ms=resume_ms, decisions=decisions)
     ran = "".join("S" if k else "." for k in decisions)
     if "SSS" in ran[1:]:  # a run after the first step: the depth was measured over two steady steps
-        costs = policy._costs
-        times, _ = costs.predict(costs.grid.index[1], 528.0, policy._cur, True)
+        costs = policy.s.costs
+        times, _ = costs.predict(costs.grid.index[1], 528.0, policy.s.cur, True)
         assert times[policy._arms.index(3)] <= on_ms * 1.05e-3 * 1.0001, ran[:120]

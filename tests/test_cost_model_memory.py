@@ -65,12 +65,12 @@ def _drive(policy: CostModelPolicy, steps: int, batch: int, absent: frozenset[st
 def _sizes(policy: CostModelPolicy) -> dict[str, int]:
     """The size of every container that could grow with the steps."""
     return {
-        "queued outcomes": len(policy._rq),
-        "requests": len(policy._reqs),
-        "runs": len(policy._pending),
-        "acceptance bytes": sum(len(b) for b in policy._bufs),
-        "profile memo": len(policy._costs._memo),
-        "population sums": len(policy._pop_sums),
+        "queued outcomes": len(policy.s.rq),
+        "requests": len(policy.s.reqs),
+        "runs": len(policy.s.pending),
+        "acceptance bytes": sum(len(b) for b in policy.s.bufs),
+        "profile memo": len(policy.s.costs._memo),
+        "population sums": len(policy.s.pop_sums),
     }
 
 
@@ -107,9 +107,9 @@ def test_outcome_ids_without_batch_ids_are_counted_not_kept() -> None:
     policy = make_policy("cost_model")
     assert isinstance(policy, CostModelPolicy)
     _drive(policy, 3000, 16, frozenset({"request_ids", "drafted_tokens"}))
-    assert len(policy._rq) <= BOUNDS["queued outcomes"]
+    assert len(policy.s.rq) <= BOUNDS["queued outcomes"]
     # they were counted: learned per request, then forgotten once unseen for the table's horizon
-    assert policy._reqs.forgotten + len(policy._reqs) > 100
+    assert policy.s.reqs.forgotten + len(policy.s.reqs) > 100
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_one_malformed_step_does_not_freeze_cost_model(bad: dict[str, Any], prof
         acc_j = None if bad.get("batch_size") else [k]
         policy.decide(StepStats.fast(1, 0, 1000.0, k, acc_j, None, 0.021 + j))
     assert _run_until_off(policy, frozenset(policy.config.candidate_steps()), k) > 0
-    assert len(policy._pending) < 64  # queued measurements are folded in, not kept forever
+    assert len(policy.s.pending) < 64  # queued measurements are folded in, not kept forever
 
 
 def _numpy_typed(stats: StepStats) -> StepStats:

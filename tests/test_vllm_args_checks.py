@@ -100,8 +100,12 @@ def test_versions() -> None:
 
 
 def test_a_v2_runner_that_drafts_every_token_is_refused_sync_and_warned_async() -> None:
-    """0.26's V2 model runner drafts num_speculative_tokens whatever the depth (versions.RELEASES)."""
-    old = dataclasses.replace(FACTS, version="0.26.0")
+    """0.26's V2 model runner drafts num_speculative_tokens whatever the depth (versions.RELEASES), except
+    with the autoregressive drafters the adapter's hook drives (drafter_depth.METHODS)."""
+    hooked = dataclasses.replace(FACTS, version="0.26.0")
+    assert check_engine(hooked, [0, 1, 3]) == []
+    assert check_engine(dataclasses.replace(hooked, async_scheduling=False), [0, 1, 3]) == []
+    old = dataclasses.replace(hooked, method="dflash")  # a parallel drafter: one pass drafts all K
     (warning,) = check_engine(old, [0, 1, 3])
     assert "saves verification, not drafting" in warning and "VLLM_USE_V2_MODEL_RUNNER=0" in warning
     with pytest.raises(AdapterInstallError, match="depth would be ignored"):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
@@ -50,6 +50,8 @@ BUDGET_DECAY = 4
 #: Distinct error kinds logged (with a traceback) per controller; later ones are only counted.
 MAX_LOGGED = 16
 _FATAL = (KeyboardInterrupt, SystemExit)
+#: ``_poll_at`` when nothing is watched: a step never reached.
+_NEVER = 1 << 62
 
 
 class StepRecord(NamedTuple):
@@ -178,6 +180,11 @@ class StepController:
         #: steps the hints turned off, and steps they made shallower but not off
         self.hint_off_steps = 0
         self.hint_capped_steps = 0
+        #: the hook called before every ``_poll_every``-th decision (``watch``), and the step after which
+        #: it runs next
+        self._poll_hook: Callable[[int], None] | None = None
+        self._poll_every = 0
+        self._poll_at = _NEVER
         self.watchdog = None
         if watchdog_s is not None:
             from .watchdog import DecideWatchdog
@@ -193,6 +200,35 @@ class StepController:
     def policy(self, policy: Policy) -> None:
         self._policy = policy
         self._asks: RequestsSteps | None = policy if isinstance(policy, RequestsSteps) else None
+
+    def replace_policy(self, policy: Policy, name: str) -> None:
+        """Guard another policy from the next decision on; its decide() budget starts afresh (the slow calls
+        of the one it replaces are not held against it)."""
+        self.policy = policy
+        self.policy_name = name or type(policy).__name__
+        self._slow = 0
+        self._tripped = self._recovered = False
+
+    def watch(self, hook: Callable[[int], None], every: int) -> None:
+        """Call ``hook(step)`` before every ``every``-th decision, ``step`` being that decision's number
+        (the control file's check). One comparison per decision; a hook that raises is contained like a
+        policy error, and the decision goes ahead."""
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every!r}")
+        self._poll_hook = hook
+        self._poll_every = every
+        self._poll_at = self.step + every
+
+    def _poll(self) -> None:
+        self._poll_at = self.step + self._poll_every
+        hook = self._poll_hook
+        assert hook is not None
+        try:
+            hook(self.step + 1)
+        except _FATAL:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the engine keeps serving with the running policy
+            self._on_error(exc, "control", "the running policy stays")
 
     @property
     def known(self) -> tuple[Any, ...]:
@@ -225,6 +261,8 @@ class StepController:
 
     def decide(self, stats: StepStats) -> int:
         """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
+        if self.step >= self._poll_at:
+            self._poll()
         if self._slow and self._slow >= self.budget_steps * BUDGET_DECAY > 0 and self.step % RETRY_INTERVAL:
             self.budget_fallbacks += 1
             k = self.default_steps

@@ -15,10 +15,11 @@ Metric names (all prefixed ``specpolicy_``, labelled ``engine`` and ``rank``): `
 and at most ``MAX_ESTIMATE_NAMES`` distinct names get a series: the first ones seen),
 ``estimates_dropped_total`` (estimate values not exported: beyond those names, or not numbers),
 ``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records),
-``engine_events_total{event}`` (what the adapter did inside the engine: steps forced to speculate, draft
-positions skipped and caught up, ...; running totals an adapter reports through ``engine_counts``),
-``hints_total{event}`` (per-request hints: ``requests_off``, ``requests_capped``, ``bad``, ``steps_off``,
-``steps_capped``).
+``policy_swaps_total`` and ``policy_swaps_refused_total`` (policy changes through the control file, see
+``adapters.control_file``), ``engine_events_total{event}`` (what the adapter did inside the engine: steps
+forced to speculate, draft positions skipped and caught up, ...; running totals an adapter reports through
+``engine_counts``), ``hints_total{event}`` (per-request hints: ``requests_off``, ``requests_capped``,
+``bad``, ``request_steps_trimmed``, ``steps_off``, ``steps_capped``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,18 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             (*labels, "outcome"),
             registry=reg,
         ),
+        "swaps": prom.Counter(
+            "specpolicy_policy_swaps",
+            "Policy changes installed without a restart (the control file)",
+            labels,
+            registry=reg,
+        ),
+        "swaps_refused": prom.Counter(
+            "specpolicy_policy_swaps_refused",
+            "Policy changes refused (invalid, or not runnable by this engine); the running policy stayed",
+            labels,
+            registry=reg,
+        ),
         "engine_events": prom.Counter(
             "specpolicy_engine_events",
             "What the adapter did inside the engine, by event (e.g. forced_steps, draft_catch_ups), as "
@@ -180,6 +193,8 @@ class MetricsObserver:
         self._hints_family = fams["hints"]
         self._hints_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
+        self._swaps = fams["swaps"].labels(*lv)
+        self._swaps_refused = fams["swaps_refused"].labels(*lv)
         self._estimate_family = fams["estimate"]
         self._estimate_names: set[str] = set()
         self._estimates_dropped = fams["estimates_dropped"].labels(*lv)
@@ -287,6 +302,15 @@ class MetricsObserver:
         if dropped:
             self.estimates_dropped += dropped
             self._estimates_dropped.inc(dropped)
+
+    def count_swap(self, policy: Policy | None, refused: bool) -> None:
+        """A policy change installed (``policy``, whose estimates are mirrored from now on) or refused;
+        counted at once (changes are rare)."""
+        if refused:
+            self._swaps_refused.inc()
+            return
+        self._swaps.inc()
+        self._estimates = policy if isinstance(policy, ReportsEstimates) else None
 
     def close(self) -> None:
         self.push()

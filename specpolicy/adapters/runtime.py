@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
+from .. import __version__
 from ..errors import short_str
 from ..hints import BatchRule, HintBook
 from ..policy import Policy
 from ..registry import get_entry
 from ..stats import StepStats
+from .control_file import attach_control
 from .controller import StepController, StepObserver
 from .settings import AdapterSettings
 from .tp import AgreedDecider, DecisionSync, agreement_mode
+from .warm_start import WarmStart, gpu_name
 
 __all__ = ["AdapterRuntime", "AdapterInstallError", "check_candidate_steps"]
 
@@ -67,6 +71,7 @@ class AdapterRuntime:
             drafts and the batch depth only drops where every request allows less (``BatchRule``).
         header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
             and the adapter's running totals for the metrics.
+        model, drafter: what the engine serves, for the warm start's fingerprint (``warm_start``).
     """
 
     def __init__(
@@ -88,9 +93,12 @@ class AdapterRuntime:
         policy: Policy | None = None,
         observers: Sequence[StepObserver] = (),
         per_request_hints: bool = False,
+        model: str | None = None,
+        drafter: str | None = None,
     ) -> None:
         config = settings.policy
         candidates = config.candidate_steps()
+        given_wrap = wrap  # a policy swapped in later may need it
         if wrap is not None and policy is None and set(candidates) <= set(allowed_steps):
             wrap = None  # it would map every depth the policy can choose onto itself
         if wrap is None:
@@ -108,6 +116,10 @@ class AdapterRuntime:
         observers = list(observers)
         #: the live hinted requests and the hint counters; adapters admit requests only when ``hints`` is on
         self.hints = HintBook()
+        self.warm_start = _warm_start(self, model, drafter)
+        if self.warm_start is not None:
+            observers.append(self.warm_start)
+            engine_counts = _with_counts(engine_counts, self.warm_start.counts)
         self.trace = None
         self.metrics = None
         if settings.trace_path is not None:
@@ -176,11 +188,10 @@ class AdapterRuntime:
             )
         #: The depth to run this step, guarded and agreed across ranks: the controller's own ``decide`` when
         #: there is nothing to agree on (one rank), so the step pays for no extra call.
-        self.decide: Callable[[StepStats], int] = (
-            self.controller.decide
-            if world_size <= 1
-            else AgreedDecider(self.controller, self.mode, sync, world_size).decide
-        )
+        agreed = None if world_size <= 1 else AgreedDecider(self.controller, self.mode, sync, world_size)
+        self.decide: Callable[[StepStats], int] = self.controller.decide if agreed is None else agreed.decide
+        #: policy changes without a restart (``settings.control_path``); None when off
+        self.control = attach_control(self, given_wrap, agreed)
 
     def hint_counts(self) -> dict[str, int]:
         """The hint counters: requests that opted out or set a cap, bad hints, steps turned off or capped."""
@@ -200,11 +211,59 @@ class AdapterRuntime:
         """Close metrics, trace and watchdog; never raises, and one failing does not skip the others."""
         # the controller first (its waiting decisions reach the observers), then the trace: its final counts
         # reach the metrics' last push
-        closers = (("controller", self.controller), ("trace", self.trace), ("metrics", self.metrics))
+        closers = (
+            ("controller", self.controller.close),
+            (
+                "warm start",
+                None if self.warm_start is None else partial(self.warm_start.close, self.controller.step),
+            ),
+            ("trace", None if self.trace is None else self.trace.close),
+            ("metrics", None if self.metrics is None else self.metrics.close),
+        )
         for what, closer in closers:
             if closer is None:
                 continue
             try:
-                closer.close()
+                closer()
             except Exception as exc:  # noqa: BLE001 - shutdown must finish
                 log.error("specpolicy rank %d: closing the %s failed: %s", self.rank, what, short_str(exc))
+
+
+def _warm_start(runtime: AdapterRuntime, model: str | None, drafter: str | None) -> WarmStart | None:
+    """The settings' warm start, its state loaded into the runtime's policy (or the reason it was not)."""
+    settings = runtime.settings
+    if settings.warm_start_path is None:
+        return None
+    gpu = gpu_name()
+
+    def fingerprint() -> dict[str, object]:
+        return {
+            "engine": runtime.engine,
+            "engine_version": runtime.engine_version,
+            "model": model,
+            "drafter": drafter,
+            "gpu": gpu,
+            "world_size": runtime.world_size,
+            "policy": runtime.settings.policy.model_dump(mode="json"),  # the running one's (control file)
+            "specpolicy": __version__,
+        }
+
+    warm = WarmStart(
+        settings.warm_start_path,
+        lambda: runtime.policy,
+        fingerprint,
+        every=settings.warm_start_every,
+        max_age_s=settings.warm_start_max_age_s,
+        rank=runtime.rank,
+    )
+    warm.load()
+    return warm
+
+
+def _with_counts(
+    counts: Callable[[], Mapping[str, int]] | None, more: Mapping[str, int]
+) -> Callable[[], Mapping[str, int]]:
+    """The adapter's running totals and ``more`` (a live mapping) together, for the metrics."""
+    if counts is None:
+        return lambda: dict(more)
+    return lambda: {**counts(), **more}

@@ -46,6 +46,11 @@ ENV_VARS: dict[str, str] = {
     "watchdog_s": "SPECPOLICY_WATCHDOG_S",
     "hints": "SPECPOLICY_HINTS",
     "hint_off_rule": "SPECPOLICY_HINT_OFF_RULE",
+    "control_path": "SPECPOLICY_CONTROL",
+    "control_every": "SPECPOLICY_CONTROL_EVERY",
+    "warm_start_path": "SPECPOLICY_WARM_START",
+    "warm_start_every": "SPECPOLICY_WARM_START_EVERY",
+    "warm_start_max_age_s": "SPECPOLICY_WARM_START_MAX_AGE_S",
 }
 
 OnInstallFailure = Literal["refuse", "warn"]
@@ -115,6 +120,29 @@ class AdapterSettings(BaseModel):
         ge=0.01,
         le=86_400.0,
         description="log the stack of a decide() call running longer than this, >= 10 ms; none = off",
+    )
+    control_path: Path | None = Field(
+        None, description="control file checked for a policy change while running; none = off"
+    )
+    control_every: int = Field(
+        256, ge=1, le=10**6, description="steps between two checks of the control file (one os.stat each)"
+    )
+    warm_start_path: Path | None = Field(
+        None,
+        description="file the policy's learned state is saved to and loaded from at start (warm start);"
+        " none = off",
+    )
+    warm_start_every: int = Field(
+        4096,
+        ge=16,
+        le=10**9,
+        description="warm start: steps between two saves of the state (and at shutdown)",
+    )
+    warm_start_max_age_s: float = Field(
+        7 * 86_400.0,
+        ge=1.0,
+        le=10 * 365 * 86_400.0,
+        description="warm start: a state file saved longer ago than this is stale, and not loaded",
     )
 
     hints: bool = Field(True, description="read per-request speculation hints (off, max_depth=N)")
@@ -187,6 +215,10 @@ class AdapterSettings(BaseModel):
         if self.trace_path is not None:
             parts.append(f"trace={self.trace_path}")
         parts.append(f"metrics={'on' if self.metrics else 'off'}")
+        if self.control_path is not None:
+            parts.append(f"control={self.control_path} every {self.control_every} steps")
+        if self.warm_start_path is not None:
+            parts.append(f"warm_start={self.warm_start_path}")
         parts.append(f"tp_agreement={self.tp_agreement}")
         return " ".join(parts)
 

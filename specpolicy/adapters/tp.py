@@ -10,6 +10,11 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   ranks over the scheduler's CPU (gloo) group: one 8-byte collective per decode step. The other ranks record
   the imposed depth (``StepController.force``) without calling their policy.
 
+A policy change (``adapters.control_file``) rides on the broadcast: rank 0 adds ``SWAP_FLAG`` to the depth
+of the step whose decision the new policy made, and sends the policy's JSON over the same group right
+after (``share_bytes``); the other ranks install it before recording that step, so every rank switches at
+the same step. Steps without a change carry the depth alone, as before.
+
 ``auto`` (the default) picks ``broadcast`` whenever there is more than one rank and a CPU group to broadcast
 over. Identical inputs are not enough for ``local``: the guard around the policy reacts to what happens on
 its own rank (an exception only one rank's policy raises, a decide() over its time budget on one rank), and
@@ -20,13 +25,22 @@ True``, ``PolicyConfig.needs_step_time``) and refuses the others at start-up.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
+from ..errors import short_str
 from ..policy import PolicyConfig
 from ..stats import StepStats
 from .controller import StepController
 
+log = logging.getLogger("specpolicy.adapter")
+
+#: Added to rank 0's depth on the step where it installed another policy (its JSON follows).
+SWAP_FLAG = 1 << 32
+
 __all__ = [
+    "SWAP_FLAG",
     "DecisionSync",
     "LocalSync",
     "BroadcastSync",
@@ -46,6 +60,11 @@ class DecisionSync(Protocol):
         """Rank 0 passes its depth; every rank (rank 0 included) gets rank 0's depth back."""
         ...
 
+    def share_bytes(self, data: bytes | None) -> bytes:
+        """Rank 0 passes ``data`` (the others None); every rank gets rank 0's bytes back (rare: a policy
+        change)."""
+        ...
+
 
 class LocalSync:
     """A group of one: nothing to agree on."""
@@ -54,6 +73,9 @@ class LocalSync:
 
     def share(self, num_steps: int) -> int:
         return num_steps
+
+    def share_bytes(self, data: bytes | None) -> bytes:
+        return data or b""
 
 
 class BroadcastSync:
@@ -80,6 +102,20 @@ class BroadcastSync:
         self._dist.broadcast(buf, src=self._src, group=self._group)
         return int(buf[0])
 
+    def share_bytes(self, data: bytes | None) -> bytes:
+        import torch
+
+        n = self.share(len(data) if data is not None else -1)
+        if n <= 0:
+            return b""
+        if self._rank == 0:
+            assert data is not None
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        else:
+            payload = torch.empty(n, dtype=torch.uint8)
+        self._dist.broadcast(payload, src=self._src, group=self._group)
+        return bytes(payload.tolist())
+
 
 def policy_uses_timing(config: PolicyConfig) -> bool:
     """Whether the policy's decision depends on measured wall time (which differs across ranks)."""
@@ -104,7 +140,7 @@ def agreement_mode(
 class AgreedDecider:
     """Wraps a StepController so that all ranks of a group apply the same depth each step."""
 
-    __slots__ = ("controller", "mode", "sync", "_hide_time")
+    __slots__ = ("controller", "mode", "sync", "_hide_time", "_outgoing", "on_swap")
 
     def __init__(
         self,
@@ -119,6 +155,13 @@ class AgreedDecider:
         self.mode = mode
         self.sync = sync
         self._hide_time = mode == "local" and world_size > 1
+        self._outgoing: bytes | None = None
+        #: ranks > 0: installs a policy rank 0 sent, ``on_swap(payload, step)``
+        self.on_swap: Callable[[bytes, int], None] | None = None
+
+    def announce(self, payload: bytes) -> None:
+        """Rank 0: send ``payload`` (the policy just installed) with the coming decision's depth."""
+        self._outgoing = payload
 
     def decide(self, stats: StepStats) -> int:
         """The depth this rank must run; identical on every rank of the group."""
@@ -129,5 +172,26 @@ class AgreedDecider:
         sync = self.sync
         assert sync is not None
         if sync.rank == 0:
-            return sync.share(self.controller.decide(stats))
-        return self.controller.force(stats, sync.share(-1))
+            k = self.controller.decide(stats)
+            if self._outgoing is None:
+                return sync.share(k)
+            payload, self._outgoing = self._outgoing, None
+            sync.share(k + SWAP_FLAG)
+            sync.share_bytes(payload)
+            return k
+        k = sync.share(-1)
+        if k >= SWAP_FLAG:
+            k = self._receive(sync, k - SWAP_FLAG)
+        return self.controller.force(stats, k)
+
+    def _receive(self, sync: DecisionSync, k: int) -> int:
+        """Rank 0 changed its policy at this step: take the policy and install it here too."""
+        payload = sync.share_bytes(None)
+        if self.on_swap is not None:
+            try:
+                self.on_swap(payload, self.controller.step + 1)
+            except Exception as exc:  # noqa: BLE001 - rank 0 decides; this rank only records the change
+                log.error(
+                    "specpolicy rank %d: installing rank 0's new policy failed: %s", sync.rank, short_str(exc)
+                )
+        return k

@@ -3,7 +3,8 @@
 It receives each step's record once, complete (the controller pairs decisions with their outcomes). The step
 path only appends the record to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
-passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy).
+passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy); ``note``
+adds an event line among the records (a policy change, ``adapters.control_file``).
 
 Accounting is exact: every record offered is either written (all its bytes reached the file) or dropped with
 a cause (``DROP_CAUSES``), so after ``close()`` ``written + dropped == offered``; the first drop of each cause
@@ -51,10 +52,11 @@ from typing import Any
 
 from ..errors import short_repr, short_str
 from ..stats import StepStats
-from ..trace import TRACE_FORMAT, dumps_record, record_dict
+from ..trace import TRACE_FORMAT
 from .controller import StepRecord
+from .trace_file import HEAD_BYTES, Partial, encode, is_header, not_a_trace, os_error, rank_path
 
-__all__ = ["DROP_CAUSES", "TraceWriter", "rank_path"]
+__all__ = ["DROP_CAUSES", "TraceWriter"]
 
 log = logging.getLogger("specpolicy.trace")
 
@@ -74,23 +76,8 @@ _YIELD_SLEEP_S = 1e-5
 _BATCH = 256
 #: Estimated memory of one queued record besides its per-request lists (tuple, StepStats, floats).
 _RECORD_BYTES = 400
-#: Fields a written record cannot do without (read_trace requires them).
-_REQUIRED = ("step", "batch_size", "num_steps")
-#: Bytes of an existing file read to find its first line (a trace header is far shorter).
-_HEAD_BYTES = 1 << 16
 #: Live writers, for the fork hook (weak: a writer that is gone needs no reset).
 _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
-
-
-def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
-    """The file a rank writes: ``{rank}`` in the path is substituted; otherwise ranks > 0 get ``.rankN``."""
-    text = os.fspath(path)
-    if "{rank}" in text:
-        return Path(text.replace("{rank}", str(rank)))
-    p = Path(text)
-    if rank == 0:
-        return p
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
 class TraceWriter:
@@ -131,7 +118,7 @@ class TraceWriter:
         self.written = 0
         self._drops = dict.fromkeys(DROP_CAUSES, 0)  # queue_full, after_close, close_timeout: engine thread
         self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)  # write_error, bad_record: writer thread
-        self._queue: deque[tuple[_Pending, int]] = deque()
+        self._queue: deque[tuple[_Pending | bytes, int]] = deque()  # bytes: an event line (``note``)
         self._max_pending = max_pending
         self._max_pending_bytes = max_pending_bytes
         self._bytes_in = 0  # engine thread: estimated bytes queued, ever
@@ -193,7 +180,18 @@ class TraceWriter:
         ts = time.time() - (time.perf_counter() - decided_at)  # the decision's wall-clock time
         self._push((step, stats, k, decide_s, fallback, ts, step_time_s))
 
-    def _push(self, pending: _Pending) -> None:
+    def note(self, event: Mapping[str, Any]) -> None:
+        """Queue an event line (a policy change: ``{"kind": "policy_swap", "step": ...}``) among the step
+        records, with this rank and the wall-clock time; counted like a record. Rare, so encoded here."""
+        try:
+            line = json.dumps({**event, "rank": self.rank, "ts": round(time.time(), 6)}, default=str)
+        except Exception:  # noqa: BLE001 - an event that cannot be written is dropped, counted
+            self.offered += 1
+            self._drop(self._drops, "bad_record", 1, "an event line")
+            return
+        self._push(line.encode() + b"\n")
+
+    def _push(self, pending: _Pending | bytes) -> None:
         self.offered += 1
         if self._closed:
             self._drop(
@@ -203,8 +201,11 @@ class TraceWriter:
                 "in a forked child: the trace is the parent's" if self._forked else "",
             )
             return
-        acc = pending[1][4]
-        size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
+        if pending.__class__ is bytes:  # an event line (``note``)
+            size = _RECORD_BYTES + len(pending)
+        else:
+            acc = pending[1][4]  # type: ignore[index]
+            size = _RECORD_BYTES + (8 * len(acc) if acc.__class__ is list else 0)
         if (
             len(self._queue) >= self._max_pending
             or self._bytes_in - self._bytes_out + size > self._max_pending_bytes
@@ -238,14 +239,18 @@ class TraceWriter:
                 self._write_batch(batch)
                 self._inflight = 0
 
-    def _write_batch(self, batch: list[tuple[_Pending, int]]) -> None:
+    def _write_batch(self, batch: list[tuple[_Pending | bytes, int]]) -> None:
         lines: list[bytes] = []
         perf = time.perf_counter
         mark = perf()
         rank = self.rank
-        for (step, stats, k, decide_s, fallback, ts, t), size in batch:
+        for pending, size in batch:
             self._bytes_out += size
-            line = _encode(step, stats, k, t, rank, ts, decide_s, fallback)
+            if isinstance(pending, bytes):  # an event line, encoded already
+                lines.append(pending)
+                continue
+            step, stats, k, decide_s, fallback, ts, t = pending
+            line = encode(step, stats, k, t, rank, ts, decide_s, fallback)
             if line is None:
                 self._drop(self._writer_drops, "bad_record", 1, f"step {short_repr(step)}")
             else:
@@ -284,11 +289,11 @@ class TraceWriter:
                     self._open_file()
                     continue
                 i, fresh = j, False
-        except _Partial as exc:
+        except Partial as exc:
             self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
             self._close_fd()  # reopen on the next batch: the disk may have room again
         except OSError as exc:
-            self._drop(self._writer_drops, "write_error", len(lines) - i, _os_error(exc))
+            self._drop(self._writer_drops, "write_error", len(lines) - i, os_error(exc))
             self._close_fd()
 
     def _write_chunk(self, lines: list[bytes]) -> None:
@@ -321,7 +326,7 @@ class TraceWriter:
             self._size += acc
             if not self._abandoned:
                 self.written += whole
-            raise _Partial(lines[whole:], exc) from None
+            raise Partial(lines[whole:], exc) from None
         self._size += done
         if not self._abandoned:
             self.written += len(lines)
@@ -348,7 +353,7 @@ class TraceWriter:
                 head = (json.dumps(self.header, separators=(",", ":"), default=str) + "\n").encode()
                 os.write(fd, head)
                 size = len(head)
-            elif not _is_header(os.pread(fd, _HEAD_BYTES, 0)):
+            elif not is_header(os.pread(fd, HEAD_BYTES, 0)):
                 raise OSError(
                     errno.EEXIST, not_a_trace(self.path) or f"{self.path} is not a specpolicy trace"
                 )
@@ -447,38 +452,6 @@ class TraceWriter:
             log.error("specpolicy: closing the step trace %s failed: %s", self.path, short_str(exc))
 
 
-def _is_header(head: bytes) -> bool:
-    """Whether ``head`` (a file's first bytes) starts with a specpolicy trace header line."""
-    line = head.split(b"\n", 1)[0]
-    try:
-        first = json.loads(line)
-    except ValueError:
-        return False
-    return (
-        isinstance(first, dict)
-        and first.get("kind") == "header"
-        and str(first.get("format", "")).startswith("specpolicy-trace/")
-    )
-
-
-def not_a_trace(path: Path) -> str | None:
-    """Why the trace writer must not write into ``path``: it exists, is not empty and does not start with a
-    specpolicy trace header (or cannot be read); None when it is absent, empty or a trace."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEAD_BYTES)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"the step trace path {path} cannot be read ({_os_error(exc)}); the trace is off"
-    if not head or _is_header(head):
-        return None
-    return (
-        f"the step trace path {path} holds a file that is not a specpolicy trace; it is left as it is and "
-        "nothing is traced: remove it or choose another trace path"
-    )
-
-
 def _after_fork() -> None:
     for writer in list(_WRITERS):
         writer._after_fork_in_child()
@@ -486,60 +459,3 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-
-class _Partial(OSError):
-    """A write that stopped part-way: ``lines`` did not land (their count is what gets dropped)."""
-
-    def __init__(self, lines: list[bytes], cause: OSError) -> None:
-        super().__init__(cause.errno or errno.EIO, _os_error(cause))
-        self.lines = lines
-
-
-def _os_error(exc: OSError) -> str:
-    return exc.strerror or short_str(exc, 80)
-
-
-def _encode(
-    step: int,
-    stats: StepStats,
-    k: int,
-    t: float | None,
-    rank: int,
-    ts: float,
-    decide_s: float,
-    fallback: bool,
-) -> bytes | None:
-    """The record's JSON line; a field that cannot be serialised is written as null and named in
-    ``extra.invalid``; None when a required field is among them (the record is then dropped)."""
-    try:
-        d = record_dict(
-            step,
-            stats,
-            k,
-            t,
-            rank=rank,
-            ts=round(ts, 6),
-            decide_us=round(decide_s * 1e6, 3),
-            fallback=fallback,
-        )
-    except Exception:  # noqa: BLE001 - stats is not even a tuple of 8
-        return None
-    try:
-        return (dumps_record(d) + "\n").encode()
-    except Exception:  # noqa: BLE001 - NaN, inf or an odd type in some field: find which
-        pass
-    bad = []
-    for key, value in d.items():
-        try:
-            dumps_record({key: value})
-        except Exception:  # noqa: BLE001
-            bad.append(key)
-            d[key] = None
-    if any(key in _REQUIRED for key in bad):
-        return None
-    d["extra"] = {"invalid": bad}
-    try:
-        return (dumps_record(d) + "\n").encode()
-    except Exception:  # noqa: BLE001
-        return None

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from ..errors import FieldError, short_repr
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats, mean_accepted_drafts
 from ._validate import check_depths
 
@@ -87,7 +88,7 @@ class AcceptanceConfig(PolicyConfig):
         return (0, *self.steps)
 
 
-class AcceptancePolicy:
+class AcceptancePolicy(SlotsState):
     """EWMA state plus a counter of off steps; the depth is recomputed only when acceptance data arrives."""
 
     __slots__ = (
@@ -105,6 +106,12 @@ class AcceptancePolicy:
         "_mode",
         "_off_steps",
     )
+    _STATE_NAME = "acceptance"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {
+        "_ewma": (float, type(None)),
+        "_mode": (SpecMode,),
+        "_off_steps": (int,),
+    }
 
     def __init__(self, config: AcceptanceConfig) -> None:
         self.config = config

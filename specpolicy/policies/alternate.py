@@ -6,12 +6,14 @@ same greedy tokens as the static runs (speculation is lossless), and it measures
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats
 
 __all__ = ["AlternateConfig", "AlternatePolicy", "ENTRY"]
@@ -43,12 +45,15 @@ class AlternateConfig(PolicyConfig):
         return tuple(sorted(set(self.depths)))
 
 
-class AlternatePolicy:
+class AlternatePolicy(SlotsState):
     """decide() is a counter increment and a tuple index."""
 
-    __slots__ = ("_modes", "_period", "_n")
+    __slots__ = ("config", "_modes", "_period", "_n")
+    _STATE_NAME = "alternate"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {"_n": (int,)}
 
     def __init__(self, config: AlternateConfig) -> None:
+        self.config = config
         self._modes = tuple(SpecMode.of(k) for k in config.depths)
         self._period = config.period
         self._n = 0

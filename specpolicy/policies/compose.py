@@ -27,7 +27,8 @@ from pydantic import Field, model_validator
 
 from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
-from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry, RequestsSteps
+from ..policy import Builder, NestedConfig, Policy, PolicyConfig, PolicyEntry, RequestsSteps, Stateful
+from ..snapshot import StateError, check_fields, open_envelope, seal
 from ..stats import StepStats
 from ._validate import check_depths
 from .acceptance import AcceptanceConfig
@@ -50,6 +51,46 @@ _OFF = SpecMode.off()
 def _estimates(policy: Policy) -> Mapping[str, float]:
     est = getattr(policy, "estimates", None)
     return est() if callable(est) else {}
+
+
+def _save(name: str, requested: int, parts: Mapping[str, Policy]) -> dict[str, object]:
+    """A composition's state: its ``requested_steps`` and each part's own (None for a part without one)."""
+    state: dict[str, object] = {"requested_steps": requested}
+    for key, part in parts.items():
+        state[key] = part.state_dict() if isinstance(part, Stateful) else None
+    return seal(name, None, state)
+
+
+def _load(name: str, state: Mapping[str, object], parts: Mapping[str, Policy]) -> int:
+    """Load each part's state (all or none: a part that refuses its own puts the others back) and return
+    the saved ``requested_steps``; ``StateError`` naming the field (``state.inner.state.cur``)."""
+    fields = check_fields(open_envelope(state, name, None), ("requested_steps", *parts))
+    requested = fields["requested_steps"]
+    if type(requested) is not int or not 0 <= requested <= MAX_NUM_STEPS:
+        raise StateError(
+            "state.requested_steps", f"must be a depth in [0, {MAX_NUM_STEPS}], got {requested!r}"
+        )
+    for key, part in parts.items():
+        if (fields[key] is None) == isinstance(part, Stateful):
+            raise StateError(f"state.{key}", "a part's state is None exactly where the part keeps none")
+    before: list[tuple[Stateful, dict[str, object]]] = []
+    try:
+        for key, part in parts.items():
+            sub = fields[key]
+            if isinstance(part, Stateful):
+                if not isinstance(sub, Mapping):
+                    raise StateError(f"state.{key}", "must be a mapping")
+                saved = part.state_dict()
+                try:
+                    part.load_state_dict(sub)
+                except StateError as exc:
+                    raise StateError(f"state.{key}.{exc.field}", str(exc).partition(": ")[2]) from None
+                before.append((part, saved))
+    except BaseException:
+        for done, saved in before:
+            done.load_state_dict(saved)
+        raise
+    return requested
 
 
 class Gate:
@@ -84,6 +125,12 @@ class Gate:
     def reset(self) -> None:
         self.inner.reset()
         self.gate.reset()
+
+    def state_dict(self) -> dict[str, object]:
+        return _save("gate", self.requested_steps, {"inner": self.inner, "gate": self.gate})
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        self.requested_steps = _load("gate", state, {"inner": self.inner, "gate": self.gate})
 
     def estimates(self) -> Mapping[str, float]:
         out = dict(_estimates(self.inner))
@@ -142,6 +189,12 @@ class Clamp:
 
     def reset(self) -> None:
         self.inner.reset()
+
+    def state_dict(self) -> dict[str, object]:
+        return _save("clamp", self.requested_steps, {"inner": self.inner})
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        self.requested_steps = _load("clamp", state, {"inner": self.inner})
 
     def estimates(self) -> Mapping[str, float]:
         return _estimates(self.inner)

@@ -9,13 +9,15 @@ swap.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats, clean_count
 
 __all__ = ["HysteresisConfig", "HysteresisPolicy", "ENTRY"]
@@ -44,7 +46,7 @@ class HysteresisConfig(PolicyConfig):
         return (0, self.num_steps)
 
 
-class HysteresisPolicy:
+class HysteresisPolicy(SlotsState):
     """Two states (on, off) and a counter of decisions made in the current state.
 
     Starts on, free to switch at once (the first mode is not "entered" by a switch). Missing or invalid batch
@@ -52,6 +54,8 @@ class HysteresisPolicy:
     """
 
     __slots__ = ("config", "_on", "_mode", "_held", "_disable_at", "_enable_at", "_dwell")
+    _STATE_NAME = "hysteresis"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {"_mode": (SpecMode,), "_held": (int,)}
 
     def __init__(self, config: HysteresisConfig) -> None:
         self.config = config

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import FieldError, short_repr
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats, clean_count
 
 __all__ = ["ScheduleConfig", "SchedulePolicy", "ENTRY", "table_from_draft_len_schedule"]
@@ -128,10 +129,12 @@ class ScheduleConfig(PolicyConfig):
         return tuple(sorted({k for _, _, k in self.table}))
 
 
-class SchedulePolicy:
+class SchedulePolicy(SlotsState):
     """Dense lookup ``batch_size -> SpecMode``; the last valid answer is repeated on invalid input."""
 
     __slots__ = ("config", "_dense", "_size", "_table_end", "_tail", "_starts", "_modes", "_first", "_last")
+    _STATE_NAME = "schedule"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {"_last": (SpecMode,)}
 
     def __init__(self, config: ScheduleConfig) -> None:
         self.config = config

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats
 
 
@@ -23,10 +25,12 @@ class StaticConfig(PolicyConfig):
         return (self.num_steps,)
 
 
-class StaticPolicy:
+class StaticPolicy(SlotsState):
     """Returns one precomputed mode; decide() is a single attribute load."""
 
     __slots__ = ("config", "_mode")
+    _STATE_NAME = "static"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {}
 
     def __init__(self, config: StaticConfig) -> None:
         self.config = config

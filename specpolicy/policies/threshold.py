@@ -8,12 +8,14 @@ the batch size hovers around the threshold.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
+from ..snapshot import SlotsState
 from ..stats import StepStats, clean_count
 
 __all__ = ["ThresholdConfig", "ThresholdPolicy", "ENTRY"]
@@ -32,10 +34,12 @@ class ThresholdConfig(PolicyConfig):
         return (0, self.num_steps)
 
 
-class ThresholdPolicy:
+class ThresholdPolicy(SlotsState):
     """Stateless except for the last answer, which it repeats when the batch size is missing or invalid."""
 
     __slots__ = ("config", "_max", "_on", "_last")
+    _STATE_NAME = "threshold"
+    _STATE: ClassVar[Mapping[str, tuple[type, ...]]] = {"_last": (SpecMode,)}
 
     def __init__(self, config: ThresholdConfig) -> None:
         self.config = config

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from .run import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DECIDE_COST_US,
@@ -18,6 +19,8 @@ from .run import (
     run_simulation,
 )
 from .scenario_options import add_arguments, from_args
+from .swap import PolicySwap
+from .warm import read_state
 from .workloads import WORKLOADS, parse_concurrency, parse_hint_mix
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
@@ -133,6 +136,25 @@ def register(sub: Any) -> None:
         metavar="X",
         help="add a goodput column: tokens/s of requests whose TPOT <= X ms",
     )
+    s.add_argument(
+        "--swap-to",
+        metavar="NAME|CONFIG",
+        help="replace every policy under test by this one mid-run, as a live policy change "
+        "(specpolicy control set) does; with --swap-at or --swap-at-step",
+    )
+    s.add_argument("--swap-at", type=float, metavar="S", help="the change's simulated time in seconds")
+    s.add_argument("--swap-at-step", type=int, metavar="N", help="the change's decision number instead")
+    s.add_argument(
+        "--warm-start",
+        metavar="FILE",
+        help="start the policies a saved state belongs to (same policy and config) from it: a state written "
+        "by --save-state or an adapter's warm-start file; the others start cold",
+    )
+    s.add_argument(
+        "--save-state",
+        metavar="FILE",
+        help="write the state the first policy compared (in --policy order) ends its last run with",
+    )
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     s.set_defaults(func=cmd_simulate)
 
@@ -198,8 +220,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from .plot import require_matplotlib
 
         require_matplotlib()
+    swap = None
+    if args.swap_to is not None:
+        swap = PolicySwap.build(args.swap_to, args.swap_at, args.swap_at_step)
+    elif args.swap_at is not None or args.swap_at_step is not None:
+        raise ConfigError("--swap-at / --swap-at-step: need --swap-to (the policy to change to)")
     spec = SimulationSpec(
         **_spec(args),
+        swap=swap,
         policies=tuple(args.policy) if args.policy else None,
         feedback_lag=args.feedback_lag,
         max_running=args.max_running,
@@ -207,8 +235,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         switch_cost_ms=args.switch_cost_ms,
         timeline_bin_s=5.0 if args.plot else None,
         hints=parse_hint_mix(args.hints),
+        warm_start=read_state(args.warm_start) if args.warm_start else None,
+        save_state=bool(args.save_state),
     )
     sim = run_simulation(spec, progress=False if args.no_progress else None)
+    if args.save_state:
+        kept = [o for o in sim.outcomes if o.result.policy_state is not None]  # the policies under test
+        if not kept:
+            raise ConfigError("--save-state: no simulated policy keeps a state")
+        first = kept[0].comparator.label
+        last = [o.result.policy_state for o in kept if o.comparator.label == first][-1]
+        Path(args.save_state).write_text(json.dumps(last, allow_nan=False) + "\n")
+        print(f"wrote {args.save_state} ({first}'s state)", file=sys.stderr)
     from .report import format_table, to_json
 
     print(format_table(sim, args.slo_tpot_ms, wide=args.wide))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from .engine import Decider, FloatArray, IntArray, SimProfile
 from .lookahead import LookaheadDecider
 from .sglang_adaptive import SGLangAdaptivePolicy, load_sglang_adaptive
 from .step_costs import StepCosts
+from .warm import warm_load
 
 __all__ = [
     "VLLM_EAGLE3_TABLE",
@@ -209,15 +210,20 @@ def build_policy(comp: Comparator) -> Policy:
     return make_policy(comp.spec)
 
 
-def build_decider(comp: Comparator, profile: SimProfile) -> Decider | None:
-    """The engine-side decider for a comparator; None for the speculation-free engine."""
+def build_decider(
+    comp: Comparator, profile: SimProfile, warm_state: Mapping[str, Any] | None = None
+) -> Decider | None:
+    """The engine-side decider for a comparator; None for the speculation-free engine. ``warm_state``: a
+    saved state its policy starts from (``warm``)."""
     if comp.kind == "never":
         return None
     if comp.kind == "oracle":
         return OracleDecider(profile)
     if comp.kind == "lookahead":
         return LookaheadDecider(profile)
-    return PolicyDecider(build_policy(comp))
+    policy = build_policy(comp)
+    warm_load(policy, warm_state)
+    return PolicyDecider(policy)
 
 
 def measure_decide_cost_s(comp: Comparator, *, calls: int = 400, batch_size: int = 64) -> float:

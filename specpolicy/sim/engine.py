@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,13 +33,14 @@ import numpy.typing as npt
 from ..adapters.controller import StepController
 from ..hints import BatchHints, BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
+from ..policy import Stateful
 from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
 from .metrics import Meter, RunResult, Timeline
 from .workloads import Scenario
 
-__all__ = ["SimProfile", "Decider", "EngineConfig", "RunResult", "Timeline", "simulate"]
+__all__ = ["SimProfile", "Decider", "DeciderSwap", "EngineConfig", "RunResult", "Timeline", "simulate"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -75,6 +76,15 @@ class Decider(Protocol):
     def __call__(self, stats: StepStats, p: FloatArray, remaining: IntArray, seq_len: float) -> int: ...
 
 
+class DeciderSwap(NamedTuple):
+    """``decider`` replaces the running one at simulated time ``at_s`` or before decision ``at_step``
+    (whichever is given; ``sim.swap.PolicySwap`` is the user's side of it)."""
+
+    decider: Decider
+    at_s: float | None = None
+    at_step: int | None = None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Engine knobs. ``speculative=False`` is the speculation-free engine (``never``): no decider."""
@@ -91,6 +101,8 @@ class EngineConfig:
     seed: int = 0
     timeline_bin_s: float | None = None
     max_steps_cap: int = 2_000_000
+    #: keep the policy's state at the end of the run (``RunResult.policy_state``)
+    save_state: bool = False
 
     def __post_init__(self) -> None:
         if type(self.max_running) is not int or self.max_running < 1:
@@ -147,8 +159,10 @@ def simulate(
     *,
     track_requests: bool = False,
     progress: Callable[[float], None] | None = None,
+    swap: DeciderSwap | None = None,
 ) -> RunResult:
-    """Run one scenario with one decider. Deterministic given (scenario, profile, decider, config)."""
+    """Run one scenario with one decider (replaced mid-run by ``swap``'s, through the controller's
+    ``replace_policy`` as a live policy change). Deterministic given its arguments."""
     wall0 = time.perf_counter()
     if config.speculative and decider is None:
         raise ValueError("a speculative engine needs a decider (a policy or the oracle)")
@@ -208,6 +222,8 @@ def simulate(
     decide_cost = config.decide_cost_s if config.speculative else 0.0
     switch_cost = config.switch_cost_s if config.speculative else 0.0
     k_prev = -1  # the depth of the last decode step
+    swap_step: int | None = None  # the first decision of swap's decider
+    swap_s: float | None = None
     last_progress = 0.0
     iterations = 0
     while True:
@@ -263,6 +279,12 @@ def simulate(
         decision = 0
         if controller is not None:
             assert bound is not None
+            if swap is not None and swap_step is None:
+                at_step = swap.at_step if swap.at_step is not None else 0
+                if t >= swap.at_s if swap.at_s is not None else controller.step + 1 >= at_step:
+                    bound = _AsPolicy(swap.decider)
+                    controller.replace_policy(bound, type(swap.decider).__name__)
+                    swap_step, swap_s = controller.step + 1, t
             bound.p, bound.remaining, bound.seq_len = batch.p, remaining, seq_mean
             ids = batch.rid.tolist()  # as an adapter passes the engine's request ids
             allow = None if hint_mix is None else hint_mix.allowances(seed, batch.rid)
@@ -356,4 +378,13 @@ def simulate(
         emitted_per_request=per_req,
         timeline=meter.timeline(),
         first_error=None if controller is None else controller.first_error,
+        swap_step=swap_step,
+        swap_s=swap_s,
+        policy_state=_final_state(decider) if config.save_state else None,
     )
+
+
+def _final_state(decider: Decider | None) -> dict[str, object] | None:
+    """The state of a policy decider's policy (``Stateful``) at the end of its run, else None."""
+    policy = getattr(decider, "policy", None)
+    return policy.state_dict() if isinstance(policy, Stateful) else None

@@ -56,6 +56,11 @@ class RunResult:
     emitted_per_request: dict[int, tuple[int, int]] = field(default_factory=dict)
     timeline: Timeline | None = None
     first_error: str | None = None
+    #: the first decision of a policy swapped in mid-run (``sim.swap``), and its simulated time
+    swap_step: int | None = None
+    swap_s: float | None = None
+    #: the policy's state at the end of the run, when the engine was asked to keep it
+    policy_state: dict[str, object] | None = None
 
     @property
     def output_tok_s(self) -> float:

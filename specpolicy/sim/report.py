@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -223,6 +223,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
         "duration_s": spec.duration_s,
         "decide_cost_fixed_us": spec.decide_cost_us,
         "notes": list(sim.notes),
+        "swap": None if spec.swap is None else asdict(spec.swap),
         "wall_s": round(sim.wall_s, 3),
         "simulated_decode_steps": _speed(sim)[0],
     }

@@ -11,23 +11,28 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short_repr
 from ..profiles import CostProfile, ProfileError, load_profile, with_off_cost
 from .acceptance import AcceptanceModel
 from .comparators import (
     REFERENCE_KINDS,
     Comparator,
+    PolicyDecider,
+    _resolve,
     build_decider,
+    build_policy,
     default_comparators,
     measure_decide_cost_s,
 )
-from .engine import EngineConfig, RunResult, simulate
+from .engine import DeciderSwap, EngineConfig, RunResult, SimProfile, simulate
 from .progress import ProgressBar
+from .swap import PolicySwap
+from .warm import takes_state
 from .workloads import HintMix, RequestShape, Scenario, load_workload
 
 __all__ = [
@@ -75,6 +80,12 @@ class SimulationSpec:
     acceptance: AcceptanceModel | None = None
     shape: RequestShape | None = None
     hints: HintMix | None = None
+    #: every policy row's policy is replaced mid-run (``sim.swap``); None: no change
+    swap: PolicySwap | None = None
+    #: a saved policy state (``warm.read_state``): the policies it belongs to start from it
+    warm_start: Mapping[str, Any] | None = None
+    #: keep each policy's state at the end of its runs (``RunResult.policy_state``)
+    save_state: bool = False
 
     def __post_init__(self) -> None:
         if self.decide_cost_us is not None and not (
@@ -160,19 +171,33 @@ class _Task:
     comparator: Comparator
     config: EngineConfig
     track_requests: bool
+    swap: PolicySwap | None = None
+    warm_state: Mapping[str, Any] | None = None
 
 
-def _run_task(task: _Task) -> RunResult:
-    profile = resolve_profile(task.profile_ref, task.off_cost)
-    decider = build_decider(task.comparator, profile)
+def _swap_of(task: _Task) -> DeciderSwap | None:
+    """The mid-run change of the task's policy (set on the rows of the policies under test only)."""
+    swap = task.swap
+    if swap is None:
+        return None
+    to = Comparator("swap", "policy", swap.to)
+    return DeciderSwap(PolicyDecider(build_policy(to)), swap.at_s, swap.at_step)
+
+
+def _run_one(task: _Task, profile: SimProfile, progress: Any) -> RunResult:
     return simulate(
         task.scenario,
         profile,
-        decider,
+        build_decider(task.comparator, profile, task.warm_state),
         task.config,
         track_requests=task.track_requests,
-        progress=_report_progress,
+        progress=progress,
+        swap=_swap_of(task),
     )
+
+
+def _run_task(task: _Task) -> RunResult:
+    return _run_one(task, resolve_profile(task.profile_ref, task.off_cost), _report_progress)
 
 
 def _jobs(requested: int | None, n_tasks: int) -> int:
@@ -200,14 +225,28 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     )
     if profile.off_cost == "lazy":
         # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each (docs/simulator.md).
-        comparators = [
-            replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators
-        ]
+        comparators = [replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators]
         if any(c.kind == "sglang" for c in comparators):
             notes.append(
                 "sglang-adaptive runs its off steps SGLang's own way, a draft pass on each (catch_up); the "
                 "other rows run the specpolicy adapter's lazy off step"
             )
+    swap = spec.swap
+    if swap is not None:  # a prior pointed at the simulated profile, as for the rows' own policies
+        label, to = _resolve(swap.to, spec.profile)
+        swap = PolicySwap(to, swap.at_s, swap.at_step)
+        notes.append(
+            f"every policy under test is replaced by {label} {swap.when()} (a live policy change; the "
+            "references and static rows run unchanged); each row keeps its own decide() charge"
+        )
+    # the rows of the policies under test, not the references (static-k, schedule-vllm, sglang-adaptive)
+    tested = {
+        c.label
+        for c in default_comparators(
+            profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=False
+        )[0]
+    }
+    warm_labels = _warm_labels(spec, [c for c in comparators if c.label in tested], notes)
     costs: dict[str, float] = {}
     for comp in comparators:
         if comp.kind == "never" or comp.kind in REFERENCE_KINDS:
@@ -228,9 +267,12 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
                 speculative=comp.kind != "never",
                 seed=spec.seed,
                 timeline_bin_s=spec.timeline_bin_s,
+                save_state=spec.save_state and comp.label in tested,
             )
             off = comp.off_cost if comp.off_cost is not None else spec.off_cost
-            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests))
+            row_swap = swap if comp.label in tested else None
+            warm = spec.warm_start if comp.label in warm_labels else None
+            tasks.append(_Task(spec.profile, off, sc, comp, cfg, spec.track_requests, row_swap, warm))
     results = _execute(tasks, _jobs(spec.jobs, len(tasks)), progress)
     outcomes = tuple(
         RunOutcome(task.comparator, task.scenario, costs[task.comparator.label], res)
@@ -268,6 +310,22 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
     )
 
 
+def _warm_labels(spec: SimulationSpec, tested: Sequence[Comparator], notes: list[str]) -> set[str]:
+    """The policies under test that start from ``spec.warm_start`` (a note says which); ConfigError when
+    none does."""
+    state = spec.warm_start
+    if state is None:
+        return set()
+    labels = {c.label for c in tested if c.kind == "policy" and takes_state(build_policy(c), state)}
+    if not labels:
+        raise ConfigError(
+            f"--warm-start: the state is {state.get('policy')!r}'s with config "
+            f"{short_repr(state.get('config'))}, which no simulated policy has (name it with --policy)"
+        )
+    notes.append(f"warm start: {', '.join(sorted(labels))} start from the saved state; the others start cold")
+    return labels
+
+
 def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[RunResult]:
     total = sum(t.scenario.duration_s for t in tasks)
     bar = ProgressBar(total, enabled=progress)
@@ -281,18 +339,7 @@ def _execute(tasks: Sequence[_Task], jobs: int, progress: bool | None) -> list[R
 
         out = []
         for task in tasks:
-            profile = resolve_profile(task.profile_ref, task.off_cost)
-            decider = build_decider(task.comparator, profile)
-            out.append(
-                simulate(
-                    task.scenario,
-                    profile,
-                    decider,
-                    task.config,
-                    track_requests=task.track_requests,
-                    progress=tick,
-                )
-            )
+            out.append(_run_one(task, resolve_profile(task.profile_ref, task.off_cost), tick))
         bar.close()
         return out
     methods = mp.get_all_start_methods()

@@ -6,7 +6,8 @@ the scheduler's ``num_spec_tokens_to_schedule`` only reaches proposers that take
 speculation plumbing (per-K CUDA graphs, no uniform padding of new decodes) is switched on only by a
 ``num_speculative_tokens_per_batch_size`` schedule, and data-parallel ranks must draft the same number of
 steps or their collectives deadlock. An older tested release adds the rules its row in ``versions.RELEASES``
-calls for: 0.26's V2 model runner drafts ``num_speculative_tokens`` tokens whatever the depth.
+calls for: 0.26's V2 model runner drafts ``num_speculative_tokens`` tokens whatever the depth, except with the
+autoregressive drafters the adapter's own hook drives (``drafter_depth``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...errors import ConfigError
 from .._support import refuse_or_warn
 from ..runtime import AdapterInstallError, check_candidate_steps
 from ..settings import AdapterSettings
+from . import drafter_depth
 from .config import SECTION, settings_from
 from .versions import check_version, release
 
@@ -157,13 +159,18 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
             f"that schedule; list every depth the policy may choose in it ({fix})"
         )
     row = release(facts.version)
-    mrv2_drafts_all = facts.use_v2_model_runner and row is not None and not row.mrv2_drafts_k
+    mrv2_drafts_all = (
+        facts.use_v2_model_runner
+        and row is not None
+        and not row.mrv2_drafts_k
+        and facts.method not in drafter_depth.METHODS
+    )
     if mrv2_drafts_all and not facts.async_scheduling:
         raise AdapterInstallError(
             f"vLLM {facts.version}'s V2 model runner drafts num_speculative_tokens tokens every step, and "
             "with sync scheduling the scheduler then verifies all of them: the policy's depth would be "
             "ignored. Use VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner drafts the policy's depth), or async "
-            "scheduling"
+            f"scheduling, or a method whose drafter the adapter drives ({', '.join(drafter_depth.METHODS)})"
         )
     k_max = facts.num_speculative_tokens
     check_candidate_steps(
@@ -181,7 +188,8 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
         warnings.append(
             f"vLLM {facts.version}'s V2 model runner drafts num_speculative_tokens={k_max} tokens every "
             "step whatever the depth; the policy's depth only sets how many of them are verified, so a lower "
-            "depth saves verification, not drafting. VLLM_USE_V2_MODEL_RUNNER=0 drafts the policy's depth"
+            "depth saves verification, not drafting. VLLM_USE_V2_MODEL_RUNNER=0 drafts the policy's depth, "
+            f"as does the V2 runner with {', '.join(drafter_depth.METHODS)}"
         )
     if (
         facts.use_v2_model_runner

@@ -3,13 +3,15 @@
 The contract tests and ``specpolicy doctor`` both resolve this list against the installed vLLM, so a release
 that renames one of them is caught before a server starts serving without the policy. A tested release
 without one of them lists it as ``absent`` in its row of ``versions.RELEASES`` (0.26 has no
-``SchedulerOutput.skip_drafts``, vLLM's own flag for a step whose drafts nothing would use).
+``SchedulerOutput.skip_drafts``, vLLM's own flag for a step whose drafts nothing would use). A release whose
+V2 drafter ignores the per-step depth also needs the names ``drafter_depth`` wraps.
 """
 
 from __future__ import annotations
 
 from .._support import check_targets as _check
 from .._support import resolve
+from . import drafter_depth
 from .versions import installed_version, release
 
 __all__ = ["TARGETS", "targets_for", "resolve", "check_targets"]
@@ -33,9 +35,13 @@ TARGETS: tuple[str, ...] = (
 
 
 def targets_for(version: str | None) -> tuple[str, ...]:
-    """The names a release must have: TARGETS, less its ``absent`` ones when it is a tested release."""
+    """The names a release must have: TARGETS, less its ``absent`` ones when it is a tested release, plus the
+    drafter-depth hook's where the release needs it."""
     row = release(version)
-    return TARGETS if row is None else tuple(t for t in TARGETS if t not in row.absent)
+    if row is None:
+        return TARGETS
+    hook = drafter_depth.TARGETS if drafter_depth.needed(version) else ()
+    return tuple(t for t in TARGETS if t not in row.absent) + hook
 
 
 def check_targets() -> dict[str, str | None]:

@@ -33,7 +33,7 @@ from .hints import RequestHints
 from .ledger import StepLedger
 from .versions import installed_version
 
-__all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge", "Installed", "install"]
+__all__ = ["Scheduler", "PolicyScheduler", "PolicyAsyncScheduler", "CoreBridge", "install"]
 
 # A child of vLLM's logger, so the start-up line appears where vLLM's own lines do.
 log = logging.getLogger("vllm.specpolicy")
@@ -105,8 +105,9 @@ class CoreBridge:
         self.runtime.close()
 
 
-#: The former name of ``CoreBridge``, kept for one release.
-Installed = CoreBridge
+def _name(value: Any) -> str | None:
+    """A model or drafter name for the warm-start fingerprint (None when the config has none)."""
+    return str(value) if value else None
 
 
 def install(vllm_config: Any) -> CoreBridge | None:
@@ -116,6 +117,8 @@ def install(vllm_config: Any) -> CoreBridge | None:
         return None
     facts = pre.facts
     k_max = facts.num_speculative_tokens
+    spec = vllm_config.speculative_config
+    drafter = getattr(spec, "model", None) or getattr(spec, "method", None)
     runtime = AdapterRuntime(
         pre.settings,
         engine="vllm",
@@ -126,6 +129,8 @@ def install(vllm_config: Any) -> CoreBridge | None:
         rank=int(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
         world_size=1,  # one scheduler per engine core; TP/PP ranks receive its SchedulerOutput
         per_request_hints=True,
+        model=_name(getattr(getattr(vllm_config, "model_config", None), "model", None)),
+        drafter=_name(drafter),
         header={
             "model_runner": facts.model_runner,
             "async_scheduling": facts.async_scheduling,

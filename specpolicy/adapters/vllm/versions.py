@@ -36,8 +36,10 @@ class Release:
 
     ``absent``: names of ``contract.TARGETS`` the release does not have. ``mrv2_drafts_k``: whether the V2
     model runner drafts ``num_spec_tokens_to_schedule`` tokens; where it does not (0.26), it always drafts
-    ``num_speculative_tokens``, which the sync scheduler then schedules whatever the policy chose, and which
-    the async scheduler trims to the policy's depth only at verification. ``v1_runner``: whether the release
+    ``num_speculative_tokens``, and the plugin installs ``drafter_depth``'s hook, which makes the
+    autoregressive drafter (EAGLE, EAGLE-3, MTP) draft the step's depth; any other drafter there still
+    drafts them all, which the sync scheduler then schedules whatever the policy chose, and which the async
+    scheduler trims to the policy's depth only at verification. ``v1_runner``: whether the release
     still has the V1 model runner (0.34 removed it, with ``VllmConfig.use_v2_model_runner``: every engine
     runs the V2 runner there). ``mrv2_graphs_per_depth``: whether the V2 runner keeps one decode-graph
     table per query length (0.33, 0.34), so every depth the schedule lists replays a FULL graph at each

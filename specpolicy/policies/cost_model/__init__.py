@@ -12,7 +12,9 @@ one idea each (docs/cost-model.md has the whole design):
   steps it learns from;
 - ``choice``: tokens/s per depth, the best one, the switching rule;
 - ``probes``: when to measure a depth it is not running;
-- ``policy``: the per-step loop tying them together.
+- ``state``: all the mutable state, one object;
+- ``estimates``, ``outcomes``, ``refresh`` and ``policy``: the per-step loop tying them together (the batch's
+  expected tokens, a finished step's outcome, the periodic folding-in, decide() itself).
 """
 
 from __future__ import annotations

@@ -158,3 +158,63 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
         json.dump({"group_rank": dist.get_rank(group), "depths": depths, "mode": rt.mode, "took": took}, fh)
     rt.close()
     dist.destroy_process_group()
+
+
+def run_swap(rank: int, world: int, init_file: str, spec: str, out_file: str) -> None:
+    """``spec``: the control file; 20 steps of static 3 with a check every 3 steps. Group rank 0 (the
+    operator's stand-in) writes static 6 to the control file after decision 5; only it reads the file. Each
+    rank reports the depths it ran and its trace's policy-change lines."""
+    import json
+
+    import torch.distributed as dist
+
+    from specpolicy.adapters.control_file import write_control
+    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.registry import parse_config
+    from specpolicy.trace import iter_trace_lines
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    group = dist.new_group(list(range(world))[::-1], backend="gloo")  # group rank 0 is not global rank 0
+    group_rank = dist.get_rank(group)
+    trace = f"{out_file}.trace.jsonl"
+    rt = AdapterRuntime(
+        AdapterSettings.build(
+            {"name": "static", "num_steps": 3},
+            metrics=False,
+            control_path=spec,
+            control_every=3,
+            trace_path=trace,
+        ),
+        engine="test",
+        engine_version="0",
+        path="gloo",
+        allowed_steps=range(8),
+        default_steps=3,
+        rank=group_rank,
+        world_size=world,
+        sync_factory=lambda: BroadcastSync(group),
+    )
+    depths = []
+    for step in range(1, 21):
+        depths.append(rt.decide(rt.controller.next_stats(8, 0, 100.0)))
+        rt.controller.outcome(rt.controller.step, [1] * 8, 0.01)
+        if step == 5 and group_rank == 0:
+            write_control(spec, parse_config({"name": "static", "num_steps": 6}))
+        dist.barrier(group)  # the engine's own per-step collectives keep the ranks in step
+    rt.close()
+    events = [obj for _, obj in iter_trace_lines(rt.trace.path) if obj.get("kind") == "policy_swap"]
+    with open(out_file, "w") as fh:
+        json.dump(
+            {
+                "group_rank": group_rank,
+                "depths": depths,
+                "mode": rt.mode,
+                "policy": rt.settings.policy.model_dump(mode="json"),
+                "watches": rt.control is not None and rt.control.watch is not None,
+                "events": events,
+            },
+            fh,
+        )
+    dist.destroy_process_group()

@@ -36,7 +36,7 @@ from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
 from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow  # noqa: E402
-from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 

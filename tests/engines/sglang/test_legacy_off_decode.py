@@ -31,7 +31,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy import off_step as off_mod  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
-from specpolicy.adapters.sglang.legacy.off_step import OffPath  # noqa: E402
+from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
 
@@ -401,9 +401,9 @@ def test_v1_without_the_catch_up_the_draft_state_is_stale(
     names: FieldNames, wrapped: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control for the test above: skip the catch-up and the checked KV entries are missing."""
-    from specpolicy.adapters.sglang.legacy import off_step
+    from specpolicy.adapters.sglang.legacy import catch_up
 
-    monkeypatch.setattr(off_step, "catch_up_if_behind", lambda **kw: False)
+    monkeypatch.setattr(catch_up, "catch_up_if_behind", lambda **kw: False)
     v = V1(names, lazy=True)
     for _ in range(3):
         v.step(0)

@@ -60,3 +60,33 @@ def test_local_agreement_is_what_a_rank_local_fault_breaks(tmp_path: Path, fault
     rank0, rank1 = (r["depths"] for r in results)
     assert rank0 == [0] * 40
     assert 3 in rank1[5:30] and rank1 != rank0
+
+
+def test_a_policy_change_switches_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    """Only group rank 0 reads the control file; the change rides on its depth broadcast, so every rank
+    runs the new depth from the same step and records the change at that step."""
+    ctl = tmp_path / "control.json"
+    world = 3
+    init = tmp_path / "init-swap"
+    outs = [tmp_path / f"swap-{r}.json" for r in range(world)]
+    import _tp_worker
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_tp_worker.run_swap, args=(r, world, str(init), str(ctl), str(outs[r])))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+    results = sorted((json.loads(o.read_text()) for o in outs), key=lambda d: d["group_rank"])
+    assert all(r["mode"] == "broadcast" for r in results)
+    assert [r["watches"] for r in results] == [True, False, False]  # rank 0 alone reads the file
+    # written after decision 5; checks before decisions 4, 7, 10, ...: every rank switches at decision 7
+    assert [r["depths"] for r in results] == [[3] * 6 + [6] * 14] * world
+    assert all(r["policy"] == {"name": "static", "num_steps": 6} for r in results)
+    events = [[(e["step"], e["rank"]) for e in r["events"]] for r in results]
+    assert events == [[(7, g)] for g in range(world)]

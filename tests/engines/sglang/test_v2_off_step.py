@@ -59,7 +59,7 @@ def _params() -> Any:
 class Engine:
     """One worker and its requests, advanced the way SGLang's scheduler advances them."""
 
-    def __init__(self, *, eagle: bool, prompts: dict[int, int], window: int = 16) -> None:
+    def __init__(self, *, eagle: bool, prompts: dict[int, int], window: int = 16, topk: int = 1) -> None:
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -97,7 +97,7 @@ class Engine:
             decode=decode,
             lag=DraftLag(hidden),
             launch=3,
-            topk=1,
+            topk=topk,
             capture_hidden_mode=capture,
         )
         self.algo = algo
@@ -120,8 +120,8 @@ class Engine:
             toks = r.origin_input_ids + [b]
             for p in range(s):  # SGLang's draft prefill: position p fed the token of p + 1
                 self.draft.kv[_slot(r.req_pool_idx, p)] = (toks[p + 1], p, p if eagle else None)
-        self.topk_p = torch.ones(len(self.reqs), 1)
-        self.topk_index = torch.zeros(len(self.reqs), 1, dtype=torch.int64)
+        self.topk_p = torch.ones(len(self.reqs), topk)
+        self.topk_index = torch.zeros(len(self.reqs), topk, dtype=torch.int64)
         self.hidden = torch.zeros(len(self.reqs), vs.HIDDEN) if eagle else None
         self.published: list[list[int]] = []
 
@@ -225,6 +225,32 @@ def test_catch_up_leaves_the_draft_kv_of_an_always_on_drafter(eagle: bool, k: in
     if eagle:  # and the drafter's own hidden state at each last position
         assert spec.hidden_states[:, 0].tolist() == [float(s - 1) for s in e.seq]
     assert e.catch_up()[0] is False  # nothing behind any more
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_a_tree_drafter_resumes_with_the_top_k_of_its_last_position(k: int) -> None:
+    """EAGLE-3 trees (topk > 1): the catch-up writes the same draft KV as a chain's, and the proposal the
+    next tree grows from is the top-k of the drafter's softmax at each last position, in rank order, the
+    form SGLang's draft extend after a verify hands on."""
+    import math
+
+    topk = 4
+    e = Engine(eagle=True, prompts={1: 5, 2: 7, 3: 2}, topk=topk)
+    for _ in range(k):
+        e.off()
+    off_spec = e.batch().spec_info
+    assert tuple(off_spec.topk_p.shape) == (3, topk)  # an off step hands the tree's shapes on
+    ran, spec = e.catch_up()
+    assert ran and e.expected_kv_problems() == []
+    assert len(e.draft.forwards) == 1
+    want_index = [[(vs.draft_token_after(b) + r) % vs.VOCAB for r in range(topk)] for b in e.bonus]
+    assert spec.topk_index.tolist() == want_index
+    # softmax over the drafter's logits: TREE_RANKS graded values, the rest of the vocabulary at -10
+    weights = [math.exp(10.0 - 2.0 * r) for r in range(vs.TREE_RANKS)]
+    total = sum(weights) + (vs.VOCAB - vs.TREE_RANKS) * math.exp(-10.0)
+    for row in spec.topk_p.tolist():
+        assert row == pytest.approx([w / total for w in weights[:topk]], rel=1e-5)
+    assert spec.hidden_states[:, 0].tolist() == [float(s - 1) for s in e.seq]
 
 
 def test_window_full_catches_up_inside_off_steps() -> None:

@@ -25,6 +25,7 @@ import torch
 
 VOCAB = 512
 HIDDEN = 8
+TREE_RANKS = 4  # the drafter's logits rank this many tokens above the rest
 
 
 def token_after(position: int, row: int) -> int:
@@ -182,8 +183,9 @@ class KVDraftRunner:
         last = torch.tensor(lens).cumsum(0) - 1
         n = len(lens)
         logits = torch.full((n, VOCAB), -10.0)
-        for i, j in enumerate(last.tolist()):
-            logits[i, draft_token_after(ids[j])] = 10.0
+        for i, j in enumerate(last.tolist()):  # graded: a tree's top-k has one order
+            for rank in range(TREE_RANKS):
+                logits[i, (draft_token_after(ids[j]) + rank) % VOCAB] = 10.0 - 2.0 * rank
         out_hidden = torch.zeros(n, HIDDEN)
         out_hidden[:, 0] = torch.tensor([float(pos[j]) for j in last.tolist()])
         return SimpleNamespace(

@@ -276,7 +276,7 @@ class FakeRunner:
         reqs = self.sched.requests
         ids = [r for r in so.num_scheduled_tokens if r in reqs and not reqs[r].is_prefill_chunk]
         # MRV1's drafter proposes the scheduled depth; 0.33's MRV2 proposes nothing for a step vLLM marks
-        # skip_drafts (0.26 has no such flag, and its MRV2 with sync scheduling is refused by the adapter).
+        # skip_drafts (0.26 has no such flag; its MRV2 drafts the depth through the adapter's hook).
         k = 0 if getattr(so, "skip_drafts", False) else so.num_spec_tokens_to_schedule
         return DraftTokenIds(req_ids=ids, draft_token_ids=[[5] * k for _ in ids])
 

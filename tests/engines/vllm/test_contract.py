@@ -185,3 +185,33 @@ def test_the_release_row_says_which_model_runners_exist(monkeypatch: pytest.Monk
         monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
         with pytest.raises(ValueError, match="Model Runner V1 has been removed"):
             current_platform.validate_environ(True)
+
+
+def test_the_v2_drafter_takes_the_per_step_depth_where_the_row_says_so() -> None:
+    """``mrv2_drafts_k``: vLLM's EAGLE drafter takes the step's K itself; where it does not, the names the
+    adapter's hook wraps resolve, and the contract (and ``specpolicy doctor``) checks them. The signature is
+    read from the source: 0.34's drafter module imports Triton kernels that a CPU build lacks."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from specpolicy.adapters.vllm import drafter_depth
+    from specpolicy.adapters.vllm.contract import check_targets, targets_for
+
+    # EagleSpeculator's base: TargetDependentARSpeculator from 0.33, AutoRegressiveSpeculator before
+    pkg = "vllm.v1.worker.gpu.spec_decode"
+    newer = importlib.util.find_spec(f"{pkg}.target_dependent_ar") is not None
+    drafter = "target_dependent_ar" if newer else "autoregressive"
+    spec = importlib.util.find_spec(f"{pkg}.{drafter}.speculator")
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    (propose,) = [
+        f for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "propose"
+    ]  # fmt: skip
+    takes_k = "num_speculative_tokens" in {a.arg for a in propose.args.args + propose.args.kwonlyargs}
+    assert takes_k == RELEASE.mrv2_drafts_k == (not drafter_depth.needed(VERSION))
+    hook = set(drafter_depth.TARGETS)
+    assert (hook <= set(targets_for(VERSION))) == drafter_depth.needed(VERSION)
+    if drafter_depth.needed(VERSION):
+        assert set(check_targets()) >= hook and all(v is None for v in check_targets().values())

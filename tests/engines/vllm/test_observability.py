@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from _vllm_harness import RELEASE, VERSION, FakeRunner, add_request, build_scheduler, drive, use_model_runner
 
+from specpolicy.adapters.vllm import drafter_depth
 from specpolicy.trace import read_trace
 
 
@@ -26,8 +27,9 @@ def test_startup_line_names_version_model_runner_policy_and_depths(
     make_config: Any, monkeypatch: pytest.MonkeyPatch, runner: str
 ) -> None:
     use_model_runner(monkeypatch, runner)
-    # a V2 runner that drafts every token whatever the depth is refused with sync scheduling (test_startup)
-    drafts_all = runner == "MRV2" and not RELEASE.mrv2_drafts_k
+    # a V2 runner that drafts every token whatever the depth is refused with sync scheduling (test_startup);
+    # 0.26's EAGLE-3 drafter follows the depth through the adapter's hook
+    drafts_all = runner == "MRV2" and not RELEASE.mrv2_drafts_k and "eagle3" not in drafter_depth.METHODS
     cfg = make_config(
         async_scheduling=drafts_all,
         additional_config={

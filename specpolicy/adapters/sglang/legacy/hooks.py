@@ -16,7 +16,7 @@ sync.
 Scheduler: ``run_batch`` records the waiting-queue length for the next decision; ``maybe_init_draft_worker``
 attaches a runtime to the freshly built worker (see ``attach``).
 
-With the decode off step (``off_step.OffPath.decode``, the default) an off step is a plain decode: with a
+With the decode off step (``off_path.OffPath.decode``, the default) an off step is a plain decode: with a
 lazy draft (``OffPath.lag``) both workers bypass draft and verify entirely (``off_step.v1_off_step``,
 ``off_step.v2_off_step``) and the drafter is caught up before the next speculative step; with a per-step
 draft extend (EAGLE) v1's verify runs its target forward as a decode and v2 runs SGLang's draft extend
@@ -25,22 +25,18 @@ after its own decode. The one-token verify described above is the fallback.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..._patch import ORIGINALS as ORIGINALS  # re-exported: install and the tests use them here
+from ..._patch import unwrap_all as unwrap_all
+from ..._patch import wrap as wrap
 from ..request_ids import request_ids
-from .off_step import (
-    PLACEHOLDERS,
-    OffPath,
-    catch_up_v1,
-    catch_up_v2,
-    root_ids_for_draft,
-    v1_off_step,
-    v2_off_step,
-)
-from .one_token import FieldNames, build_verify_input, pad_v2_result
+from .catch_up import catch_up_v1, catch_up_v2
+from .off_path import PLACEHOLDERS, OffPath
+from .off_step import root_ids_for_draft, v1_off_step, v2_off_step
+from .one_token import FieldNames, build_verify_input, pad_v2_result, v2_launch_cache_locs
 from .runtime import StepRuntime
 
 log = logging.getLogger("specpolicy.sglang.legacy")
@@ -48,33 +44,6 @@ log = logging.getLogger("specpolicy.sglang.legacy")
 RT = "_specpolicy_rt"  # attribute holding the StepRuntime on a worker (and the v2 draft worker)
 OT = "_specpolicy_off_path"  # attribute holding the OffPath (off-step machinery) on a worker
 STEP = "_specpolicy_step"  # attribute carrying a v2 result's decision number to the scheduler's resolve
-
-#: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
-#: and for restoring in tests.
-ORIGINALS: dict[tuple[type, str], tuple[Callable[..., Any], bool]] = {}
-
-
-def wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Set ``cls.name`` to ``make(original)`` once (the original may be inherited); later calls are no-ops."""
-    key = (cls, name)
-    if key in ORIGINALS:
-        return
-    own = name in cls.__dict__
-    orig = cls.__dict__[name] if own else getattr(cls, name)
-    wrapper = functools.wraps(orig)(make(orig))
-    wrapper.__specpolicy_wrapped__ = orig  # type: ignore[attr-defined]
-    ORIGINALS[key] = (orig, own)
-    setattr(cls, name, wrapper)
-
-
-def unwrap_all() -> None:
-    """Restore every original method (tests)."""
-    for (cls, name), (orig, own) in list(ORIGINALS.items()):
-        if own:
-            setattr(cls, name, orig)
-        else:
-            delattr(cls, name)
-    ORIGINALS.clear()
 
 
 def _is_decode(batch: Any) -> bool:
@@ -288,27 +257,6 @@ def v2_verify(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]
         return result
 
     return verify
-
-
-def v2_launch_cache_locs(worker: Any, batch: Any, num_draft_tokens: int) -> None:
-    """The draft extend after verify runs ``num_draft_tokens`` positions per request and writes the draft KV
-    at the slots a launch-depth verify assigns; a one-token verify assigned one, so assign all of them again
-    (the scheduler's v2 reservation already holds them). Found by the live GPU check: the draft-extend CUDA
-    graph failed with "size of tensor a (128) must match the size of tensor b (32)"."""
-    from sglang.srt.speculative.eagle_info_v2 import assign_extend_cache_locs_func
-
-    if batch.forward_mode.is_idle():
-        return
-    seq_lens = batch.seq_lens
-    batch.out_cache_loc = assign_extend_cache_locs_func(
-        req_pool_indices=batch.req_pool_indices,
-        req_to_token=worker.req_to_token_pool.req_to_token,
-        start_offset=seq_lens,
-        end_offset=seq_lens + num_draft_tokens,
-        batch_size=len(seq_lens),
-        draft_token_num=num_draft_tokens,
-        device=seq_lens.device,
-    )
 
 
 def v2_resolve(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ from .decode_target import build_decode_target
 from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
 from .hidden_window import HiddenWindow
-from .off_step import OffPath
+from .off_path import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, StepRuntime, make_runtime
 from .targets import check_targets
@@ -401,6 +401,8 @@ def attach(scheduler: Any) -> StepRuntime | None:
         sync_factory=_tp_sync,
         header={"off_step": off.label},
         engine_counts=lambda: off.counts(runtimes[0]) if runtimes else {},
+        model=getattr(sa, "model_path", None),
+        drafter=getattr(sa, "speculative_draft_model_path", None),
         gpu_timer=_gpu_timer(worker) if path == "v2" and settings.step_clock == "auto" else None,
     )
     art = rt.runtime

@@ -21,90 +21,17 @@ SGLang's own code would after a verify.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from .decode_target import DecodeTarget
-from .draft_lag import DraftLag
-from .one_token import FieldNames, OneTokenTarget, pad_v2_result
-
-#: on the draft input of a lazy v2 off step: its proposals and hidden states are placeholders. The FutureMap
-#: hooks replace ``True`` by ``(FutureIndices, indices)`` of the store that skipped them.
-PLACEHOLDERS = "_specpolicy_placeholders"
+from .catch_up import catch_up_v1, catch_up_v2
+from .off_path import PLACEHOLDERS, OffPath
+from .one_token import pad_v2_result, v2_launch_cache_locs
 
 __all__ = [
-    "OffPath",
-    "PLACEHOLDERS",
-    "catch_up_if_behind",
     "root_ids_for_draft",
     "v1_off_step",
     "v2_off_step",
 ]
-
-
-@dataclasses.dataclass
-class OffPath:
-    """The off step's machinery for one worker: which target forward, which draft catch-up."""
-
-    names: FieldNames
-    sizes: OneTokenTarget  # swaps the worker's speculative sizes (and, for the verify fallback, backends)
-    decode: DecodeTarget | None  # None: the one-token verify off step (fallback or configured)
-    lag: DraftLag | None  # None: per-step draft extend while off
-    topk: int = 1
-    prev_draft_dtype: Any = None  # dtype of the draft proposal tensors (placeholders match it)
-    draft_hidden: tuple[int, Any] | None = None  # (width, dtype) of the drafter's own hidden state (EAGLE)
-    #: placeholder buffers of the lazy draft input, by (width, dtype, device, zeroed); sliced per step
-    scratch: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
-    #: (rows, proposal dtype, topk_p, topk_index, hidden_states) placeholders of the last v1 off step: the
-    #: next off step of as many requests hands out the same views (no slicing per step)
-    placeholders: tuple[int, Any, Any, Any, Any] | None = None
-    #: the lazy draft input the last v1 off step installed, while no other decode or extend step has run
-    #: on the worker since (the hooks clear it): the next off step updates it in place instead of building
-    #: one (the scheduler's filter and merge change it in place; the off step rewrites every field they
-    #: touch)
-    draft_input: Any = None
-    #: (rows, device, int32 ones) of the last lazy v2 off step: its accept lengths (read, never written)
-    ones: tuple[int, Any, Any] | None = None
-
-    def counts(self, runtime: Any) -> dict[str, int]:
-        """Running totals for the metrics (``specpolicy_engine_events_total``): off steps, steps forced to
-        speculate (logprobs, hidden states, grammars), and the drafter's skipped and caught-up positions."""
-        out = {
-            "decode_steps": runtime.decode_steps,
-            "off_steps": runtime.skipped_steps,
-            "forced_steps": runtime.forced_steps,
-        }
-        lag = self.lag
-        if lag is not None:
-            out["draft_positions_skipped"] = lag.skipped_positions
-            out["draft_positions_caught_up"] = lag.caught_up_positions
-            out["draft_catch_ups"] = lag.catch_ups
-            out["draft_unrecoverable"] = lag.unrecoverable
-        timer = getattr(runtime, "gpu_timer", None)
-        if timer is not None:
-            out["step_times_not_ready"] = timer.incomplete
-        return out
-
-    @property
-    def label(self) -> str:
-        if self.decode is None:
-            target = "one-token verify, " + ("CUDA graph" if self.sizes.mode == "graph" else "eager")
-        else:
-            target = f"decode ({'CUDA graphs' if self.decode.mode == 'graph' else 'eager'})"
-        lag = self.lag
-        if lag is None:
-            draft = "one-token draft extend per step"
-        elif lag.hidden is None:
-            draft = "drafter skipped, lazy catch-up on resume"
-        else:
-            h = lag.hidden
-            dtype = str(h.dtype).replace("torch.", "")
-            draft = (
-                f"drafter skipped, lazy catch-up on resume with the target's hidden states kept for"
-                f" {h.window} positions ({h.rows} x {h.window} x {h.width} {dtype},"
-                f" {h.nbytes / 2**20:.1f} MiB)"
-            )
-        return f"{target}; {draft}"
 
 
 # ---------------------------------------------------------------------------------------------------- v1
@@ -453,99 +380,9 @@ def v2_off_step(worker: Any, mwb: Any, off: OffPath) -> Any:
         if not names.has_result_stride:  # 0.5.10.post1 reads tokens at the launch stride
             pad_v2_result(result, launch_tokens, names)
         return result
-    from .hooks import v2_launch_cache_locs
-
     v2_launch_cache_locs(worker, mwb, launch_tokens)  # the draft extend writes D positions per request
     pad_v2_result(result, launch_tokens, names)
     dw = worker.draft_worker
     with dw.draft_tp_context(dw.draft_runner.tp_group):
         dw._draft_extend_for_decode(mwb, result)
     return result
-
-
-# ------------------------------------------------------------------------------------------------ resume
-
-
-def catch_up_v1(worker: Any, batch: Any, off: OffPath, now: int | None = None) -> bool:
-    """``catch_up_if_behind`` for a v1 worker's ScheduleBatch (before a speculative step, or inside an off
-    step whose hidden-state window is full: ``now``)."""
-    runner = worker.draft_model_runner
-    return catch_up_if_behind(
-        off=off,
-        reqs=batch.reqs,
-        seq_lens_cpu=batch.seq_lens_cpu,
-        base_mwb=batch.get_model_worker_batch(),
-        spec_info=batch.spec_info,
-        draft_runner=runner,
-        req_to_token=worker.req_to_token_pool.req_to_token,
-        tp_context=worker.draft_tp_context(runner.tp_group),
-        now=now,
-    )
-
-
-def catch_up_v2(worker: Any, mwb: Any, off: OffPath, now: int | None = None) -> bool:
-    """``catch_up_if_behind`` for a v2 worker's ModelWorkerBatch (as ``catch_up_v1``)."""
-    dw = worker.draft_worker
-    return catch_up_if_behind(
-        off=off,
-        reqs=mwb.reqs,
-        seq_lens_cpu=mwb.seq_lens_cpu,
-        base_mwb=mwb,
-        spec_info=mwb.spec_info,
-        draft_runner=dw.draft_runner,
-        req_to_token=worker.req_to_token_pool.req_to_token,
-        tp_context=dw.draft_tp_context(dw.draft_runner.tp_group),
-        now=now,
-    )
-
-
-def catch_up_if_behind(
-    *,
-    off: OffPath,
-    reqs: Any,
-    seq_lens_cpu: Any,
-    base_mwb: Any,
-    spec_info: Any,
-    draft_runner: Any,
-    req_to_token: Any,
-    tp_context: Any,
-    now: int | None = None,
-) -> bool:
-    """Bring the draft state of ``reqs`` up to date (before a speculative step, or to off step ``now``
-    inside an off step whose hidden-state window is full); True when an extend ran."""
-    lag = off.lag
-    if lag is None or seq_lens_cpu is None:
-        return False
-    plan = lag.plan(reqs, seq_lens_cpu.tolist(), now)
-    if plan is None:
-        return False
-    with tp_context:
-        topk_p, topk_index, hidden = lag.catch_up(
-            plan=plan,
-            base_mwb=base_mwb,
-            bonus_tokens=getattr(spec_info, off.names.root),
-            draft_runner=draft_runner,
-            req_to_token=req_to_token,
-            topk=off.topk,
-            root_field=off.names.root,
-        )
-    if hidden is not None and plan.exact:
-        keep_exact_rows(plan.exact, spec_info, topk_p, topk_index, hidden)
-    spec_info.topk_p, spec_info.topk_index = topk_p, topk_index
-    if hidden is not None:
-        spec_info.hidden_states = hidden
-    lag.mark_caught_up(reqs, plan)
-    return True
-
-
-def keep_exact_rows(rows: Any, spec_info: Any, topk_p: Any, topk_index: Any, hidden: Any) -> None:
-    """Requests whose draft state was already exact keep the proposal and hidden state they have (the
-    catch-up had no target hidden state to recompute them with and wrote the padding slot). An
-    ``unrecoverable`` request takes the catch-up's own (valid token ids), not a placeholder."""
-    import torch
-
-    idx = torch.tensor(list(rows), dtype=torch.int64).to(topk_p.device, non_blocking=True)
-    old_rows = (spec_info.topk_p, spec_info.topk_index, spec_info.hidden_states)
-    for new, old in zip((topk_p, topk_index, hidden), old_rows, strict=True):
-        if old is not None and old.shape[0] == new.shape[0] and old.shape[1:] == new.shape[1:]:
-            new[idx] = old[idx].to(new.dtype)

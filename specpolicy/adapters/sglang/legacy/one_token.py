@@ -31,6 +31,7 @@ __all__ = [
     "capture_like",
     "pad_v2_result",
     "sizes_only_target",
+    "v2_launch_cache_locs",
 ]
 
 log = logging.getLogger("specpolicy.sglang.legacy")
@@ -229,3 +230,24 @@ def _distinct(*objs: Any) -> list[Any]:
         if o is not None and all(o is not x for x in out):
             out.append(o)
     return out
+
+
+def v2_launch_cache_locs(worker: Any, batch: Any, num_draft_tokens: int) -> None:
+    """The draft extend after verify runs ``num_draft_tokens`` positions per request and writes the draft KV
+    at the slots a launch-depth verify assigns; a one-token verify assigned one, so assign all of them again
+    (the scheduler's v2 reservation already holds them). Found by the live GPU check: the draft-extend CUDA
+    graph failed with "size of tensor a (128) must match the size of tensor b (32)"."""
+    from sglang.srt.speculative.eagle_info_v2 import assign_extend_cache_locs_func
+
+    if batch.forward_mode.is_idle():
+        return
+    seq_lens = batch.seq_lens
+    batch.out_cache_loc = assign_extend_cache_locs_func(
+        req_pool_indices=batch.req_pool_indices,
+        req_to_token=worker.req_to_token_pool.req_to_token,
+        start_offset=seq_lens,
+        end_offset=seq_lens + num_draft_tokens,
+        batch_size=len(seq_lens),
+        draft_token_num=num_draft_tokens,
+        device=seq_lens.device,
+    )

@@ -258,6 +258,8 @@ def make_runtime(
     gpu_timer: GpuStepTimer | None = None,
     policy: Policy | None = None,
     observers: Sequence[StepObserver] = (),
+    model: str | None = None,
+    drafter: str | None = None,
 ) -> StepRuntime:
     """The legacy assembly: a controller that runs exactly {0, launch_depth} (every policy depth maps onto
     them through ``OnOffAtDepth``) and falls back to the launch depth. ``policy`` replaces the one the
@@ -279,5 +281,7 @@ def make_runtime(
         wrap=lambda p: OnOffAtDepth(p, launch_depth),
         policy=policy,
         observers=observers,
+        model=model,
+        drafter=drafter,
     )
     return StepRuntime(art, launch_depth=launch_depth, path=path, gpu_timer=gpu_timer)

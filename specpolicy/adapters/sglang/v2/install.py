@@ -213,6 +213,8 @@ def _bridge(worker: Any, settings: AdapterSettings) -> Bridge | None:
             sync_factory=(lambda: BroadcastSync(cpu_group)) if cpu_group is not None else None,
             header={"off_step": "decode", "engine_candidate_steps": engine_steps},
             engine_counts=lambda: attached[0].engine_counts() if attached else {},
+            model=getattr(getattr(worker, "server_args", None), "model_path", None),
+            drafter=getattr(getattr(worker, "server_args", None), "speculative_draft_model_path", None),
             wrap=None if controller is not None else (lambda p: OnOffAtDepth(p, launch)),
         )
     except AdapterInstallError as exc:

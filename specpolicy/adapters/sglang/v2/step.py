@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adaptive import SpecPolicyParams
+from ..legacy.catch_up import keep_exact_rows
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
-from ..legacy.off_step import keep_exact_rows
 
 __all__ = ["V2State", "forward_wrapper", "activate_wrapper", "feedback_wrapper", "off_step", "catch_up"]
 
@@ -55,7 +55,7 @@ class V2State:
 
     def engine_counts(self) -> dict[str, int]:
         lag = self.lag
-        return {  # the names the legacy adapter reports too (``legacy.off_step.OffPath.counts``)
+        return {  # the names the legacy adapter reports too (``legacy.off_path.OffPath.counts``)
             "off_steps": self.off_steps,
             "forced_steps": self.forced_steps,
             "draft_positions_skipped": lag.skipped_positions,
