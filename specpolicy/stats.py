@@ -43,6 +43,7 @@ class _Fields(NamedTuple):
     last_mean_seq_len: float | None = None
     last_request_ids: Sequence[Hashable] | None = None
     request_ids: Sequence[Hashable] | None = None
+    hints: Sequence[int] | None = None
 
 
 _new = tuple.__new__
@@ -87,8 +88,12 @@ class StepStats(_Fields):
             (any hashable the engine uses: SGLang's and vLLM's request ids), so a policy can learn
             acceptance per request. None when unknown.
         request_ids: the id of each request in the upcoming batch (the load fields' batch; order free), so
-            a policy can choose for the requests it is about to run. None when unknown. The only field
-            after the outcome fields: the outcome fields are ``_fields[3:-1]``.
+            a policy can choose for the requests it is about to run. None when unknown. The outcome
+            fields are those between the load and this one: ``_fields[3:12]``.
+        hints: the upcoming batch's per-request hints (``specpolicy.hints.BatchHints``: requests opting
+            out, requests with a ``max_depth``, the smallest and largest of those caps), or None when no
+            request of the batch has a hint. The controller applies the batch rule after decide(), so a
+            policy may read them but need not.
 
     "Acceptance length" everywhere in specpolicy means 1 + accepted drafts (the bonus token counted).
     """
@@ -133,6 +138,7 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
         last_mean_seq_len,
         last_request_ids,
         request_ids,
+        hints,
     ) = values
     changed = False
     # Inline checks for the common well-formed types; the helpers convert numpy numbers or raise.
@@ -206,6 +212,13 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
                 "StepStats.last_request_ids must have one entry per request of accepted_draft_tokens "
                 f"({n_ids} != {n_acc})"
             )
+    if hints is not None and (
+        _valid_len("hints", hints) != 4 or any(type(h) is not int or not 0 <= h <= MAX_COUNT for h in hints)
+    ):
+        raise ValueError(
+            "StepStats.hints must be None or (off, capped, min_cap, max_cap), four ints >= 0, got "
+            f"{short_repr(hints)}"
+        )
     if changed:
         values = (
             batch_size,
@@ -221,6 +234,7 @@ def _validated(cls: type[StepStats], values: tuple[Any, ...]) -> StepStats:
             last_mean_seq_len,
             last_request_ids,
             request_ids,
+            hints,
         )
     stats: StepStats = _new(cls, values)
     return stats

@@ -53,6 +53,7 @@ class TraceRecord:
     last_mean_seq_len: float | None = None
     last_request_ids: Sequence[Any] | None = None
     request_ids: Sequence[Any] | None = None
+    hints: Sequence[int] | None = None
     rank: int = 0
     ts: float | None = None
     decide_us: float | None = None
@@ -158,7 +159,7 @@ def record_dict(
 _STATS = StepStats._fields
 _STATS_AFTER_BATCH = _STATS[1:]
 #: Per-request fields, copied into lists when a record is built from live stats.
-_LISTS = ("accepted_draft_tokens", "drafted_tokens")
+_LISTS = ("accepted_draft_tokens", "drafted_tokens", "hints")
 #: Fields the trace leaves out (null): request ids would make each line about 30 times longer (a 32-character
 #: id per request, twice), and the trace's readers (the profile fit, the replay) do not need them.
 _NOT_WRITTEN = ("last_request_ids", "request_ids")

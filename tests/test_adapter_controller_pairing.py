@@ -62,7 +62,7 @@ def test_next_stats_describe_the_reported_decision_and_observers_get_each_once(
         if kind == "decide":
             seq_len = 100.0 + i  # each decision's own context length, so one from another decision shows
             stats = ctl.next_stats(arg, 2, seq_len)
-            assert stats[3:] == expect_known
+            assert stats[3:-1] == expect_known
             assert StepStats(*stats) == stats  # what the controller builds passes the validating constructor
             decided.append((ctl.decide(stats), arg, seq_len))
             assert ctl.step == len(decided)
@@ -79,7 +79,7 @@ def test_next_stats_describe_the_reported_decision_and_observers_get_each_once(
                 k, bs, ctx = decided[step - 1]
                 expect_known = (k, acc if k else None, None, t, None, bs, k, ctx)
                 expect_known += (None, None)  # no request ids reported, none for the batch
-            assert ctl.next_stats(1, 0, None)[3:] == expect_known
+            assert ctl.next_stats(1, 0, None)[3:-1] == expect_known
     ctl.close()
     assert [r.step for r in obs.records] == list(range(1, len(decided) + 1))
     assert [r.num_steps for r in obs.records] == [k for k, _, _ in decided]
@@ -134,6 +134,6 @@ def test_forced_steps_are_numbered_and_paired_like_decisions() -> None:
     ctl = StepController(Depths([0]), allowed_steps=(0, 3), default_steps=3, observers=[obs])
     assert ctl.force(StepStats(4), 3) == 3 and ctl.step == 1
     ctl.outcome(1, [3, 3, 3, 3], 0.03)
-    assert ctl.next_stats(4, 0, None)[3:] == (3, [3, 3, 3, 3], None, 0.03, None, 4, 3, None, None, None)
+    assert ctl.next_stats(4, 0, None)[3:-1] == (3, [3, 3, 3, 3], None, 0.03, None, 4, 3, None, None, None)
     ctl.close()
     assert [(r.step, r.num_steps, r.fallback) for r in obs.records] == [(1, 3, False)]

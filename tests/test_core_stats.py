@@ -69,7 +69,7 @@ def test_constructor_converts_numpy_numbers_to_python_ones() -> None:
     np = pytest.importorskip("numpy")
     s = StepStats(np.int64(4), np.int32(1), np.float32(100.0), np.int64(2), [1, 2], None, np.float64(0.5),
                   np.float64(1.5))
-    assert s == (4, 1, 100.0, 2, [1, 2], None, 0.5, 1.5, None, None, None, None, None)
+    assert s == (4, 1, 100.0, 2, [1, 2], None, 0.5, 1.5, None, None, None, None, None, None)
     assert [type(v) for v in s[:4]] == [int, int, float, int] and type(s.last_step_time_s) is float
 
 
@@ -98,7 +98,7 @@ def test_stats_is_an_immutable_tuple() -> None:
     s = StepStats(3, last_num_steps=2, accepted_draft_tokens=[1, 2, 0])
     with pytest.raises(AttributeError):
         s.batch_size = 4  # type: ignore[misc]
-    assert s[0] == 3 and len(s) == len(StepStats._fields) == 13
+    assert s[0] == 3 and len(s) == len(StepStats._fields) == 14
 
 
 def _reference_mean(acc: list[object], drafted: list[object] | None, k: int) -> float | None:

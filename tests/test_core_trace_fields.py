@@ -46,7 +46,7 @@ def test_trace_record_declares_the_stats_fields_with_their_defaults() -> None:
         assert name in declared
         if name in StepStats._field_defaults:
             assert declared[name] == StepStats._field_defaults[name]
-    assert StepStats.fast(4) == StepStats(4) == (4, 0, None, 0) + (None,) * 9
+    assert StepStats.fast(4) == StepStats(4) == (4, 0, None, 0) + (None,) * 10
 
 
 def test_the_trace_leaves_request_ids_out() -> None:

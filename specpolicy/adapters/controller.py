@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import short_repr, short_str
+from ..hints import BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Policy, RequestsSteps
 from ..stats import StepStats, clean_count
@@ -78,11 +79,13 @@ class StepObserver(Protocol):
 #: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
 MAX_OPEN = 16
 _SLOT = MAX_OPEN - 1
+_IDS = StepStats._fields.index("request_ids")
+_HINTS = StepStats._fields.index("hints")
 #: StepStats' outcome fields (those between the engine's load and ``request_ids``: ``last_num_steps`` ..
 #: ``last_request_ids``) when nothing is known: their defaults.
-NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:-1])
-#: ``NOTHING_KNOWN`` and an unknown ``request_ids``: every StepStats field after the engine's load.
-_NOTHING_TAIL: tuple[Any, ...] = NOTHING_KNOWN + (None,)
+NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:_IDS])
+#: ``NOTHING_KNOWN``, an unknown ``request_ids`` and no hints: every StepStats field after the engine's load.
+_NOTHING_TAIL: tuple[Any, ...] = NOTHING_KNOWN + (None, None)
 _new = tuple.__new__
 _perf = time.perf_counter
 #: A decision awaiting its outcome: StepRecord's fields up to ``decided_at``, then the decided depth.
@@ -103,6 +106,9 @@ class StepController:
         budget_steps: when the decayed count of over-budget calls reaches this, the default depth runs
             (0 = never): ``budget_steps`` in a row, or a policy slow on most calls, however interleaved.
         watchdog_s: log the deciding thread's stack when one decide() call runs longer than this (None = off).
+        hint_rule: how the batch's per-request hints (``StepStats.hints``) limit the decided depth, applied
+            after decide() (and to the default depth when the policy fails); the depth becomes the deepest
+            allowed one within the limit.
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class StepController:
         decide_budget_s: float = 1e-3,
         budget_steps: int = 16,
         watchdog_s: float | None = None,
+        hint_rule: BatchRule | None = None,
     ) -> None:
         allowed = frozenset(int(k) for k in allowed_steps)
         if default_steps not in allowed:
@@ -167,6 +174,12 @@ class StepController:
         #: read by the watchdog.
         self.busy_since = 0.0
         self.thread_id = 0
+        self.hint_rule = BatchRule() if hint_rule is None else hint_rule
+        #: the deepest allowed depth <= c, for each limit c in [0, MAX_NUM_STEPS] (0 when none is)
+        self._floor = [max((k for k in allowed if k <= c), default=0) for c in range(MAX_NUM_STEPS + 1)]
+        #: steps the hints turned off, and steps they made shallower but not off
+        self.hint_off_steps = 0
+        self.hint_capped_steps = 0
         #: the hook called before every ``_poll_every``-th decision (``watch``), and the step after which
         #: it runs next
         self._poll_hook: Callable[[int], None] | None = None
@@ -221,7 +234,7 @@ class StepController:
     def known(self) -> tuple[Any, ...]:
         """StepStats' outcome fields (``last_num_steps`` .. ``last_request_ids``) the next decision will
         see: those of the latest decision with a known outcome, ``NOTHING_KNOWN`` before one."""
-        return self._tail[:-1]
+        return self._tail[:-2]
 
     @property
     def steps_by_depth(self) -> dict[int, int]:
@@ -252,7 +265,10 @@ class StepController:
             self._poll()
         if self._slow and self._slow >= self.budget_steps * BUDGET_DECAY > 0 and self.step % RETRY_INTERVAL:
             self.budget_fallbacks += 1
-            return self._commit(stats, self.default_steps, 0.0, True, time.perf_counter())
+            k = self.default_steps
+            if stats[_HINTS] is not None and k:
+                k = self._hinted(k, stats)
+            return self._commit(stats, k, 0.0, True, time.perf_counter())
         if not self.thread_id:
             self.thread_id = threading.get_ident()
         t0 = self.busy_since = _perf()
@@ -276,6 +292,8 @@ class StepController:
             self._on_error(exc, "policy", f"running the default depth {k}")
         dt = _perf() - t0
         self.busy_since = 0.0
+        if stats[_HINTS] is not None and k:
+            k = self._hinted(k, stats)
         if dt > self.decide_budget_s:
             self._over_budget(dt)
         elif self._slow:
@@ -291,6 +309,26 @@ class StepController:
         asks = self._asks  # a clamp: the decided depth is the one its part asked for
         ring[i] = (step, stats, k, dt, fallback, t0, k if asks is None or fallback else asks.requested_steps)
         return k
+
+    def _hinted(self, k: int, stats: StepStats) -> int:
+        """``k`` lowered to what the batch's hints allow (``hint_rule``), counted; malformed hints (from a
+        caller other than an adapter) are ignored."""
+        try:
+            limit = self.hint_rule.limit(stats[_HINTS], stats[0])  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - StepStats.fast skips validation: no usable hints
+            return k
+        if limit >= k:
+            return k
+        low = self._floor[limit]
+        if low == 0:
+            self.hint_off_steps += 1
+        else:
+            self.hint_capped_steps += 1
+        return low
+
+    def hint_counts(self) -> dict[str, int]:
+        """Steps the hints turned off or capped (``specpolicy_hints_total{event}``)."""
+        return {"steps_off": self.hint_off_steps, "steps_capped": self.hint_capped_steps}
 
     def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
         step = self.step = self.step + 1
@@ -313,14 +351,15 @@ class StepController:
         num_waiting: int,
         mean_seq_len: float | None,
         request_ids: Sequence[Hashable] | None = None,
+        hints: Sequence[int] | None = None,
     ) -> StepStats:
         """The StepStats of the coming decision: the engine's load now (and, when the adapter knows them,
-        the ids of the requests in the batch), and the outcome ``known``."""
-        if request_ids is None:
+        the ids of the requests in the batch and their hints), and the outcome ``known``."""
+        if request_ids is None and hints is None:
             stats: StepStats = _new(StepStats, (batch_size, num_waiting, mean_seq_len) + self._tail)
         else:
             load = (batch_size, num_waiting, mean_seq_len)
-            stats = _new(StepStats, load + self._tail[:-1] + (request_ids,))
+            stats = _new(StepStats, load + self._tail[:-2] + (request_ids, hints))
         return stats
 
     def outcome(
@@ -370,9 +409,10 @@ class StepController:
                 load[2],
                 request_ids,
                 None,
+                None,
             )
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
-            self._tail = (0, None, None, step_time_s, None, load[0], item[6], load[2], None, None)
+            self._tail = (0, None, None, step_time_s, None, load[0], item[6], load[2], None, None, None)
         if self.observers:
             done = self._done
             self._done = step

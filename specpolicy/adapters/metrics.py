@@ -18,7 +18,8 @@ and at most ``MAX_ESTIMATE_NAMES`` distinct names get a series: the first ones s
 ``policy_swaps_total`` and ``policy_swaps_refused_total`` (policy changes through the control file, see
 ``adapters.control_file``), ``engine_events_total{event}`` (what the adapter did inside the engine: steps
 forced to speculate, draft positions skipped and caught up, ...; running totals an adapter reports through
-``engine_counts``).
+``engine_counts``), ``hints_total{event}`` (per-request hints: ``requests_off``, ``requests_capped``,
+``bad``, ``request_steps_trimmed``, ``steps_off``, ``steps_capped``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,13 @@ def metric_families(registry: Any = None) -> dict[str, Any]:
             (*labels, "event"),
             registry=reg,
         ),
+        "hints": prom.Counter(
+            "specpolicy_hints",
+            "Per-request speculation hints, by event: requests_off, requests_capped, bad (ignored), "
+            "steps_off and steps_capped (steps the hints made shallower than the policy decided)",
+            (*labels, "event"),
+            registry=reg,
+        ),
         "depth": prom.Gauge(
             "specpolicy_depth", "Draft depth of the latest step", labels, registry=reg, **gauge_kw
         ),
@@ -162,6 +170,7 @@ class MetricsObserver:
         decide_budget_s: float = 1e-3,
         trace: TraceCounts | None = None,
         engine_counts: Callable[[], Mapping[str, int]] | None = None,
+        hints: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if push_every < 1:
             raise ValueError(f"MetricsObserver.push_every must be >= 1, got {push_every}")
@@ -180,6 +189,9 @@ class MetricsObserver:
         self.engine_counts = engine_counts
         self._events_family = fams["engine_events"]
         self._events_seen: dict[str, int] = {}
+        self.hints = hints
+        self._hints_family = fams["hints"]
+        self._hints_seen: dict[str, int] = {}
         self._depth = fams["depth"].labels(*lv)
         self._swaps = fams["swaps"].labels(*lv)
         self._swaps_refused = fams["swaps_refused"].labels(*lv)
@@ -236,6 +248,8 @@ class MetricsObserver:
             self._push_trace(self._trace)
         if self.engine_counts is not None:
             self._push_engine_counts()
+        if self.hints is not None:
+            self._push_totals(self._hints_family, self.hints(), self._hints_seen)
         if self._estimates is not None:
             self._push_estimates()
 

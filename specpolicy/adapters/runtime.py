@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import short_str
+from ..hints import BatchRule, HintBook
 from ..policy import Policy
 from ..registry import get_entry
 from ..stats import StepStats
@@ -66,6 +67,8 @@ class AdapterRuntime:
             policy runs unwrapped (a wrapper's call less per step).
         policy: an already built policy to run instead of the one the settings name (tests, embedding).
         observers: more observers of the step records, beside the trace and the metrics.
+        per_request_hints: the engine verifies per request, so the adapter trims each hinted request's
+            drafts and the batch depth only drops where every request allows less (``BatchRule``).
         header, metrics_registry, engine_counts: the trace header's extra keys, the Prometheus registry,
             and the adapter's running totals for the metrics.
         model, drafter: what the engine serves, for the warm start's fingerprint (``warm_start``).
@@ -89,6 +92,7 @@ class AdapterRuntime:
         wrap: Callable[[Policy], Policy] | None = None,
         policy: Policy | None = None,
         observers: Sequence[StepObserver] = (),
+        per_request_hints: bool = False,
         model: str | None = None,
         drafter: str | None = None,
     ) -> None:
@@ -110,6 +114,8 @@ class AdapterRuntime:
         self.wants_request_ids = policy is not None or config.needs_request_ids()
         self.policy = get_entry(config.name).factory(config) if policy is None else policy
         observers = list(observers)
+        #: the live hinted requests and the hint counters; adapters admit requests only when ``hints`` is on
+        self.hints = HintBook()
         self.warm_start = _warm_start(self, model, drafter)
         if self.warm_start is not None:
             observers.append(self.warm_start)
@@ -146,6 +152,7 @@ class AdapterRuntime:
                     decide_budget_s=settings.decide_budget_s,
                     trace=self.trace,
                     engine_counts=engine_counts,
+                    hints=self.hint_counts,
                 )
                 observers.append(self.metrics)
             except ImportError:
@@ -160,6 +167,7 @@ class AdapterRuntime:
             decide_budget_s=settings.decide_budget_s,
             budget_steps=settings.decide_budget_steps,
             watchdog_s=settings.watchdog_s,
+            hint_rule=BatchRule(settings.hint_off_rule, per_request_hints),
         )
         self.mode = agreement_mode(
             settings.tp_agreement, config, world_size, can_broadcast=sync_factory is not None
@@ -184,6 +192,10 @@ class AdapterRuntime:
         self.decide: Callable[[StepStats], int] = self.controller.decide if agreed is None else agreed.decide
         #: policy changes without a restart (``settings.control_path``); None when off
         self.control = attach_control(self, given_wrap, agreed)
+
+    def hint_counts(self) -> dict[str, int]:
+        """The hint counters: requests that opted out or set a cap, bad hints, steps turned off or capped."""
+        return {**self.hints.counts(), **self.controller.hint_counts()}
 
     def startup_line(self) -> str:
         """The one log line that says what is live: engine, path, policy and its configuration, depths."""

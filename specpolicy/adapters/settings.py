@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from ..config_files import loads_json
 from ..errors import ConfigError, format_validation_error
+from ..hints import OffRule
 from ..policy import PolicyConfig
 from ..registry import parse_config
 
@@ -43,6 +44,8 @@ ENV_VARS: dict[str, str] = {
     "decide_budget_s": "SPECPOLICY_DECIDE_BUDGET_S",
     "decide_budget_steps": "SPECPOLICY_DECIDE_BUDGET_STEPS",
     "watchdog_s": "SPECPOLICY_WATCHDOG_S",
+    "hints": "SPECPOLICY_HINTS",
+    "hint_off_rule": "SPECPOLICY_HINT_OFF_RULE",
     "control_path": "SPECPOLICY_CONTROL",
     "control_every": "SPECPOLICY_CONTROL_EVERY",
     "warm_start_path": "SPECPOLICY_WARM_START",
@@ -75,6 +78,10 @@ class AdapterSettings(BaseModel):
     ``step_clock`` (legacy SGLang): how step times are measured. ``auto`` times the overlap worker's steps
     with CUDA events (its wall-clock intervals belong to neighbouring steps) and the others with the host
     clock; ``host`` uses the host clock everywhere (no event is recorded on the GPU stream).
+    ``hints``: read each request's speculation hint (``off``, ``max_depth=N``; ``specpolicy.hints``).
+    ``hint_off_rule`` (SGLang, one depth per batch): the batch runs off when ``any`` request, a strict
+    ``majority`` (default) or ``all`` of its requests opt out; vLLM drops the drafts of each opted-out
+    request instead.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -137,6 +144,9 @@ class AdapterSettings(BaseModel):
         le=10 * 365 * 86_400.0,
         description="warm start: a state file saved longer ago than this is stale, and not loaded",
     )
+
+    hints: bool = Field(True, description="read per-request speculation hints (off, max_depth=N)")
+    hint_off_rule: OffRule = "majority"
 
     @field_validator("policy", mode="before")
     @classmethod

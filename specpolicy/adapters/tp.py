@@ -167,7 +167,7 @@ class AgreedDecider:
         """The depth this rank must run; identical on every rank of the group."""
         if self.mode == "local":
             if self._hide_time and stats.last_step_time_s is not None:
-                stats = StepStats.fast(*stats[:6], None, *stats[7:])
+                stats = stats._replace(last_step_time_s=None)
             return self.controller.decide(stats)
         sync = self.sync
         assert sync is not None

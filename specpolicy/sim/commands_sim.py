@@ -21,7 +21,7 @@ from .run import (
 from .scenario_options import add_arguments, from_args
 from .swap import PolicySwap
 from .warm import read_state
-from .workloads import WORKLOADS, parse_concurrency
+from .workloads import WORKLOADS, parse_concurrency, parse_hint_mix
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
 
@@ -113,6 +113,13 @@ def register(sub: Any) -> None:
         "1: one step later (overlap / async scheduling)",
     )
     s.add_argument("--max-running", type=int, default=256, help="max requests decoding at once (default 256)")
+    s.add_argument(
+        "--hints",
+        metavar="SPEC",
+        help="per-request hints: off=F[,capped=F,max_depth=N][,per_request=true][,rule=any|majority|all] "
+        "(fractions of the requests; per_request: verify per request as vLLM, else one depth per batch "
+        "as SGLang, off under the rule, default majority)",
+    )
     s.add_argument(
         "--jitter", type=float, default=0.01, help="log-normal step-time noise, sigma (default 0.01)"
     )
@@ -227,6 +234,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         switch_cost_ms=args.switch_cost_ms,
         timeline_bin_s=5.0 if args.plot else None,
+        hints=parse_hint_mix(args.hints),
         warm_start=read_state(args.warm_start) if args.warm_start else None,
         save_state=bool(args.save_state),
     )

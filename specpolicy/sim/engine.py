@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..adapters.controller import StepController
+from ..hints import BatchHints, BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Stateful
 from ..stats import StepStats
@@ -120,6 +121,17 @@ class EngineConfig:
             raise ValueError(f"switch cost must be in [0, 10) seconds, got {self.switch_cost_s!r}")
 
 
+def _batch_hints(allow: IntArray) -> BatchHints | None:
+    """The BatchHints of the running requests' allowances (-1: no hint), as an adapter aggregates them."""
+    off = int((allow == 0).sum())
+    caps = allow[allow > 0]
+    if not off and not len(caps):
+        return None
+    if not len(caps):
+        return BatchHints(off, 0, 0, 0)
+    return BatchHints(off, len(caps), int(caps.min()), int(caps.max()))
+
+
 class _AsPolicy:
     """A decider as the controller's policy: the engine sets the step's true acceptance, what each request
     still owes and the context length (the oracle's inputs) before every decision."""
@@ -191,6 +203,7 @@ def simulate(
     extrapolated = False
     extrap_seen: set[tuple[int, int]] = set()
     controller: StepController | None = None
+    hint_mix = scenario.hints
     bound = _AsPolicy(decider) if config.speculative and decider is not None else None
     if bound is not None:
         controller = StepController(
@@ -200,6 +213,7 @@ def simulate(
             policy_name=type(decider).__name__,
             decide_budget_s=math.inf,  # simulated time does not depend on the host's speed
             budget_steps=0,
+            hint_rule=None if hint_mix is None else BatchRule(hint_mix.off_rule, hint_mix.per_request),
         )
     # (decision number, depth, accepted drafts per request, step time, their mean, request ids) of decode
     # steps whose outcome the policy has not seen yet (``feedback_lag`` of them stay back).
@@ -273,7 +287,9 @@ def simulate(
                     swap_step, swap_s = controller.step + 1, t
             bound.p, bound.remaining, bound.seq_len = batch.p, remaining, seq_mean
             ids = batch.rid.tolist()  # as an adapter passes the engine's request ids
-            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids))
+            allow = None if hint_mix is None else hint_mix.allowances(seed, batch.rid)
+            hints = None if allow is None else _batch_hints(allow)
+            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids, hints))
             decision = controller.step
             if k > max_k or k < 0:
                 clamped += 1
@@ -285,6 +301,9 @@ def simulate(
                 k_prev = k
             if k > 0:
                 acc = accepted_drafts(batch.p, k, hash_uniform(seed, batch.rid, batch.emitted))
+                if hints is not None and hint_mix is not None and hint_mix.per_request:
+                    assert allow is not None  # each request verifies at most its allowance
+                    acc = np.where(allow >= 0, np.minimum(acc, allow), acc)
                 emit = np.minimum(acc + 1, remaining)
                 if lazy:
                     missed = batch.missed

@@ -216,6 +216,7 @@ def to_json(sim: Simulation, slo_tpot_ms: float | None = None) -> dict[str, Any]
         ],
         "acceptance": scenario.acceptance.to_json() if scenario is not None else None,
         "request_shape": _shape_json(scenario) if scenario is not None else None,
+        "hints": scenario.hints.to_json() if scenario is not None and scenario.hints is not None else None,
         "off_cost": sim.profile.off_cost,
         "feedback_lag": spec.feedback_lag,
         "max_running": spec.max_running,

@@ -33,7 +33,7 @@ from .engine import DeciderSwap, EngineConfig, RunResult, SimProfile, simulate
 from .progress import ProgressBar
 from .swap import PolicySwap
 from .warm import takes_state
-from .workloads import RequestShape, Scenario, load_workload
+from .workloads import HintMix, RequestShape, Scenario, load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -79,6 +79,7 @@ class SimulationSpec:
     track_requests: bool = False
     acceptance: AcceptanceModel | None = None
     shape: RequestShape | None = None
+    hints: HintMix | None = None
     #: every policy row's policy is replaced mid-run (``sim.swap``); None: no change
     swap: PolicySwap | None = None
     #: a saved policy state (``warm.read_state``): the policies it belongs to start from it
@@ -217,6 +218,7 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         concurrency=spec.concurrency,
         shape=spec.shape,
         acceptance=spec.acceptance,
+        hints=spec.hints,
     )
     comparators, notes = default_comparators(
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references

@@ -21,6 +21,9 @@ Built-ins (reference values from the simulator issue; durations are simulated se
   done unless ``--duration`` cuts it.
 - a step trace (``specpolicy-trace/1``, as the engine adapters write it): replayed as a closed loop whose
   concurrency follows the trace's batch size + queue and whose acceptance follows the trace's, per 10 s.
+
+Any workload may give a fraction of its requests a per-request hint (``HintMix``, ``--hints``): ``off``, or
+``max_depth=N``; which requests get one is a hash of the request number, the same for every policy.
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError
-from .acceptance import AcceptanceModel, BetaAcceptance
+from ..hints import OffRule
+from ..mode import MAX_NUM_STEPS
+from .acceptance import AcceptanceModel, BetaAcceptance, hash_uniform
 
 __all__ = [
     "BUILTIN",
@@ -45,12 +50,14 @@ __all__ = [
     "BuildArgs",
     "WORKLOADS",
     "DEFAULT_SWEEP_LEVELS",
+    "HintMix",
     "RequestShape",
     "Requests",
     "RequestStream",
     "Scenario",
     "load_workload",
     "parse_concurrency",
+    "parse_hint_mix",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -110,6 +117,75 @@ class RequestShape:
         }
 
 
+_OFF_RULES = ("any", "majority", "all")
+
+
+@dataclass(frozen=True)
+class HintMix:
+    """Per-request hints in a workload: a fraction ``off`` of the requests opts out, a further fraction
+    ``capped`` says ``max_depth``; ``per_request`` runs them as an engine that verifies per request (vLLM:
+    each request's drafts are cut to its allowance), otherwise one depth per batch under ``off_rule``
+    (SGLang)."""
+
+    off: float = 0.0
+    capped: float = 0.0
+    max_depth: int = 1
+    per_request: bool = False
+    off_rule: OffRule = "majority"
+
+    def __post_init__(self) -> None:
+        for name in ("off", "capped"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ConfigError(f"--hints: {name} must be a fraction in [0, 1], got {v!r}")
+        if self.off + self.capped > 1.0:
+            raise ConfigError(f"--hints: off + capped must be <= 1, got {self.off + self.capped!r}")
+        if type(self.max_depth) is not int or not 1 <= self.max_depth <= MAX_NUM_STEPS:
+            raise ConfigError(
+                f"--hints: max_depth must be an int in [1, {MAX_NUM_STEPS}], got {self.max_depth!r}"
+            )
+        if self.off_rule not in _OFF_RULES:
+            raise ConfigError(f"--hints: rule must be one of {', '.join(_OFF_RULES)}, got {self.off_rule!r}")
+
+    def allowances(self, seed: int, request_ids: IntArray) -> IntArray:
+        """Each request's allowance: 0 (off), ``max_depth`` (capped) or -1 (no hint)."""
+        u = hash_uniform(seed ^ 0x4172, request_ids, np.zeros(len(request_ids), dtype=np.int64))
+        out = np.full(len(request_ids), -1, dtype=np.int64)
+        out[u < self.off + self.capped] = self.max_depth
+        out[u < self.off] = 0
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"off": self.off, "capped": self.capped, "max_depth": self.max_depth,
+                "per_request": self.per_request, "off_rule": self.off_rule}
+
+
+def parse_hint_mix(text: str | None) -> HintMix | None:
+    """``--hints off=F[,capped=F,max_depth=N][,per_request=true][,rule=any|majority|all]``, or None."""
+    if text is None or not text.strip():
+        return None
+    forms = "off=F[,capped=F,max_depth=N][,per_request=true|false][,rule=any|majority|all]"
+    kw: dict[str, Any] = {}
+    for part in text.split(","):
+        key, eq, value = (s.strip() for s in part.partition("="))
+        if not eq or key not in ("off", "capped", "max_depth", "per_request", "rule") or key in kw:
+            raise ConfigError(f"--hints: expected {forms}, got {text!r}")
+        try:
+            if key in ("off", "capped"):
+                kw[key] = float(value)
+            elif key == "max_depth":
+                kw[key] = int(value)
+            elif key == "per_request":
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                kw[key] = value.lower() in ("true", "1")
+            else:
+                kw["off_rule"] = value
+        except ValueError:
+            raise ConfigError(f"--hints: {key} has a bad value {value!r} ({forms})") from None
+    return HintMix(**kw)
+
+
 @dataclass(frozen=True, eq=False)
 class Requests:
     """Explicit requests sorted by arrival; ``acceptance`` NaN means "draw from the acceptance model"."""
@@ -138,6 +214,7 @@ class Scenario:
     drain: bool = False
     warmup_s: float = 0.0
     prewarmed: bool = False
+    hints: HintMix | None = None
 
     def __post_init__(self) -> None:
         if (self.closed_loop is None) == (self.requests is None):
@@ -479,8 +556,23 @@ def load_workload(
     concurrency: Sequence[int] | None = None,
     shape: RequestShape | None = None,
     acceptance: AcceptanceModel | None = None,
+    hints: HintMix | None = None,
 ) -> list[Scenario]:
-    """Expand a workload name or file into scenarios. ``duration_s`` None = the workload's default."""
+    """Expand a workload name or file into scenarios. ``duration_s`` None = the workload's default;
+    ``hints``: per-request hints for every scenario."""
+    scenarios = _load(spec, profile, seed, duration_s, concurrency, shape, acceptance)
+    return scenarios if hints is None else [replace(sc, hints=hints) for sc in scenarios]
+
+
+def _load(
+    spec: str | os.PathLike[str],
+    profile: _NeverStep,
+    seed: int,
+    duration_s: float | None,
+    concurrency: Sequence[int] | None,
+    shape: RequestShape | None,
+    acceptance: AcceptanceModel | None,
+) -> list[Scenario]:
     shape = shape or RequestShape()
     acceptance = acceptance or BetaAcceptance()
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):

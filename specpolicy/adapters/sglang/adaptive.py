@@ -41,8 +41,10 @@ from collections import deque
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from ...hints import BatchHints
 from ..runtime import AdapterRuntime
 from ..settings import AdapterSettings
+from .hints import RequestHints
 from .request_ids import request_ids
 
 __all__ = [
@@ -91,6 +93,13 @@ class SpecPolicyParams:
         self._wants_ids = runtime.wants_request_ids
         self._seq_bs = -1
         self._seq_age = 0
+        #: the requests' own hints (``custom_params["specpolicy"]``), read at their prefill; None: off
+        self.request_hints = RequestHints(runtime.hints) if runtime.settings.hints else None
+        #: the hints of the decode batch about to run (None: none of its requests has one)
+        self.hints: BatchHints | None = None
+        self._hints_n = 0
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.request_hints is None else self.request_hints.live
 
     # -- AdaptiveSpecPolicy --
     @property
@@ -112,7 +121,12 @@ class SpecPolicyParams:
             self.request_ids = None
             if len(ids) != batch_size:
                 ids = None  # not the batch noted: no ids rather than another batch's
-        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids))
+        hints = self.hints
+        if hints is not None:
+            self.hints = None
+            if self._hints_n != batch_size:
+                hints = None  # not the batch noted
+        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids, hints))
         self._inflight.append((self._controller.step, batch_size, gap, ids))
         return k
 
@@ -148,11 +162,20 @@ class SpecPolicyParams:
             if not mode.is_decode():
                 self._gap = True
                 self.request_ids = None
+                self.hints = None
+                rh = self.request_hints
+                if rh is not None:
+                    rh.on_extend(batch.reqs)
                 return
             self.num_waiting = len(scheduler.waiting_queue)
             reqs = batch.reqs
             n = len(reqs)
             self.request_ids = request_ids(reqs) if self._wants_ids else None
+            if self._hint_live:
+                self.hints = self.request_hints.of_batch(reqs)  # type: ignore[union-attr]
+                self._hints_n = n
+            else:
+                self.hints = None
             self._seq_age += 1
             if n != self._seq_bs or self._seq_age >= SEQ_LEN_EVERY:
                 self._seq_bs = n
@@ -162,6 +185,7 @@ class SpecPolicyParams:
             self._gap = True
             self.mean_seq_len = None
             self.request_ids = None
+            self.hints = None
 
     def close(self) -> None:
         self.runtime.close()

@@ -113,13 +113,14 @@ class StepLedger:
         samples: bool,
         now: float,
         request_ids: Sequence[Hashable] | None = None,
+        hints: Sequence[int] | None = None,
     ) -> int:
         """The depth for the step just scheduled (``key`` identifies its SchedulerOutput; ``request_ids``
-        its decoding requests, when known)."""
+        its decoding requests, when known; ``hints`` theirs, when any has one)."""
         pending = self._pending
         if samples:
             controller = self._controller
-            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len, request_ids))
+            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len, request_ids, hints))
             pending.append(_new(_Record, (key, now, self._last_k, self._last_decision)))
             self._last_k = k
             self._last_decision = controller.step

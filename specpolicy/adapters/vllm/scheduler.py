@@ -29,6 +29,7 @@ from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
 from ..runtime import AdapterRuntime
 from .checks import preflight
+from .hints import RequestHints
 from .ledger import StepLedger
 from .versions import installed_version
 
@@ -43,7 +44,9 @@ _perf_counter = time.perf_counter
 class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
-    __slots__ = ("runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids")
+    __slots__ = (
+        "runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids", "hints", "_hint_live"
+    )
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
@@ -52,6 +55,10 @@ class CoreBridge:
         self.errors = 0
         self._logged = False
         self._with_ids = runtime.wants_request_ids
+        #: the requests' own hints (``extra_args["specpolicy"]``); None when the settings turn them off
+        self.hints = RequestHints(runtime.hints) if runtime.settings.hints else None
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.hints is None else self.hints.live
 
     def schedule(self, sched: Any, so: Any) -> int:
         """Depth for a non-empty step: O(scheduled requests) attribute reads, then one guarded decide()."""
@@ -76,7 +83,10 @@ class CoreBridge:
                         ids.append(req_id)
         waiting = sched.get_request_counts()[1]
         mean_seq_len = ctx / n_decode if n_decode else None
-        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, _perf_counter(), ids)
+        live = self._hint_live
+        hints = self.hints.of_step(so.num_scheduled_tokens, requests) if live else None  # type: ignore[union-attr]
+        now = _perf_counter()
+        return self.ledger.on_schedule(so, n_decode, waiting, mean_seq_len, samples, now, ids, hints)
 
     def fail(self, exc: BaseException) -> int:
         """An adapter error (not a policy error, which the controller contains): log once, run the default."""
@@ -118,6 +128,7 @@ def install(vllm_config: Any) -> CoreBridge | None:
         default_steps=k_max,
         rank=int(getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0),
         world_size=1,  # one scheduler per engine core; TP/PP ranks receive its SchedulerOutput
+        per_request_hints=True,
         model=_name(getattr(getattr(vllm_config, "model_config", None), "model", None)),
         drafter=_name(drafter),
         header={
@@ -143,6 +154,18 @@ class _PolicyMixin:
         if installed is _UNSET:
             installed = install(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
         self._specpolicy = installed
+
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)  # type: ignore[misc]
+        sp = self._specpolicy
+        if sp is not None and sp.hints is not None:
+            sp.hints.admit(request)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        sp = self._specpolicy
+        if sp is not None and sp._hint_live:
+            sp.hints.trim(self.requests)  # type: ignore[union-attr,attr-defined] # drafts cut to allowances
+        return super().schedule(*args, **kwargs)  # type: ignore[misc]
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         sp = self._specpolicy

@@ -101,7 +101,7 @@ class CostModelPolicy(Refresh):
                 except Exception:  # never retry the same failure every step: drop the queued data
                     s.pending.clear()
                     s.refresh_at[b] = step + self.config.update_interval
-            ids = stats[-1]  # request_ids: the last field
+            ids = stats[12]  # request_ids
             if ids is not None and (
                 step >= s.batch_at
                 or (  # a small batch is priced when its requests change (the batch size gates it)

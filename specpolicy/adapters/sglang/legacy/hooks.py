@@ -82,7 +82,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
         off: OffPath = getattr(self, OT)
         # a running batch's mode is DECODE: the general test only for other modes
         if (batch.forward_mode is not decode_mode or batch.is_extend_in_batch) and not _is_decode(batch):
-            rt.on_non_decode()
+            rt.on_non_decode(batch.reqs)
             off.draft_input = None
             if off.lag is not None and not batch.forward_mode.is_idle():
                 off.lag.on_extend(batch.reqs)
@@ -95,6 +95,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
             seq_sum,
             _forced_on(batch),
             request_ids(batch.reqs) if rt.wants_ids else None,
+            batch.reqs,
         )
         try:
             result = None
@@ -190,13 +191,13 @@ def v2_forward(orig: Callable[..., Any]) -> Callable[..., Any]:
         off: OffPath = getattr(self, OT)
         mwb = model_worker_batch
         if not _is_decode(mwb):
-            rt.on_non_decode()
+            rt.on_non_decode(mwb.reqs)
             if off.lag is not None and not mwb.forward_mode.is_idle() and mwb.reqs:
                 off.lag.on_extend(mwb.reqs)
             return orig(self, mwb, *args, **kwargs)
         n = len(mwb.seq_lens)
         ids = request_ids(mwb.reqs, n) if rt.wants_ids else None
-        skip = rt.begin_decode(n, mwb.seq_lens_sum, _forced_on(mwb), ids)
+        skip = rt.begin_decode(n, mwb.seq_lens_sum, _forced_on(mwb), ids, mwb.reqs)
         try:
             if skip and off.decode is not None:
                 if off.lag is not None:

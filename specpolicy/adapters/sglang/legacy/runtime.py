@@ -30,6 +30,7 @@ from ...controller import MAX_OPEN, StepObserver
 from ...runtime import AdapterRuntime
 from ...settings import AdapterSettings
 from ...tp import DecisionSync
+from ..hints import RequestHints
 from .gpu_timer import GpuStepTimer
 
 __all__ = ["StepRuntime", "Path", "make_runtime"]
@@ -77,6 +78,8 @@ class StepRuntime:
         "_report",
         "_next_stats",
         "_ids",
+        "request_hints",
+        "_hint_live",
     )
 
     def __init__(
@@ -118,6 +121,10 @@ class StepRuntime:
         #: (step, request ids of its batch) of recent decisions, in slot ``step & _ID_SLOT``: each outcome
         #: is reported with the ids of the step it describes (v2 results come one step late).
         self._ids: list[tuple[int, Sequence[Hashable] | None] | None] = [None] * (_ID_SLOT + 1)
+        #: the requests' own hints (``custom_params["specpolicy"]``), read at their prefill; None: off
+        self.request_hints = RequestHints(runtime.hints) if runtime.settings.hints else None
+        #: the live hinted requests (empty: the step pays one truthiness check)
+        self._hint_live: dict[Any, int] = {} if self.request_hints is None else self.request_hints.live
 
     def begin_decode(
         self,
@@ -125,12 +132,14 @@ class StepRuntime:
         seq_lens_sum: int | None,
         forced_on: bool = False,
         request_ids: Sequence[Hashable] | None = None,
+        reqs: Sequence[Any] | None = None,
     ) -> bool:
         """Decide the coming decode step; True means skip speculation (one-token verify). Never raises.
 
         ``forced_on``: the engine must speculate this step whatever the policy says (a rank-identical property
         of the batch, so no rank consults its policy); the step is recorded, the policy is not asked.
         ``request_ids``: the batch's request ids in batch order (that of the accepted counts), or None.
+        ``reqs``: the batch's requests, whose hints (read at their prefill) limit the depth.
         """
         ctl = self.controller
         timer = self.gpu_timer
@@ -151,7 +160,8 @@ class StepRuntime:
         elif 0 < self._acc_step <= timed_step:  # its time, had there been one, came just now
             self._flush_accepted()
         mean_len = None if not batch_size or seq_lens_sum is None else seq_lens_sum / batch_size
-        stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids)
+        hints = self.request_hints.of_batch(reqs) if self._hint_live else None  # type: ignore[union-attr]
+        stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids, hints)
         if forced_on:
             ctl.force(stats, self.launch_depth)
             self.forced_steps += 1
@@ -221,8 +231,11 @@ class StepRuntime:
             self.controller.outcome(old[0], None, old[1])
         self._timed = (step, step_time_s)
 
-    def on_non_decode(self) -> None:
-        """A prefill or idle forward ran: the next decode step's wall time would include it, so drop it."""
+    def on_non_decode(self, reqs: Sequence[Any] | None = None) -> None:
+        """A prefill or idle forward ran: the next decode step's wall time would include it, so drop it.
+        ``reqs``: the requests it prefilled, whose hints are read now."""
+        if reqs and self.request_hints is not None:
+            self.request_hints.on_extend(reqs)
         self._t_prev = None
         self._untimed_upto = self.controller.step
         if self.gpu_timer is not None:
