@@ -67,7 +67,8 @@ def test_a_given_table_equal_to_the_default_is_kept() -> None:
     out = build_vllm_args({"name": "schedule", "table": default}, draft_model="d")
     assert _section(out) == {"name": "schedule", "table": default}
     # what the server rebuilds from the flags is the given policy
-    assert AdapterSettings.from_mapping(out.additional_config["specpolicy"]).policy == parse_config("schedule")
+    rebuilt = AdapterSettings.from_mapping(out.additional_config["specpolicy"]).policy
+    assert rebuilt == parse_config("schedule")
     # a bare name stays a bare name
     assert _section(build_vllm_args("schedule", draft_model="d")) == {"name": "schedule"}
 

@@ -146,8 +146,8 @@ def _policy_section(given: PolicyConfig, config: PolicyConfig, notes: list[str])
     left = [f for f in type(config).model_fields if f not in section]
     if given.model_fields_set - {"name"} and left:
         notes.append(
-            f"--additional-config carries the policy fields given or derived; {len(left)} not given follow the "
-            f"defaults of the specpolicy the server runs: {', '.join(left)}"
+            f"--additional-config carries the policy fields given or derived; {len(left)} not given follow "
+            f"the defaults of the specpolicy the server runs: {', '.join(left)}"
         )
     return section
 
