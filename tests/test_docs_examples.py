@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from specpolicy.cli import main
+from specpolicy.sim.verdict import unwrap
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _NUMBER = re.compile(r"^[-+x]?[\d,]*\.?\d+(e[-+]?\d+)?[x%]?$")
@@ -183,7 +184,7 @@ def test_readme_deploy_claim_is_the_default_scenarios_verdict(
     claim = re.search(pattern, readme)
     assert claim, "README.md no longer states the default scenario's verdict; update this test"
     policy, solo, never_a, never_b, tie = claim.groups()
-    deploy = _run("specpolicy simulate", capsys, default_simulate)[-1]
+    deploy = unwrap(_run("specpolicy simulate", capsys, default_simulate))[-1]
     picks = {}
     for part in deploy.removeprefix("deploy: ").split("; "):
         levels, _, what = part.removeprefix("at ").partition(": ")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from specpolicy.cli import main
-from specpolicy.sim.verdict import TIE
+from specpolicy.sim.verdict import TIE, unwrap
 
 #: policy, tok/s, TPOT p50, TPOT p99, TTFT p50, switches, spec %, x never, x static-k, mark
 _ROW = re.compile(r"^(\S+)\s+(\d+\.\d)\s+(\S+\s+){3}(\d+)\s+(\d+)%\s+(\S+)\s+(\S+)\s*(<- best)?$")
@@ -81,15 +81,17 @@ def test_the_default_report_is_the_same_on_every_run(default_runs: tuple[str, st
 def test_the_default_models_the_adapters_off_step_and_fits_100_columns(default_runs: tuple[str, str]) -> None:
     text = default_runs[0]
     assert text.splitlines()[0].startswith("profile seed-k25-tp8-pcie (off step: lazy")
-    body = text.rstrip().splitlines()[:-3]
-    assert max(len(line) for line in body) <= 100
+    # every line, the verdict's too (wrapped at word boundaries)
+    assert max(len(line) for line in text.rstrip().splitlines()) <= 100
+    verdict = text.rstrip().splitlines()[-6:]
+    assert [line.split(" ")[0] for line in unwrap(verdict)][-3:] == ["speculation", "policies:", "deploy:"]
 
 
 def test_the_last_three_lines_follow_from_the_table(default_runs: tuple[str, str]) -> None:
     text = default_runs[0]
     tables = _tables(text)
     assert sorted(tables) == [1, 10, 70, 250]
-    spec, pol, deploy = text.rstrip().splitlines()[-3:]
+    spec, pol, deploy = unwrap(text.rstrip().splitlines())[-3:]
     assert spec.startswith("speculation") and pol.startswith("policies:") and deploy.startswith("deploy:")
     picks = _deployed(deploy)
     assert sorted(picks) == sorted(tables)
