@@ -181,7 +181,7 @@ def _trace_bytes(mb: float) -> int:
     lo, hi = (float(b or 0) / 2**20 for b in bounds("trace_max_bytes"))
     if not lo <= mb <= hi:
         raise ConfigError(
-            f"--spec-policy-trace-max-mb: must be from {lo:g} to {hi:,.0f} MB (4 KiB to 1 TiB), got {mb:g}"
+            f"--spec-policy-trace-max-mb: must be from {lo:g} to {hi:,.0f} MB, got {mb:g}"
         )
     return int(mb * 2**20)
 
