@@ -3,12 +3,17 @@
 No deadline (a loaded CI runner is slow, and the properties are about behaviour, not speed), no example
 database written into the checkout, fixed (derandomized) examples so that a failure reproduces, and a budget
 of examples that keeps every property test to a few seconds.
-``SPECPOLICY_HYPOTHESIS_PROFILE=thorough`` runs 10x more examples locally.
+``SPECPOLICY_HYPOTHESIS_PROFILE=thorough`` runs 10x more examples locally. Also the fixtures that several
+modules share (``default_simulate``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+
+import pytest
 
 try:
     from hypothesis import HealthCheck, settings
@@ -22,3 +27,19 @@ else:
     )
     settings.register_profile("thorough", max_examples=600, **_common)  # type: ignore[arg-type]
     settings.load_profile(os.environ.get("SPECPOLICY_HYPOTHESIS_PROFILE", "specpolicy"))
+
+
+
+@pytest.fixture(scope="session")
+def default_simulate() -> tuple[str, str]:
+    """README's first command, ``specpolicy simulate`` (progress off), run once for the suite: its stdout
+    and stderr. The report's tests and the docs' checks read the same run (a few seconds each saved); the
+    test that the report is the same on every run makes a run of its own to compare."""
+    from specpolicy.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SPECPOLICY_SGLANG_DIR", raising=False)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert main(["simulate", "--no-progress"]) == 0
+    return out.getvalue(), err.getvalue()

@@ -31,6 +31,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--spec-policy", '{"name": "static", "depth": 2}'], "policy.static.depth"),
         (["--spec-policy", "no_such_policy"], "policy.name: unknown policy 'no_such_policy'"),
         (["--spec-policy", "static", "--spec-policy-trace-backups", "-3"], "trace_backups"),
+        (
+            ["--spec-policy", "static", "--spec-policy-trace-max-mb", "-3"],
+            "--spec-policy-trace-max-mb: must be from 0.00390625 to 1,048,576 MB, got -3",
+        ),
+        (["--spec-policy", "static", "--spec-policy-trace-max-mb", "nan"], "trace-max-mb: must be from"),
+        (["--spec-policy", "static", "--spec-policy-trace-max-mb", "2e6"], "to 1,048,576 MB, got 2e+06"),
         (["--model-path", "m"], "policy: missing"),
     ],
 )

@@ -63,14 +63,16 @@ def test_environment_round_trip_rebuilds_identical_settings(
 @pytest.mark.parametrize(
     ("fields", "field_named", "allowed"),
     [
-        ({"trace_backups": -1}, "trace_backups", "greater than or equal to 0"),
-        ({"trace_max_bytes": 10}, "trace_max_bytes", "greater than or equal to 4096"),
+        ({"trace_backups": -1}, "trace_backups", "must be from 0 to 1,000 (got -1)"),
+        ({"trace_max_bytes": 10}, "trace_max_bytes", "from 4,096 to 1,099,511,627,776 bytes (got 10)"),
+        ({"trace_max_bytes": -3 * 2**20}, "trace_max_bytes", "from 4,096 to 1,099,511,627,776 bytes"),
         ({"on_install_failure": "ignore"}, "on_install_failure", "'refuse' or 'warn'"),
         ({"tp_agreement": "vote"}, "tp_agreement", "'auto', 'local' or 'broadcast'"),
         ({"off_step": "skip"}, "off_step", "'decode' or 'verify'"),
         ({"draft_catch_up": "never"}, "draft_catch_up", "'auto', 'lazy' or 'per_step'"),
-        ({"draft_catch_up_window": 0}, "draft_catch_up_window", "greater than or equal to 1"),
-        ({"draft_catch_up_window": 4097}, "draft_catch_up_window", "less than or equal to 4096"),
+        ({"draft_catch_up_window": 0}, "draft_catch_up_window", "must be from 1 to 4,096 (got 0)"),
+        ({"draft_catch_up_window": 4097}, "draft_catch_up_window", "must be from 1 to 4,096 (got 4097)"),
+        ({"decide_budget_s": 0}, "decide_budget_s", "must be from 0.00001 to 60 s (got 0)"),
         ({"step_clock": "wall"}, "step_clock", "'auto' or 'host'"),
         ({"metrics": "perhaps"}, "metrics", "valid boolean"),
         ({"colour": "blue"}, "colour", "known: policy, trace_path"),
@@ -143,7 +145,22 @@ def test_catch_up_window_from_its_variable() -> None:
     assert AdapterSettings.build("static").draft_catch_up_window == 32
     with pytest.raises(ConfigError) as info:
         AdapterSettings.from_env({ENV_POLICY: "static", "SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "-3"})
-    assert str(info.value).startswith("draft_catch_up_window:")
+    # the field and the variable it came from, with the range
+    assert str(info.value) == (
+        "draft_catch_up_window (SPECPOLICY_DRAFT_CATCH_UP_WINDOW): must be from 1 to 4,096 (got '-3')"
+    )
+
+
+def test_trace_size_from_its_variable_is_named_with_its_range() -> None:
+    with pytest.raises(ConfigError) as info:
+        AdapterSettings.from_env({ENV_POLICY: "static", "SPECPOLICY_TRACE_MAX_BYTES": "-3"})
+    assert str(info.value) == (
+        "trace_max_bytes (SPECPOLICY_TRACE_MAX_BYTES): must be from 4,096 to 1,099,511,627,776 bytes "
+        "(got '-3')"
+    )
+    # a bad value in the serialised config (no variable of its own) names the field alone
+    with pytest.raises(ConfigError, match=r"^trace_max_bytes: must be from 4,096 "):
+        AdapterSettings.from_env({ENV_CONFIG: '{"policy": "static", "trace_max_bytes": -3}'})
 
 
 @pytest.mark.parametrize(

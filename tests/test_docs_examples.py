@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from specpolicy.cli import main
+from specpolicy.sim.verdict import unwrap
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _NUMBER = re.compile(r"^[-+x]?[\d,]*\.?\d+(e[-+]?\d+)?[x%]?$")
@@ -65,7 +66,14 @@ def _without_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPECPOLICY_SGLANG_DIR", raising=False)
 
 
-def _run(command: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+def _run(
+    command: str, capsys: pytest.CaptureFixture[str], shared: tuple[str, str] | None = None
+) -> list[str]:
+    """The command's output lines (stderr first). ``shared``: the suite's run of ``specpolicy simulate``
+    (the ``default_simulate`` fixture), read instead of running it again."""
+    if shared is not None and command == "specpolicy simulate":
+        out, err = shared
+        return (err + out).rstrip("\n").split("\n")
     argv = shlex.split(command)[1:]
     assert main([*argv, "--no-progress"] if argv[0] == "simulate" else argv) == 0
     captured = capsys.readouterr()
@@ -78,9 +86,14 @@ def test_there_are_checked_examples() -> None:
 
 @pytest.mark.parametrize(("doc", "command", "expected"), EXAMPLES, ids=[c for _, c, _ in EXAMPLES])
 def test_documented_output(
-    doc: str, command: str, expected: list[str], capsys: pytest.CaptureFixture[str]
+    doc: str,
+    command: str,
+    expected: list[str],
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    assert_same_output(expected, _run(command, capsys))
+    shared = request.getfixturevalue("default_simulate") if command == "specpolicy simulate" else None
+    assert_same_output(expected, _run(command, capsys, shared))
 
 
 def test_the_default_scenarios_run_count_and_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,13 +124,15 @@ def test_policies_md_acceptance_figures_are_the_simulators(capsys: pytest.Captur
     assert got == pytest.approx([float(f) for f in figures], abs=0.0051)
 
 
-def test_readme_figure_is_the_default_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_figure_is_the_default_scenarios(
+    capsys: pytest.CaptureFixture[str], default_simulate: tuple[str, str]
+) -> None:
     readme = (DOCS.parent / "README.md").read_text().replace("\n", " ")
     claim = re.search(r"launch depth \((\d+)\) gives ([\d.]+)x a speculation-free engine at (\d+)", readme)
     assert claim, "README.md no longer quotes the default scenario; update this test"
     depth, ratio, level = claim.groups()
     (_, command, _) = next(e for e in EXAMPLES if e[1] == "specpolicy simulate")
-    lines = _run(command, capsys)
+    lines = _run(command, capsys, default_simulate)
     table = lines[lines.index(f"concurrency {level}:") :]
     row = next(ln for ln in table if ln.startswith(f"static-{depth} "))
     assert float(row.split("<-")[0].split()[-2]) == pytest.approx(float(ratio), abs=0.0051)  # "x never"
@@ -161,13 +176,15 @@ def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixtu
     assert row(high, "gate")[-3] == "0%"  # off: never speculates there
 
 
-def test_readme_deploy_claim_is_the_default_scenarios_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_deploy_claim_is_the_default_scenarios_verdict(
+    capsys: pytest.CaptureFixture[str], default_simulate: tuple[str, str]
+) -> None:
     readme = (DOCS.parent / "README.md").read_text().replace("\n", " ")
     pattern = r"\(there: `(\w+)` at (\d+), a speculation-free engine at (\d+) and (\d+), either at (\d+)\)"
     claim = re.search(pattern, readme)
     assert claim, "README.md no longer states the default scenario's verdict; update this test"
     policy, solo, never_a, never_b, tie = claim.groups()
-    deploy = _run("specpolicy simulate", capsys)[-1]
+    deploy = unwrap(_run("specpolicy simulate", capsys, default_simulate))[-1]
     picks = {}
     for part in deploy.removeprefix("deploy: ").split("; "):
         levels, _, what = part.removeprefix("at ").partition(": ")

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from specpolicy import SpecMode, StepStats, make_policy, parse_config
 from specpolicy.policies import BUILTIN_ENTRIES
 
-#: A numpy warning is an exception under ``-W error``: decide() must contain it as well.
-pytestmark = pytest.mark.filterwarnings("error")
+#: A numpy warning is an exception under ``-W error``: decide() must contain it as well. Generating the
+#: hostile stats takes most of the time (about 15 s for the module): out of the fast loop.
+pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.slow]
 
 
 class NoLen:

@@ -18,6 +18,9 @@ import pytest
 
 from specpolicy import available_policies
 
+#: pip builds and installs a package (a few seconds): out of the fast loop.
+pytestmark = pytest.mark.slow
+
 FIXTURE = Path(__file__).parent / "fixtures" / "example_plugin"
 DIST = "specpolicy-example-plugin"
 

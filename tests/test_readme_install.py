@@ -4,6 +4,9 @@ The checkout form and the wheel form are run as written, in a copy of the checko
 ``--no-deps`` shows that specpolicy builds and has the extra, and a dry run of each requirement the extras
 declare shows that the pinned engine releases are on the package index. Only the form marked as future may
 name the unpublished package.
+
+The tests that run pip ask the package index: they are marked ``network`` and run in their own group of
+the test command, not in the core suite.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dst
 
 
+@pytest.mark.network
+@pytest.mark.slow
 def test_the_serving_install_commands_run(checkout: Path) -> None:
     commands = _commands(_section("Installing on a serving machine"))
     assert len(commands) == 3, commands  # checkout install, wheel build, wheel install
@@ -75,6 +80,7 @@ def test_the_serving_install_commands_run(checkout: Path) -> None:
             assert len(installs) == 1 and installs[0][0] == "specpolicy" and installs[0][1], installs
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("extra", ["sglang", "vllm", "plot"])
 def test_what_each_extra_declares_is_on_the_index(extra: str, tmp_path: Path) -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from test_summary import summarise  # noqa: E402
@@ -37,7 +39,9 @@ def _fake_python(tmp: Path) -> Path:
     return fake
 
 
-def test_engine_envs_are_built_before_the_core_tests(tmp_path: Path) -> None:
+def _fake_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A copy of the test command whose engine-env build only logs (one env, sglang-x) and whose Python only
+    logs pip and pytest: the command's steps, in order, in the log."""
     tree = tmp_path / "repo"
     (tree / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "test.sh", tree / "scripts")
@@ -50,20 +54,78 @@ def test_engine_envs_are_built_before_the_core_tests(tmp_path: Path) -> None:
     )
     env = dict(os.environ, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
                SPECPOLICY_ENV_DIR=str(tmp_path / "envs"))
-    proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh")], capture_output=True, text=True,
+    return tree, log, env
+
+
+def _test_sh(tree: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh"), *args], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def _pytest_runs(log: Path) -> list[str]:
+    return [s for s in log.read_text().splitlines() if "-m pytest" in s]
+
+
+def test_engine_envs_are_built_before_the_core_tests(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    proc = _test_sh(tree, env)
     steps = log.read_text().splitlines()
     build = steps.index("build sglang-x")
-    core = next(i for i, s in enumerate(steps) if "pytest" in s and "--ignore=tests/engines" in s)
-    engine = next(i for i, s in enumerate(steps) if "pytest" in s and "tests/engines/sglang" in s)
-    assert build < core < engine
+    runs = [i for i, s in enumerate(steps) if "-m pytest" in s]
+    core, harness, network, engine = (steps[i] for i in runs)
+    # the groups, each once, in this order, after the build
+    assert build < runs[0] and len(runs) == 4
+    assert "--ignore=tests/engines --ignore=tests/gpu -m not network" in core
+    assert harness.endswith(" tests/gpu") and "--junitxml=" in harness
+    assert "--ignore=tests/engines -m network" in network
+    assert "tests/engines/sglang" in engine
+    out = proc.stdout.splitlines()
+    groups = [line.split(":")[0] for line in out if line.startswith("group ")]
+    assert groups == ["group core", "group harness", "group network", "group sglang-x"]
+    assert out[-1] == "total: 4 passed, 0 failed, 0 skipped"
+
+
+def test_offline_leaves_out_the_network_group(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    proc = _test_sh(tree, {**env, "SPECPOLICY_OFFLINE": "1", "SPECPOLICY_SKIP_ENGINES": "1"})
+    runs = _pytest_runs(log)
+    assert len(runs) == 2 and not any("-m network" in r for r in runs)
+    assert "build" not in log.read_text()
     assert proc.stdout.splitlines()[-1] == "total: 2 passed, 0 failed, 0 skipped"
 
 
+def test_fast_runs_the_core_suite_without_slow_and_network_tests_alone(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    proc = _test_sh(tree, env, "--fast", "-k", "policy")
+    steps = log.read_text().splitlines()
+    # nothing installed, no env built, one pytest run; extra arguments reach it
+    assert [s for s in steps if "pip" in s or s.startswith("build")] == []
+    runs = _pytest_runs(log)
+    assert len(runs) == 1
+    assert "--ignore=tests/engines --ignore=tests/gpu -m not slow and not network -k policy" in runs[0]
+    assert proc.stdout.splitlines()[-2:] == ["skipped, other: 0", "total: 1 passed, 0 failed, 0 skipped"]
+
+
+def test_a_group_that_selects_nothing_is_no_failure_but_a_failing_one_is(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    # pytest's status 5 (no test selected) for the harness group, 1 (a failure) for the network group
+    fake.write_text(FAKE_PY.replace(
+        'exit 0\nfi', 'case "$*" in *" tests/gpu"*) exit 5;; *"-m network"*) exit 1;; esac\n  exit 0\nfi', 1
+    ))
+    proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh")], capture_output=True, text=True,
+                          env={**env, "SPECPOLICY_SKIP_ENGINES": "1"}, timeout=120, check=False)
+    assert proc.returncode == 1
+    env_ok = {**env, "SPECPOLICY_SKIP_ENGINES": "1", "SPECPOLICY_OFFLINE": "1"}
+    assert _test_sh(tree, env_ok).returncode == 0
+
+
+@pytest.mark.slow
 def test_an_env_build_prints_progress_while_it_runs(tmp_path: Path) -> None:
-    # python -m venv makes a venv whose python "installs" slowly (2.5 s a step) and passes the torch check.
-    venv_py = "#!/usr/bin/env bash\n[ \"$1\" = -m ] && sleep 2.5\nexit 0\n"
+    # python -m venv makes a venv whose python "installs" slowly (1 s a step) and passes the torch check.
+    venv_py = "#!/usr/bin/env bash\n[ \"$1\" = -m ] && sleep 1\nexit 0\n"
     fake = tmp_path / "python"
     fake.write_text(
         "#!/usr/bin/env bash\n"
@@ -72,35 +134,40 @@ def test_an_env_build_prints_progress_while_it_runs(tmp_path: Path) -> None:
     )
     fake.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake), SPECPOLICY_ENV_DIR=str(tmp_path / "envs"),
-               SPECPOLICY_HEARTBEAT_S="1")
+               SPECPOLICY_HEARTBEAT_S="0.4")
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "engine-envs.sh"), "sglang-0.5.23"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     beats = [line for line in proc.stdout.splitlines() if re.search(r"sglang-0.5.23: .*, \d+ s so far", line)]
-    assert len(beats) >= 6  # four steps of 2.5 s, a line a second
+    assert len(beats) >= 6  # four steps of 1 s, a line every 0.4 s
     seconds = [int(re.search(r"(\d+) s so far", b).group(1)) for b in beats]  # type: ignore[union-attr]
-    assert seconds == sorted(seconds) and seconds[-1] >= 6
+    assert seconds == sorted(seconds) and seconds[-1] >= 3
     assert any("installing torch 2.13.0 (CPU)" in b for b in beats)
     assert proc.stdout.splitlines()[-1].startswith("[engine-envs] sglang-0.5.23: ready in ")
     assert (tmp_path / "envs" / "sglang-0.5.23" / ".complete").exists()
 
 
-def _report(path: Path, skips: list[str], passed: int, failed: int = 0) -> None:
+def _report(path: Path, skips: list[str], passed: int, failed: int = 0, seconds: float = 0.0) -> None:
     cases = "".join(f'<testcase name="s{i}"><skipped message="{m}"/></testcase>' for i, m in enumerate(skips))
     cases += "".join(f'<testcase name="f{i}"><failure message="x"/></testcase>' for i in range(failed))
     n = len(skips) + passed + failed
     path.write_text(f'<testsuites><testsuite tests="{n}" failures="{failed}" errors="0" '
-                    f'skipped="{len(skips)}">{cases}</testsuite></testsuites>')
+                    f'skipped="{len(skips)}" time="{seconds}">{cases}</testsuite></testsuites>')
 
 
 def test_the_summary_keeps_expected_per_release_skips_apart(tmp_path: Path) -> None:
-    _report(tmp_path / "core.xml", ["Skipped: the documented examples were run without sglang installed"], 10)
+    _report(tmp_path / "core.xml", ["Skipped: the documented examples were run without sglang installed"], 10,
+            seconds=1.6)
     _report(tmp_path / "sglang-0.5.23.xml", [
         "Skipped: legacy paths need sglang 0.5.10.post1 or 0.5.12.post1",
         "needs sglang 0.5.12.post1, found 0.5.23",
         "needs sglang 0.5.12.post1, found 0.5.23",
     ], 5, failed=1)
     lines = summarise(str(tmp_path))
+    # one line per group (report), in name order: its counts and time
+    assert lines[0] == "group core: 10 passed, 0 failed, 1 skipped in 2 s"
+    assert lines[1] == "group sglang-0.5.23: 5 passed, 1 failed, 3 skipped in 0 s"
+    lines = lines[2:]
     assert lines[0].endswith(": 3") and lines[0].startswith("skipped, expected on the pinned releases")
     assert lines[1] == "skipped, other: 1"
     assert lines[2] == "  1 x the documented examples were run without sglang installed"

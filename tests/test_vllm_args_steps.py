@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from specpolicy import ConfigError
+from specpolicy import ConfigError, parse_config
+from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.vllm.args import build_vllm_args
 from specpolicy.cli import main
 
@@ -46,9 +48,46 @@ def test_an_explicit_steps_deeper_than_the_engine_names_both_and_the_fix() -> No
 def test_an_explicit_steps_within_the_engine_depth_is_kept() -> None:
     out = build_vllm_args({"name": "cost_model", "steps": [2]}, 4, draft_model="d")
     assert out.additional_config["specpolicy"]["policy"]["steps"] == [2]
-    assert out.notes == ()
+    # no note about steps (only the one naming the fields left to the server's defaults)
+    assert [n for n in out.notes if not n.startswith("--additional-config carries")] == []
 
 
 def test_a_derived_steps_that_breaks_another_field_is_named() -> None:
     with pytest.raises(ConfigError, match=r"policy\.acceptance\.initial_steps"):
         build_vllm_args({"name": "acceptance", "initial_steps": 4}, 2)
+
+
+def _section(out: Any) -> dict[str, Any]:
+    return out.additional_config["specpolicy"]["policy"]  # type: ignore[no-any-return]
+
+
+def test_a_given_table_equal_to_the_default_is_kept() -> None:
+    """The deployment keeps what the user wrote, should a later release change the default."""
+    default = parse_config("schedule").model_dump(mode="json")["table"]
+    out = build_vllm_args({"name": "schedule", "table": default}, draft_model="d")
+    assert _section(out) == {"name": "schedule", "table": default}
+    # what the server rebuilds from the flags is the given policy
+    rebuilt = AdapterSettings.from_mapping(out.additional_config["specpolicy"]).policy
+    assert rebuilt == parse_config("schedule")
+    # a bare name stays a bare name
+    assert _section(build_vllm_args("schedule", draft_model="d")) == {"name": "schedule"}
+
+
+def test_a_given_nested_field_equal_to_the_default_is_kept_beside_the_changed_ones() -> None:
+    spec = {"name": "gate", "inner": {"name": "acceptance", "steps": [1, 2, 3, 4], "probe_interval": 1}}
+    assert _section(build_vllm_args(spec, draft_model="d")) == spec
+
+
+def test_given_fields_are_kept_with_derived_steps() -> None:
+    out = build_vllm_args({"name": "cost_model", "profile": None}, 3, draft_model="d")
+    assert _section(out) == {"name": "cost_model", "profile": None, "steps": [1, 2, 3]}
+
+
+def test_the_note_names_the_fields_left_to_the_servers_defaults() -> None:
+    out = build_vllm_args({"name": "hysteresis", "disable_at": 48}, draft_model="d")
+    assert _section(out) == {"name": "hysteresis", "disable_at": 48}
+    left = [f for f in type(parse_config("hysteresis")).model_fields if f not in ("name", "disable_at")]
+    assert out.notes == (
+        "--additional-config carries the policy fields given or derived; "
+        f"{len(left)} not given follow the defaults of the specpolicy the server runs: {', '.join(left)}",
+    )

@@ -382,7 +382,9 @@ class StepController:
         for a decision no longer waiting (reported twice, or evicted) is ignored.
         """
         # (The optional parameters are positional-or-keyword: keyword-only defaults cost every call.)
-        if step.__class__ is not int or (num_steps is not None and num_steps.__class__ is not int):
+        if step.__class__ is not int or (
+            num_steps is not None and (num_steps.__class__ is not int or not 0 <= num_steps <= MAX_NUM_STEPS)
+        ):
             checked = self._odd_outcome(step, num_steps)
             if checked is None:
                 return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +24,15 @@ from ..hints import OffRule
 from ..policy import PolicyConfig
 from ..registry import parse_config
 
-__all__ = ["AdapterSettings", "ENV_CONFIG", "ENV_POLICY", "ENV_VARS", "OnInstallFailure", "TpAgreement"]
+__all__ = [
+    "AdapterSettings",
+    "ENV_CONFIG",
+    "ENV_POLICY",
+    "ENV_VARS",
+    "OnInstallFailure",
+    "TpAgreement",
+    "bounds",
+]
 
 ENV_CONFIG = "SPECPOLICY_CONFIG"
 ENV_POLICY = "SPECPOLICY_POLICY"
@@ -169,7 +178,7 @@ class AdapterSettings(BaseModel):
             text = format_validation_error(exc).replace(
                 "(not a parameter of this policy)", "(known: " + ", ".join(cls.model_fields) + ")"
             )
-            raise ConfigError(text) from None
+            raise ConfigError(_with_ranges(text)) from None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> AdapterSettings:
@@ -198,11 +207,17 @@ class AdapterSettings(BaseModel):
             data["policy"] = policy
         if not data:
             return None
+        from_vars: dict[str, str] = {}
         for fname, var in ENV_VARS.items():
             value = env.get(var)
             if value is not None and value.strip() != "":
                 data[fname] = value.strip()
-        return cls.from_mapping(data)
+                from_vars[fname] = var
+        try:
+            return cls.from_mapping(data)
+        except ConfigError as exc:  # name the variable a bad value came from
+            lines = str(exc).splitlines()
+            raise ConfigError("\n".join(_from_var(line, from_vars) for line in lines)) from None
 
     def to_env(self) -> dict[str, str]:
         """The variables that make ``from_env`` rebuild exactly these settings in a spawned process."""
@@ -225,3 +240,38 @@ class AdapterSettings(BaseModel):
 
 def _prefix_lines(text: str, prefix: str) -> str:
     return "\n".join(line if line.startswith(prefix) else prefix + line for line in text.splitlines())
+
+
+def bounds(name: str) -> tuple[float | None, float | None]:
+    """The (ge, le) bounds of a numeric settings field (None where it has none)."""
+    lo = hi = None
+    for m in AdapterSettings.model_fields[name].metadata:
+        lo = getattr(m, "ge", lo)
+        hi = getattr(m, "le", hi)
+    return lo, hi
+
+
+_BOUND = re.compile(r"^(\w+): Input should be (?:greater|less) than or equal to [^ ]+ (\(got .*\))$")
+
+
+def _with_ranges(text: str) -> str:
+    """Pydantic names one bound of a field's range; a field with two is told with both."""
+    out = []
+    for line in text.splitlines():
+        m = _BOUND.match(line)
+        if m and m.group(1) in AdapterSettings.model_fields:
+            lo, hi = bounds(m.group(1))
+            if lo is not None and hi is not None:
+                unit = {"bytes": " bytes", "s": " s"}.get(m.group(1).rsplit("_", 1)[-1], "")
+                line = f"{m.group(1)}: must be from {_num(lo)} to {_num(hi)}{unit} {m.group(2)}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:.12f}".rstrip("0")
+
+
+def _from_var(line: str, from_vars: Mapping[str, str]) -> str:
+    name, sep, rest = line.partition(":")
+    return f"{name} ({from_vars[name]}){sep}{rest}" if name in from_vars else line

@@ -257,7 +257,7 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
-#: The narrow layout's width: every line but the verdict's fits in it.
+#: The narrow layout's width: every line fits in it.
 NARROW = 100
 
 
@@ -363,7 +363,7 @@ def format_table(sim: Simulation, slo_tpot_ms: float | None = None, *, wide: boo
         f"simulated {steps:,} decode steps in {sim.wall_s:.1f} s wall "
         f"({steps / run_wall:,.0f} decode steps/s per process)"
     )
-    lines += verdict_lines(all_rows)
+    lines += verdict_lines(all_rows, width)
     return "\n".join(lines)
 
 

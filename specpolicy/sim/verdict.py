@@ -16,6 +16,8 @@ Fixed choices, what an engine runs without specpolicy, are ``never`` (a speculat
 2. ``policies:`` the policy whose worst score over the scenarios is highest (called "best" only when it
    ties for best everywhere), against ``never`` and the best fixed depth;
 3. ``deploy:`` what to run at which load: the rows tied for best, never one that a shown row beats.
+
+The report prints each statement wrapped to its layout's width (``wrap``; ``unwrap`` reads them back).
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["TIE", "ORACLES", "Standing", "standings", "verdict", "verdict_lines", "is_fixed"]
+__all__ = [
+    "TIE",
+    "ORACLES",
+    "Standing",
+    "standings",
+    "verdict",
+    "verdict_lines",
+    "is_fixed",
+    "wrap",
+    "unwrap",
+]
 
 #: Rows whose score is this close (relative) to the best row's tie for best.
 TIE = 0.005
@@ -270,8 +282,48 @@ def _deploy(stands: Sequence[Standing], nearest: str | None) -> str:
     return "deploy: " + "; ".join(parts)
 
 
-def verdict_lines(rows: Sequence[_Row]) -> list[str]:
-    """The verdict: speculation, the policies, what to deploy (empty when the rows cannot say)."""
+#: Where a long verdict line breaks, best first: after a clause, after a list item, at a space.
+_BREAKS = ("; ", ", ", " ")
+
+
+def wrap(line: str, width: int) -> list[str]:
+    """``line`` in lines of at most ``width`` columns (continuations indented by two spaces), broken at word
+    boundaries: after the last clause (``;``) that fits in the second half of the line, else after the last
+    list item (``,``) there, else at the last space. A word longer than the line stays whole."""
+    out: list[str] = []
+    rest = line
+    while len(rest) > width:
+        head = 2 if out else 0  # a continuation's indent is no place to break
+        cut = -1
+        for sep in _BREAKS:
+            i = rest.rfind(sep, head, width + 1 - len(sep.rstrip()))
+            if i > head and (i >= width // 2 or sep == " "):
+                cut = i + len(sep.rstrip())
+                break
+        if cut < 0:  # one word longer than the line
+            cut = rest.find(" ", head + 1)
+            if cut < 0:
+                break
+        out.append(rest[:cut])
+        rest = "  " + rest[cut:].lstrip()
+    out.append(rest)
+    return out
+
+
+def unwrap(lines: Sequence[str]) -> list[str]:
+    """The verdict's statements from its printed lines (a continuation starts with two spaces)."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def verdict_lines(rows: Sequence[_Row], width: int | None = None) -> list[str]:
+    """The verdict: speculation, the policies, what to deploy (empty when the rows cannot say). ``width``:
+    each statement is wrapped to it (``wrap``); None keeps one line per statement."""
     stands = [s for s in standings(rows) if s.score]
     if not stands:
         return []
@@ -280,7 +332,9 @@ def verdict_lines(rows: Sequence[_Row]) -> list[str]:
     if nearest is not None:
         out.append(_policy_line(stands, nearest))
     out.append(_deploy(stands, nearest))
-    return out
+    if width is None:
+        return out
+    return [part for line in out for part in wrap(line, width)]
 
 
 def verdict(rows: Sequence[_Row]) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from specpolicy.cli import main
-from specpolicy.sim.verdict import TIE
+from specpolicy.sim.verdict import TIE, unwrap
 
 #: policy, tok/s, TPOT p50, TPOT p99, TTFT p50, switches, spec %, x never, x static-k, mark
 _ROW = re.compile(r"^(\S+)\s+(\d+\.\d)\s+(\S+\s+){3}(\d+)\s+(\d+)%\s+(\S+)\s+(\S+)\s*(<- best)?$")
@@ -59,14 +59,12 @@ def _paying(spec: str, levels: list[int]) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def default_runs() -> tuple[str, str]:
-    texts = []
-    for _ in range(2):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            assert main(["simulate", "--no-progress"]) == 0
-        texts.append(buf.getvalue())
-    return texts[0], texts[1]
+def default_runs(default_simulate: tuple[str, str]) -> tuple[str, str]:
+    """Two runs of the default report: the suite's shared one and one of this module's own."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["simulate", "--no-progress"]) == 0
+    return default_simulate[0], buf.getvalue()
 
 
 def _stable(text: str) -> str:
@@ -83,15 +81,17 @@ def test_the_default_report_is_the_same_on_every_run(default_runs: tuple[str, st
 def test_the_default_models_the_adapters_off_step_and_fits_100_columns(default_runs: tuple[str, str]) -> None:
     text = default_runs[0]
     assert text.splitlines()[0].startswith("profile seed-k25-tp8-pcie (off step: lazy")
-    body = text.rstrip().splitlines()[:-3]
-    assert max(len(line) for line in body) <= 100
+    # every line, the verdict's too (wrapped at word boundaries)
+    assert max(len(line) for line in text.rstrip().splitlines()) <= 100
+    verdict = text.rstrip().splitlines()[-6:]
+    assert [line.split(" ")[0] for line in unwrap(verdict)][-3:] == ["speculation", "policies:", "deploy:"]
 
 
 def test_the_last_three_lines_follow_from_the_table(default_runs: tuple[str, str]) -> None:
     text = default_runs[0]
     tables = _tables(text)
     assert sorted(tables) == [1, 10, 70, 250]
-    spec, pol, deploy = text.rstrip().splitlines()[-3:]
+    spec, pol, deploy = unwrap(text.rstrip().splitlines())[-3:]
     assert spec.startswith("speculation") and pol.startswith("policies:") and deploy.startswith("deploy:")
     picks = _deployed(deploy)
     assert sorted(picks) == sorted(tables)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from specpolicy.cli import main
+from specpolicy.sim.verdict import unwrap
 from specpolicy.trace import read_trace
 
 
@@ -70,7 +71,7 @@ def test_levels_outside_the_fitted_range_are_flagged_and_clamps_name_their_level
     flag = "concurrency 64 (OUTSIDE profile fitted's measured range, batch "
     assert any(line.startswith(flag) for line in lines)
     assert "concurrency 4:" in lines
-    spec, _, deploy = lines[-3:]
+    spec, _, deploy = unwrap(lines)[-3:]
     assert "[at 64 OUTSIDE the profile's measured range" in spec
     at4, at64 = deploy.removeprefix("deploy: ").split("; ")
     assert at4.startswith("at 4: ") and "OUTSIDE" not in at4

@@ -19,6 +19,7 @@ from specpolicy.sim import sglang_adaptive
 from specpolicy.sim.commands_sim import sweep_levels
 from specpolicy.sim.progress import ProgressBar
 from specpolicy.sim.run import DEFAULT_PROFILE, DEFAULT_WORKLOAD
+from specpolicy.sim.verdict import unwrap
 from specpolicy.stats import StepStats
 
 FAST = [
@@ -44,7 +45,7 @@ def test_simulate_sweep_prints_the_table_and_writes_the_json(tmp_path: Path, cap
     for col in ("tok/s", "TPOT p50", "TPOT p99", "TTFT p50", "switch", "spec", "x never", "x static-"):
         assert col in header
     assert "x oracle" not in header  # the wide layout's
-    last = text.rstrip().splitlines()[-3:]
+    last = unwrap(text.rstrip().splitlines())[-3:]
     assert [line.split(" ")[0] for line in last] == ["speculation", "policies:", "deploy:"]
     doc = json.loads(out.read_text())
     assert set(doc) >= {"profile", "workload", "seed", "runs"}

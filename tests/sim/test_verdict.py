@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.sim.verdict import TIE, standings, verdict, verdict_lines
+from specpolicy.sim.verdict import TIE, standings, unwrap, verdict, verdict_lines, wrap
 
 
 @dataclass(frozen=True)
@@ -134,3 +134,39 @@ def test_verdict_never_recommends_or_crowns_a_row_a_shown_row_beats(levels: list
         for vals in levels:
             tok = dict(zip(_NAMES, vals, strict=True))
             assert tok[name] >= max(v for n, v in tok.items() if n != "oracle") * (1 - TIE)
+
+
+_word = st.text(st.sampled_from("abcx0123456789.-(){}\":"), min_size=1, max_size=24)
+_sep = st.sampled_from([" ", "; ", ", "])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(_word, _sep), min_size=1, max_size=40), st.integers(30, 120))
+def test_wrapping_keeps_every_word_and_fits_the_width(parts: list[tuple[str, str]], width: int) -> None:
+    line = "deploy: " + "".join(w + s for w, s in parts).rstrip("; ,")
+    wrapped = wrap(line, width)
+    assert unwrap(wrapped) == [line]  # nothing lost, nothing added: the statement reads back whole
+    for i, piece in enumerate(wrapped):
+        assert piece == piece.rstrip() and (piece.startswith("  ") == (i > 0))
+        assert not piece[2 if i else 0 :].startswith(" ")
+        # within the width, unless one word alone is longer
+        assert len(piece) <= width or " " not in piece.strip()
+
+
+def test_a_long_statement_breaks_after_a_clause_where_one_fits() -> None:
+    line = (
+        "deploy: at 1: cost_model; at 10, 70: never (cost_model x0.950-0.990 of it); at 250: never or "
+        "cost_model"
+    )
+    assert wrap(line, 100) == [
+        "deploy: at 1: cost_model; at 10, 70: never (cost_model x0.950-0.990 of it);",
+        "  at 250: never or cost_model",
+    ]
+    assert wrap(line, len(line)) == [line]
+
+
+def test_the_verdict_is_wrapped_only_when_a_width_is_given() -> None:
+    rows = _level(1, LOW) + _level(64, HIGH)
+    long = verdict_lines(rows)
+    short = verdict_lines(rows, width=60)
+    assert unwrap(short) == long and max(len(x) for x in short) <= 60 < max(len(x) for x in long)

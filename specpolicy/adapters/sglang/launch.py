@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..runtime import AdapterInstallError, check_candidate_steps
-from ..settings import ENV_POLICY, AdapterSettings
+from ..settings import ENV_POLICY, AdapterSettings, bounds
 from .versions import check_version, installed_version, route_for
 
 __all__ = ["main", "prepare", "PreparedLaunch", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]
@@ -150,7 +150,7 @@ def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
     if ns.spec_policy_trace is not None:
         fields["trace_path"] = ns.spec_policy_trace
     if ns.spec_policy_trace_max_mb is not None:
-        fields["trace_max_bytes"] = int(ns.spec_policy_trace_max_mb * 2**20)
+        fields["trace_max_bytes"] = _trace_bytes(ns.spec_policy_trace_max_mb)
     if ns.spec_policy_trace_backups is not None:
         fields["trace_backups"] = ns.spec_policy_trace_backups
     if ns.spec_policy_metrics is not None:
@@ -170,6 +170,16 @@ def _settings_from(ns: argparse.Namespace) -> AdapterSettings:
     if ns.spec_policy_step_clock is not None:
         fields["step_clock"] = ns.spec_policy_step_clock
     return AdapterSettings.build(spec, **fields)
+
+
+def _trace_bytes(mb: float) -> int:
+    """``--spec-policy-trace-max-mb`` in bytes; out of range (or NaN), a ConfigError in the option's unit."""
+    lo, hi = (float(b or 0) / 2**20 for b in bounds("trace_max_bytes"))
+    if not lo <= mb <= hi:
+        raise ConfigError(
+            f"--spec-policy-trace-max-mb: must be from {lo:g} to {hi:,.0f} MB, got {mb:g}"
+        )
+    return int(mb * 2**20)
 
 
 def _opt(argv: Sequence[str], name: str) -> str | None:

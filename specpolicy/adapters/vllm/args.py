@@ -126,6 +126,32 @@ def _steps_within(config: PolicyConfig, num_speculative_tokens: Any, notes: list
         raise ConfigError("\n".join(f"policy.{line}" for line in str(exc).splitlines())) from None
 
 
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _policy_section(given: PolicyConfig, config: PolicyConfig, notes: list[str]) -> dict[str, Any]:
+    """The policy as ``--additional-config`` carries it: its name, every field the user gave (one equal to
+    today's default too: the deployment keeps it should a later release change the default) and what
+    differs from the defaults (steps derived from the engine's depth). The fields left out follow the
+    defaults of the specpolicy the server runs; when the user gave any field, a note names them."""
+    section = _merge(
+        given.model_dump(mode="json", exclude_unset=True),
+        config.model_dump(mode="json", exclude_defaults=True),
+    )
+    section = {"name": config.name, **section}
+    left = [f for f in type(config).model_fields if f not in section]
+    if given.model_fields_set - {"name"} and left:
+        notes.append(
+            f"--additional-config carries the policy fields given or derived; {len(left)} not given follow "
+            f"the defaults of the specpolicy the server runs: {', '.join(left)}"
+        )
+    return section
+
+
 def build_vllm_args(
     policy: Any,
     num_speculative_tokens: int | None = None,
@@ -146,6 +172,7 @@ def build_vllm_args(
         config: PolicyConfig = parse_config(policy)
     except ConfigError as exc:
         raise ConfigError("\n".join(f"policy.{line}" for line in str(exc).splitlines())) from None
+    given = config
     spec = dict(speculative_config or {})
     notes: list[str] = []
     if num_speculative_tokens is None:
@@ -169,10 +196,7 @@ def build_vllm_args(
     spec["num_speculative_tokens_per_batch_size"] = covering_schedule(
         candidates, num_speculative_tokens, max_num_seqs
     )
-    # Only what differs from the defaults, so the flags stay readable; the name always.
-    section: dict[str, Any] = {
-        "policy": {"name": config.name, **config.model_dump(mode="json", exclude_defaults=True)}
-    }
+    section: dict[str, Any] = {"policy": _policy_section(given, config, notes)}
     if settings:
         section.update(settings)
         from ..settings import AdapterSettings
