@@ -90,8 +90,9 @@ def test_settings_turn_hints_off() -> None:
 @pytest.mark.skipif(SGLANG_VERSION not in SUPPORTED_VERSIONS, reason="the legacy worker path")
 def test_opted_out_batch_runs_the_off_step_through_the_real_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("sglang.srt.speculative.eagle_worker")
+    from specpolicy.adapters import _patch as patching
     from specpolicy.adapters.sglang.legacy import hooks
-    from specpolicy.adapters.sglang.legacy.off_step import OffPath
+    from specpolicy.adapters.sglang.legacy.off_path import OffPath
     from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget
 
     names = FieldNames.detect()
@@ -118,7 +119,7 @@ def test_opted_out_batch_runs_the_off_step_through_the_real_worker(monkeypatch: 
         (call,) = setup.target.calls
         assert call["draft_token_num"] == 1  # a one-token verify: no drafts for anyone
     finally:
-        hooks.unwrap_all()
+        patching.unwrap_all()
 
 
 def test_v2_bridge_reads_the_batch_hints(monkeypatch: pytest.MonkeyPatch) -> None:
