@@ -225,15 +225,26 @@ class PolicyEntry:
             )
 
 
+#: How a nested spec becomes a config: the registry's parser. The registry sits above the policies and
+#: imports them, so it installs its parser here when it is imported (every specpolicy import runs the
+#: package's ``__init__``, which imports the registry); this module never imports it.
+_NESTED_PARSER: list[Callable[[Any], PolicyConfig]] = []
+
+
+def install_nested_parser(parse: Callable[[Any], PolicyConfig]) -> None:
+    """Called by ``specpolicy.registry`` at import; the parser it installs reads the registry at each call."""
+    _NESTED_PARSER[:] = [parse]
+
+
 def _nested(value: Any) -> Any:
-    """A nested policy config: an already validated config as it is, any other spec parsed by the registry
-    (looked up when a nested config is validated: the registry imports this module, and the policies)."""
+    """A nested policy config: an already validated config as it is, any other spec parsed by the registry's
+    parser (``install_nested_parser``)."""
     if isinstance(value, PolicyConfig) and type(value) is not PolicyConfig:
         return value
-    from .registry import parse_nested
-
+    if not _NESTED_PARSER:
+        raise ValueError("a nested policy spec needs specpolicy.registry, which is not imported")
     try:
-        return parse_nested(value)
+        return _NESTED_PARSER[0](value)
     except ConfigError as exc:
         lines = str(exc).splitlines() or ["invalid policy config"]
         path, sep, message = lines[0].partition(": ")

@@ -23,7 +23,7 @@ from .config_files import check_depth, load_file, loads_json
 from .errors import MAX_ERROR_LINES, ConfigError, format_validation_error, short_repr, short_str
 from .mode import MAX_NUM_STEPS
 from .policies import BUILTIN_ENTRIES
-from .policy import Policy, PolicyConfig, PolicyEntry
+from .policy import Policy, PolicyConfig, PolicyEntry, install_nested_parser
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -358,6 +358,9 @@ def parse_config(spec: Any, **overrides: Any) -> PolicyConfig:
 def parse_nested(spec: Any) -> PolicyConfig:
     """A composition's nested policy spec; ConfigError lines name fields relative to it (``ewma_alpha``)."""
     return _registry().parse(spec, {}, nested=True)
+
+
+install_nested_parser(parse_nested)
 
 
 def _refuse_many_unknown(model: type[PolicyConfig], data: dict[str, Any], prefix: str) -> None:

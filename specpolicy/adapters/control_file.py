@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config_files import MAX_FILE_BYTES, loads_json_object
 from ..errors import ConfigError, short_str
@@ -33,8 +33,27 @@ from ..policy import Policy, PolicyConfig
 from ..registry import get_entry, parse_config
 
 if TYPE_CHECKING:
-    from .runtime import AdapterRuntime
+    from .controller import StepController
+    from .metrics import MetricsObserver
+    from .settings import AdapterSettings
     from .tp import AgreedDecider
+    from .trace_writer import TraceWriter
+
+
+class SwapTarget(Protocol):
+    """What a policy change updates: the adapter's runtime (``runtime.AdapterRuntime``), which owns the
+    controller, the metrics and the trace, and calls ``attach_control`` when it is built."""
+
+    settings: AdapterSettings
+    policy: Policy
+    candidate_steps: tuple[int, ...]
+    wants_request_ids: bool
+    rank: int
+    world_size: int
+    controller: StepController
+    metrics: MetricsObserver | None
+    trace: TraceWriter | None
+
 
 __all__ = [
     "CONTROL_FORMAT",
@@ -124,7 +143,7 @@ class PolicySwapper:
     in the controller for the coming decision, updates the runtime, the metrics and the trace.
     """
 
-    def __init__(self, runtime: AdapterRuntime, wrap: Callable[[Policy], Policy] | None) -> None:
+    def __init__(self, runtime: SwapTarget, wrap: Callable[[Policy], Policy] | None) -> None:
         self.runtime = runtime
         self.wrap = wrap
         #: policies installed, and files (or broadcast policies) refused
@@ -279,7 +298,7 @@ class ControlWatch:
 
 
 def attach_control(
-    runtime: AdapterRuntime, wrap: Callable[[Policy], Policy] | None, agreed: AgreedDecider | None
+    runtime: SwapTarget, wrap: Callable[[Policy], Policy] | None, agreed: AgreedDecider | None
 ) -> PolicySwapper | None:
     """Watch the settings' control file from ``runtime`` (rank 0), or receive rank 0's changes (the other
     ranks); None when no control file is set, or when the ranks have no group to agree over."""
