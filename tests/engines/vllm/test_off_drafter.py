@@ -142,11 +142,13 @@ def speculator(make_config: Any, model_dirs: Any, monkeypatch: pytest.MonkeyPatc
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.v1.worker.gpu.spec_decode import init_speculator
+    from vllm.v1.worker.gpu.spec_decode.autoregressive import speculator as ar
     from vllm.v1.worker.gpu.spec_decode.standalone_ar import speculator as sar
 
     vc = make_config(spec={"method": "draft_model", "model": str(model_dirs[0])})
     monkeypatch.setattr(sar, "prepare_prefill_inputs", _prepare_prefill_inputs)
-    monkeypatch.setattr(sar, "build_slot_mappings_by_layer", lambda sm, cfg: {"draft": sm[0]})
+    for mod in (sar, ar):
+        monkeypatch.setattr(mod, "build_slot_mappings_by_layer", lambda sm, cfg: {"draft": sm[0]})
     with set_current_vllm_config(vc):
         spec = init_speculator(vc, torch.device("cpu"), None)
         assert isinstance(spec, sar.StandaloneARSpeculator)
@@ -187,9 +189,10 @@ class Engine:
         self.tokens = torch.full((spec.max_num_reqs, ROW), -7, dtype=torch.int32)
         self.last_sampled = torch.zeros(spec.max_num_reqs, dtype=torch.int64)
         self.reqs: dict[str, Req] = {}
-        self.proposals: list[dict[str, int]] = []
+        self.proposals: list[dict[str, list[int]]] = []
         self.forwards: list[int] = []
         self.kv: dict[int, int] = {}  # the drafter's KV at the end of the run
+        self.dropped = 0
         lag = spec.__dict__.get(off_drafter.STATE)
         if lag is not None:  # the runner hands the speculator its token history (tested below)
             lag.tokens = self.tokens
@@ -200,15 +203,19 @@ class Engine:
         self.spec.add_request(slot)
 
     def finish(self, rid: str) -> None:
-        del self.reqs[rid]
+        r = self.reqs.pop(rid)
+        lag = self.spec.__dict__.get(off_drafter.STATE)
+        if lag is not None:
+            self.dropped += int(lag.missed[r.slot])  # missed while off, never to be caught up
 
-    def step(self, depth: int, accept: int = 1) -> None:
-        """One target step over every request, then ``propose`` at ``depth``; drafts of the previous step
-        are accepted up to ``accept`` each (a rejected draft is a wrong token)."""
+    def step(self, depth: int) -> None:
+        """One target step over every request, then ``propose`` at ``depth``; of the previous step's drafts
+        the first ``steps % 3`` are accepted (a rejected draft is a wrong token)."""
         import torch
         from vllm.v1.worker.gpu.input_batch import InputBatch
 
         ids, pos, qlens, rej, seq = [], [], [], [], []
+        accept = len(self.forwards) % 3
         for r in self.reqs.values():
             if r.length == 0:  # prefill: the whole prompt, the target samples the next token
                 q = list(range(r.prompt))
@@ -266,7 +273,7 @@ class Engine:
         )
         self.forwards.append(spec.model.forwards - before)
         if depth:
-            self.proposals.append({rid: int(drafts[i, 0]) for i, rid in enumerate(self.reqs)})
+            self.proposals.append({rid: drafts[i, :depth].tolist() for i, rid in enumerate(self.reqs)})
         for r in self.reqs.values():
             r.drafts = depth
 
@@ -280,10 +287,10 @@ Script = list[tuple[str, Any]]
 # on, off x k, on; switching every step; a prefill while off; a request finishing while off
 SCRIPT: Script = [
     ("add", ("a", 0, 20, 1)), ("add", ("b", 1, 9, 2)), ("add", ("c", 2, 33, 3)),
-    ("step", 1), ("step", 1), ("step", 0), ("step", 0), ("step", 0), ("step", 0), ("step", 1),
-    ("step", 0), ("step", 1), ("step", 0), ("step", 0), ("step", 1), ("step", 0), ("step", 1),
+    ("step", 3), ("step", 2), ("step", 0), ("step", 0), ("step", 0), ("step", 0), ("step", 3),
+    ("step", 0), ("step", 1), ("step", 0), ("step", 0), ("step", 2), ("step", 0), ("step", 3),
     ("step", 0), ("add", ("d", 3, 17, 4)), ("step", 0), ("finish", "b"), ("step", 0), ("step", 0),
-    ("add", ("e", 1, 12, 5)), ("step", 0), ("step", 1), ("step", 1),
+    ("add", ("e", 1, 12, 5)), ("step", 0), ("step", 3), ("step", 3),
 ]  # fmt: skip
 
 
@@ -326,17 +333,18 @@ def test_off_steps_run_no_drafter_forward_and_the_resume_catches_up_exactly(
     eng = run(speculator, SCRIPT)
     lag = speculator.__dict__[off_drafter.STATE]
     depths = _depths(SCRIPT)
-    # vLLM's own: one forward every step; the hook: none on a depth-0 step verifying no drafts, one pass on
-    # every other (the first depth-0 step after a speculative one verifies its drafts)
-    assert always_on.forwards == [1] * len(depths)
-    expected = [0 if d == 0 and i > 0 and depths[i - 1] == 0 else 1 for i, d in enumerate(depths)]
+    # vLLM's own: its first pass every step, then a forward per further draft; the hook: no forward on a
+    # depth-0 step verifying no drafts (the first depth-0 step after a speculative one verifies its drafts)
+    assert always_on.forwards == [max(d, 1) for d in depths]
+    expected = [0 if d == 0 and i > 0 and depths[i - 1] == 0 else max(d, 1) for i, d in enumerate(depths)]
     assert eng.forwards == expected
     assert eng.committed_kv() == always_on.committed_kv()
     assert all(v is not None for kv in eng.committed_kv().values() for v in kv)
     assert eng.proposals == always_on.proposals
-    assert lag.own_passes == 0 and lag.skipped_steps == expected.count(0)
+    assert lag.own_passes == 0 and lag.skipped_steps == expected.count(0) > 0
     # "b" finished while off: its skipped positions were never caught up; "e" took its slot afresh
-    assert lag.caught_up_positions < lag.skipped_positions
+    assert eng.dropped > 0
+    assert lag.caught_up_positions + eng.dropped == lag.skipped_positions
 
 
 def test_without_the_catch_up_the_drafters_kv_differs(
@@ -369,7 +377,7 @@ def test_a_catch_up_beyond_the_token_budget_runs_in_passes_of_its_own(
 def test_dummy_runs_and_engines_on_vllms_scheduler_keep_vllms_first_pass(speculator: Any) -> None:
     off_drafter.install(RELEASE.version)
     eng = run(speculator, SCRIPT[:9])  # no SlotLag: the runner found vLLM's own scheduler
-    assert eng.forwards == [1] * 6
+    assert eng.forwards == [3, 2, 1, 1, 1, 1]
 
 
 def test_lag_passes_cover_every_missed_position_once_within_the_budget() -> None:
