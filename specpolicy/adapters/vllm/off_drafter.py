@@ -18,7 +18,8 @@ first pass as vLLM does. When missed positions and the step's tokens do not fit 
 together, the missed positions are fed first in passes of their own (``lag_passes``), each request's
 chunk ending where the next begins; the step's own first pass then runs unchanged.
 
-Only engines on the specpolicy scheduler are affected, and dummy runs (warm-up, capture) never skip.
+Only engines on the specpolicy scheduler are affected; dummy runs (warm-up, capture) never skip, nor does a
+drafter with vLLM's adaptive verification, which records the drafter's confidences every step.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class SlotLag:
 @dataclasses.dataclass(frozen=True)
 class Extension:
     """Per row of a batch: feed ``count`` missed positions starting ``back`` positions before the row's
-    first query position, then the first ``own`` tokens of its query (``own <= query length``)."""
+    first query position, then the first ``own`` tokens of its query (``own <= query length``; with
+    ``own > 0``, ``count == back``: the positions fed are consecutive)."""
 
     back: np.ndarray
     count: np.ndarray
@@ -122,8 +124,11 @@ def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
     n = batch.num_reqs
     qsl = batch.query_start_loc_np[: n + 1].astype(np.int64)
     q = qsl[1:] - qsl[:-1]
-    if np.any(ext.own > q) or np.any(ext.count > ext.back) or np.any(ext.count + ext.own == 0):
-        raise ValueError("extension must feed at least one position per row, within its query and history")
+    gap = (ext.own > 0) & (ext.count != ext.back)
+    if np.any(ext.own > q) or np.any(ext.count > ext.back) or np.any(ext.count + ext.own == 0) or gap.any():
+        raise ValueError(
+            "extension must feed each row consecutive positions, at least one, within its query and history"
+        )
     lens = ext.count + ext.own
     new_qsl = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=new_qsl[1:])
@@ -214,6 +219,8 @@ def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         lag: SlotLag | None = self.__dict__.get(STATE)
         if lag is None or _arg(args, kwargs, _DUMMY_RUN - 1, "dummy_run", False):
+            return orig(self, input_batch, *args, **kwargs)
+        if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
             return orig(self, input_batch, *args, **kwargs)
         n = input_batch.num_reqs
         slots = input_batch.idx_mapping_np[:n]

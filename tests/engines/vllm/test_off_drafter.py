@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 from _vllm_harness import RELEASE
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specpolicy.adapters import _patch
 from specpolicy.adapters.vllm import off_drafter
@@ -208,7 +210,7 @@ class Engine:
         if lag is not None:
             self.dropped += int(lag.missed[r.slot])  # missed while off, never to be caught up
 
-    def step(self, depth: int) -> None:
+    def step(self, depth: int, dummy: bool = False) -> None:
         """One target step over every request, then ``propose`` at ``depth``; of the previous step's drafts
         the first ``steps % 3`` are accepted (a rejected draft is a wrong token)."""
         import torch
@@ -269,6 +271,7 @@ class Engine:
             torch.zeros(spec.max_num_reqs),
             torch.zeros(spec.max_num_reqs, dtype=torch.int64),
             num_speculative_tokens=depth,
+            dummy_run=dummy,
             is_profile=True,  # eager dispatch: no CUDA graph manager on a CPU
         )
         self.forwards.append(spec.model.forwards - before)
@@ -374,23 +377,113 @@ def test_a_catch_up_beyond_the_token_budget_runs_in_passes_of_its_own(
     assert eng.proposals == ref.proposals
 
 
-def test_dummy_runs_and_engines_on_vllms_scheduler_keep_vllms_first_pass(speculator: Any) -> None:
+def test_dummy_runs_vllms_own_scheduler_and_adaptive_verification_keep_vllms_first_pass(
+    speculator: Any,
+) -> None:
     off_drafter.install(RELEASE.version)
     eng = run(speculator, SCRIPT[:9])  # no SlotLag: the runner found vLLM's own scheduler
     assert eng.forwards == [3, 2, 1, 1, 1, 1]
+    _hooked(speculator)
+    eng = run(speculator, SCRIPT[:9])
+    assert eng.forwards == [3, 2, 1, 0, 0, 0]
+    eng.step(0, dummy=True)  # warm-up and capture runs (idx_mapping all -1: nothing is written)
+    assert eng.forwards[-1] == 1
+    speculator.enable_adaptive_verification = True  # it reads the drafter's confidences every step
+    assert run(speculator, SCRIPT[:9]).forwards == [3, 2, 1, 1, 1, 1]
 
 
-def test_lag_passes_cover_every_missed_position_once_within_the_budget() -> None:
-    missed = np.array([0, 7, 3, 12])
-    passes = off_drafter.lag_passes(missed, 6)
-    fed = [set() for _ in missed]
+@settings(max_examples=60, deadline=None)
+@given(
+    missed=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+    spare=st.integers(0, 30),
+)
+def test_lag_passes_feed_every_missed_position_once_in_order_within_the_budget(
+    missed: list[int], spare: int
+) -> None:
+    """Every pass feeds each row at least one position and stays within the budget; each row's chunks
+    are consecutive and end at its first query position; a row with nothing left gets its first query
+    token only."""
+    m = np.array(missed, dtype=np.int64)
+    budget = len(missed) + spare
+    passes = off_drafter.lag_passes(m, budget)
+    fed: list[list[int]] = [[] for _ in missed]
     for ext in passes:
-        assert int((ext.count + ext.own).sum()) <= 6 and np.all(ext.count + ext.own >= 1)
+        assert int((ext.count + ext.own).sum()) <= budget
+        assert np.all(ext.count + ext.own >= 1) and np.all(ext.own <= 1) and np.all(ext.count <= ext.back)
+        assert np.all((ext.own == 1) == (ext.count == 0))
         for i in range(len(missed)):
-            fed[i] |= set(range(-int(ext.back[i]), -int(ext.back[i]) + int(ext.count[i])))
-    assert fed == [set(range(-int(m), 0)) for m in missed]
-    with pytest.raises(ValueError, match="budget"):
-        off_drafter.lag_passes(missed, 3)
+            fed[i] += range(-int(ext.back[i]), -int(ext.back[i]) + int(ext.count[i]))
+    assert fed == [list(range(-k, 0)) for k in missed]
+    assert (len(passes) == 0) == (sum(missed) == 0)
+
+
+def test_lag_passes_refuse_a_budget_below_one_token_per_row() -> None:
+    with pytest.raises(ValueError, match="budget 3 below the batch's 4 rows"):
+        off_drafter.lag_passes(np.array([0, 7, 3, 12]), 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_extend_batch_feeds_the_named_positions_with_their_tokens(data: st.DataObject) -> None:
+    """On vLLM's InputBatch: each row's query becomes ``count`` positions starting ``back`` before its
+    first query position (tokens from the history), then its first ``own`` query tokens; the sequence
+    length ends at the last position fed; the rest of the batch is untouched."""
+    _needs_triton()
+    import torch
+    from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
+
+    n = data.draw(st.integers(1, 5))
+    firsts = data.draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    qlens = data.draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
+    back = np.array([data.draw(st.integers(0, f)) for f in firsts], dtype=np.int64)
+    # a merged row (the missed positions, then its own tokens) or a chunk of missed positions alone
+    merged = [data.draw(st.booleans()) or b == 0 for b in back]
+    count = np.array(
+        [b if m else data.draw(st.integers(1, int(b))) for b, m in zip(back, merged, strict=True)],
+        dtype=np.int64,
+    )
+    own = np.array(
+        [
+            data.draw(st.integers(0 if c else 1, q)) if m else 0
+            for m, c, q in zip(merged, count, qlens, strict=True)
+        ],
+        dtype=np.int64,
+    )
+    slots = np.array(data.draw(st.permutations(range(8)))[:n], dtype=np.intp)
+    history = torch.arange(8 * ROW, dtype=torch.int32).reshape(8, ROW) + 10_000
+    qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
+    pos = [f + j for f, q in zip(firsts, qlens, strict=True) for j in range(q)]
+    base = InputBatch.make_dummy(n, int(qsl[-1]), InputBuffers(8, 64, torch.device("cpu")))
+    batch = dataclasses.replace(
+        base,
+        idx_mapping=torch.from_numpy(slots.astype(np.int64)),
+        idx_mapping_np=slots,
+        num_scheduled_tokens=np.array(qlens, dtype=np.int32),
+        query_start_loc=torch.from_numpy(qsl.copy()),
+        query_start_loc_np=qsl,
+        seq_lens=torch.tensor([f + q for f, q in zip(firsts, qlens, strict=True)], dtype=torch.int32),
+        seq_lens_cpu_upper_bound=torch.tensor([f + q for f, q in zip(firsts, qlens, strict=True)]).int(),
+        input_ids=torch.tensor([-p - 1 for p in pos], dtype=torch.int32),  # the batch's own: -(position+1)
+        positions=torch.tensor(pos, dtype=torch.int64),
+    )
+    out = off_drafter.extend_batch(batch, off_drafter.Extension(back, count, own), history)
+    nq = out.query_start_loc_np
+    assert out.num_tokens == int((count + own).sum()) == int(nq[-1]) and out.query_start_loc.tolist() == list(
+        nq
+    )
+    for i in range(n):
+        want = list(range(firsts[i] - int(back[i]), firsts[i] - int(back[i]) + int(count[i])))
+        want += list(range(firsts[i], firsts[i] + int(own[i])))
+        got = out.positions[nq[i] : nq[i + 1]].tolist()
+        assert got == want
+        tokens = [int(history[slots[i], p]) if p < firsts[i] else -p - 1 for p in want]
+        assert out.input_ids[nq[i] : nq[i + 1]].tolist() == tokens
+        assert int(out.seq_lens[i]) == int(out.seq_lens_cpu_upper_bound[i]) == want[-1] + 1
+    assert out.idx_mapping is batch.idx_mapping and not out.decode_graph_eligible
+    if n == 1 and back[0] > 1 and own[0] == 0:  # a gap between missed and own positions is refused
+        gap = off_drafter.Extension(back, back - 1, np.ones(1, dtype=np.int64))
+        with pytest.raises(ValueError, match="consecutive"):
+            off_drafter.extend_batch(batch, gap, history)
 
 
 def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
