@@ -37,7 +37,7 @@ declare -A NODEPS=(
   [sglang-0.5.17]="sglang==0.5.17 triton==3.7.1"
   [sglang-0.5.12.post1]="sglang==0.5.12.post1 triton==3.7.1"
   [sglang-0.5.10.post1]="sglang==0.5.10.post1 triton==3.7.1"
-  [vllm-0.34.0]="vllm==0.34.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
+  [vllm-0.34.0]="vllm==0.34.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11 triton==3.7.1"
   [vllm-0.33.0]="vllm==0.33.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
   [vllm-0.26.0]="vllm==0.26.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11"
 )

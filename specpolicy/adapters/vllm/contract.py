@@ -4,14 +4,15 @@ The contract tests and ``specpolicy doctor`` both resolve this list against the 
 that renames one of them is caught before a server starts serving without the policy. A tested release
 without one of them lists it as ``absent`` in its row of ``versions.RELEASES`` (0.26 has no
 ``SchedulerOutput.skip_drafts``, vLLM's own flag for a step whose drafts nothing would use). A release whose
-V2 drafter ignores the per-step depth also needs the names ``drafter_depth`` wraps.
+V2 drafter ignores the per-step depth also needs the names ``drafter_depth`` wraps, and one whose row turns on
+``off_drafter`` the names that hook wraps.
 """
 
 from __future__ import annotations
 
 from .._support import check_targets as _check
 from .._support import resolve
-from . import drafter_depth
+from . import drafter_depth, off_drafter
 from .versions import installed_version, release
 
 __all__ = ["TARGETS", "targets_for", "resolve", "check_targets"]
@@ -36,12 +37,12 @@ TARGETS: tuple[str, ...] = (
 
 def targets_for(version: str | None) -> tuple[str, ...]:
     """The names a release must have: TARGETS, less its ``absent`` ones when it is a tested release, plus the
-    drafter-depth hook's where the release needs it."""
+    drafter hooks' where the release gets them."""
     row = release(version)
     if row is None:
         return TARGETS
-    hook = drafter_depth.TARGETS if drafter_depth.needed(version) else ()
-    return tuple(t for t in TARGETS if t not in row.absent) + hook
+    hooks = tuple(t for h in (drafter_depth, off_drafter) if h.needed(version) for t in h.TARGETS)
+    return tuple(t for t in TARGETS if t not in row.absent) + tuple(dict.fromkeys(hooks))
 
 
 def check_targets() -> dict[str, str | None]:

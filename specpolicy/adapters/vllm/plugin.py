@@ -7,8 +7,9 @@ once, and the finished ``VllmConfig`` right after ``EngineArgs.create_engine_con
 scheduler repeats in the engine core). A bad configuration raises with the field named before any engine
 process starts. Nothing happens when the engine does not use the specpolicy scheduler.
 
-On a release whose V2 drafter ignores the per-step depth, ``register`` also installs ``drafter_depth``'s hook;
-the worker processes load the plugins before they build the model runner, so it is in place there.
+On a release whose V2 drafter ignores the per-step depth, ``register`` also installs ``drafter_depth``'s hook,
+and where the release's row says so, ``off_drafter``'s (no draft-model forward at depth 0); the worker
+processes load the plugins before they build the model runner, so they are in place there.
 
 vLLM loads plugins once per process but may import this module in many processes; ``register`` is idempotent.
 """
@@ -36,7 +37,7 @@ def register() -> None:
         AdapterSettings.from_env()
     except ConfigError as exc:
         raise ConfigError(f"specpolicy: invalid configuration in the environment:\n{exc}") from None
-    _install_drafter_depth()
+    _install_drafter_hooks()
     try:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:  # a process without the engine front-end: nothing to guard
@@ -55,24 +56,35 @@ def register() -> None:
     EngineArgs.create_engine_config = create_engine_config
 
 
-def _install_drafter_depth() -> None:
-    from . import drafter_depth
+_HOOK_MISSING = {
+    "drafter_depth": "its drafter drafts num_speculative_tokens tokens whatever the policy's depth",
+    "off_drafter": "its draft-model drafter still runs its first pass at depth 0",
+}
+
+
+def _install_drafter_hooks() -> None:
+    from . import drafter_depth, off_drafter
     from .versions import installed_version
 
     version = installed_version()
-    if not drafter_depth.needed(version):
-        return
-    try:
-        names = drafter_depth.install(version)
-    except ImportError as exc:  # a process that cannot load the GPU model runner does not run it
-        log.warning(
-            "specpolicy: vLLM %s's V2 model runner cannot be loaded here (%s); if this process runs it, "
-            "its drafter drafts num_speculative_tokens tokens whatever the policy's depth",
-            version,
-            exc,
-        )
-        return
-    log.debug("specpolicy: drafter depth hook on %s", names)
+    for hook in (drafter_depth, off_drafter):
+        name = hook.__name__.rsplit(".", 1)[-1]
+        if not hook.needed(version):
+            continue
+        try:
+            names = hook.install(version)
+        # a process that cannot load the GPU model runner does not run it; without Triton, 0.34's drafter
+        # modules fail at import with an AttributeError from vLLM's Triton placeholder
+        except (ImportError, AttributeError) as exc:
+            log.warning(
+                "specpolicy: vLLM %s's V2 model runner cannot be loaded here (%s); "
+                "if this process runs it, %s",
+                version,
+                exc,
+                _HOOK_MISSING[name],
+            )
+            continue
+        log.debug("specpolicy: %s hook on %s", name, names)
 
 
 def check_engine_config(vllm_config: Any) -> None:

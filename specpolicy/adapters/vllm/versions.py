@@ -44,7 +44,9 @@ class Release:
     runs the V2 runner there). ``mrv2_graphs_per_depth``: whether the V2 runner keeps one decode-graph
     table per query length (0.33, 0.34), so every depth the schedule lists replays a FULL graph at each
     batch size it covers; 0.26 looks graphs up by token count first, and a depth-0 batch whose token count
-    falls short of a deeper depth's rounded graph size runs without a graph.
+    falls short of a deeper depth's rounded graph size runs without a graph. ``mrv2_off_drafter``: whether
+    the plugin installs ``off_drafter``'s hook there (0.34's draft-model drafter runs no forward at depth 0
+    and catches up on resume).
     """
 
     version: str
@@ -52,6 +54,7 @@ class Release:
     mrv2_drafts_k: bool = True
     v1_runner: bool = True
     mrv2_graphs_per_depth: bool = False
+    mrv2_off_drafter: bool = False
 
 
 #: The releases the adapter is tested against, oldest first.
@@ -67,6 +70,7 @@ RELEASES: tuple[Release, ...] = (
         absent=("vllm.config.vllm.VllmConfig.use_v2_model_runner",),
         v1_runner=False,
         mrv2_graphs_per_depth=True,
+        mrv2_off_drafter=True,
     ),
 )
 SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)

@@ -12,6 +12,9 @@ import pytest
 # Before vLLM is imported: CPU platform and quiet logs (_vllm_harness pins the model runner per release).
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# Where Triton is installed, vLLM keeps it only with one active GPU driver, or none in a process whose
+# CUDA_VISIBLE_DEVICES is empty; 0.34's drafter modules import it (test_off_drafter).
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 pytest.importorskip("vllm")
 
 from _vllm_harness import ScriptedConfig, ScriptedPolicy, engine_args, write_model_dirs  # noqa: E402
