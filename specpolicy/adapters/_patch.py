@@ -10,7 +10,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ORIGINALS", "wrap", "unwrap_all"]
+__all__ = ["HookPlan", "ORIGINALS", "apply", "wrap", "unwrap_all"]
+
+#: (class, method name, wrapper factory) of every method an installer wraps
+HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
 
 #: (class, method name) -> (original function, whether the class defined it itself), for idempotent install
 #: and for restoring in tests.
@@ -38,3 +41,11 @@ def unwrap_all() -> None:
         else:
             delattr(cls, name)
     ORIGINALS.clear()
+
+
+def apply(plan: HookPlan) -> list[str]:
+    """Wrap every method of ``plan`` (idempotent, as ``wrap``); the dotted names wrapped, for the start-up
+    line and ``specpolicy doctor``."""
+    for cls, name, make in plan:
+        wrap(cls, name, make)
+    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]

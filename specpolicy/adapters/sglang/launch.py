@@ -176,9 +176,7 @@ def _trace_bytes(mb: float) -> int:
     """``--spec-policy-trace-max-mb`` in bytes; out of range (or NaN), a ConfigError in the option's unit."""
     lo, hi = (float(b or 0) / 2**20 for b in bounds("trace_max_bytes"))
     if not lo <= mb <= hi:
-        raise ConfigError(
-            f"--spec-policy-trace-max-mb: must be from {lo:g} to {hi:,.0f} MB, got {mb:g}"
-        )
+        raise ConfigError(f"--spec-policy-trace-max-mb: must be from {lo:g} to {hi:,.0f} MB, got {mb:g}")
     return int(mb * 2**20)
 
 

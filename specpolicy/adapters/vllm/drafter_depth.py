@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .._patch import wrap
+from .._patch import HookPlan, apply
 from .config import uses_specpolicy_scheduler
 from .versions import release
 
@@ -49,8 +49,6 @@ TARGETS: tuple[str, ...] = (
     f"{_SPECULATOR}.propose",
     f"{_HANDLER}.set_draft_tokens",
 )
-
-HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
 
 
 def needed(version: str | None) -> bool:
@@ -125,7 +123,4 @@ def install(version: str | None) -> list[str]:
     """Wrap the drafter's methods where ``version`` needs it (idempotent); the names wrapped."""
     if not needed(version):
         return []
-    plan = hook_plan()
-    for cls, name, make in plan:
-        wrap(cls, name, make)
-    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
+    return apply(hook_plan())

@@ -73,4 +73,3 @@ class RequestHints:
             return aggregate(got)
         except Exception:  # noqa: BLE001 - hints are optional inputs
             return None
-

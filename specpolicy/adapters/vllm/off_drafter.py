@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._patch import wrap
+from .._patch import HookPlan, apply
 from .config import uses_specpolicy_scheduler
 from .versions import release
 
@@ -265,9 +265,6 @@ def speculator_add_request(orig: Callable[..., Any]) -> Callable[..., Any]:
     return add_request
 
 
-HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
-
-
 def hook_plan() -> HookPlan:
     """(class, method, wrapper factory) of every vLLM method the hook wraps."""
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
@@ -284,7 +281,4 @@ def install(version: str | None) -> list[str]:
     """Wrap the methods where ``version`` gets the hook (idempotent); the names wrapped."""
     if not needed(version):
         return []
-    plan = hook_plan()
-    for cls, name, make in plan:
-        wrap(cls, name, make)
-    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
+    return apply(hook_plan())

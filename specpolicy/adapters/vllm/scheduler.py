@@ -45,7 +45,14 @@ class CoreBridge:
     """A policy running in one engine core: the runtime, the ledger and the log-once error guard."""
 
     __slots__ = (
-        "runtime", "ledger", "default_steps", "errors", "_logged", "_with_ids", "hints", "_hint_live"
+        "runtime",
+        "ledger",
+        "default_steps",
+        "errors",
+        "_logged",
+        "_with_ids",
+        "hints",
+        "_hint_live",
     )
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:

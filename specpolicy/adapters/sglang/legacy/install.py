@@ -10,12 +10,11 @@ is logged as an error and the worker runs SGLang's own speculation untouched (``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
-from ..._patch import wrap
+from ..._patch import HookPlan, apply
 from ..._support import installed_version
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
@@ -109,14 +108,8 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
     return _STATE.info
 
 
-HookPlan = list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]
-
-
 def _patch(version: str, names: FieldNames) -> list[str]:
-    plan = hook_plan(version, names)
-    for cls, name, make in plan:
-        wrap(cls, name, make)
-    return [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name, _ in plan]
+    return apply(hook_plan(version, names))
 
 
 def hook_plan(version: str, names: FieldNames) -> HookPlan:

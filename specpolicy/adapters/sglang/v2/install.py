@@ -20,6 +20,7 @@ from typing import Any
 from ....errors import ConfigError
 from ....policies.compose import OnOffAtDepth
 from ... import _patch as patching
+from ..._patch import HookPlan
 from ..._support import installed_version, refuse_or_warn
 from ...runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ...settings import AdapterSettings
@@ -28,7 +29,7 @@ from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
 from ..legacy.hidden_window import HiddenWindow
-from ..legacy.install import HookPlan, InstallInfo, fitted_window
+from ..legacy.install import InstallInfo, fitted_window
 from ..legacy.swap import KEEP, swapped
 from . import step
 
@@ -61,7 +62,6 @@ def _fail(settings: AdapterSettings, reason: str) -> None:
     )
 
 
-
 def hook_plan() -> HookPlan:
     """(class, method, wrapper factory) of every SGLang method the adapter wraps on 0.5.13+."""
     from sglang.srt.managers.scheduler import Scheduler
@@ -83,10 +83,7 @@ def install(settings: AdapterSettings | None = None) -> InstallInfo:
     _STATE.settings = settings
     if _STATE.info is not None and _STATE.info.installed:
         return _STATE.info
-    plan = hook_plan()
-    for cls, name, make in plan:
-        patching.wrap(cls, name, make)
-    _STATE.info = InstallInfo(version, True, "", [f"{c.__module__}.{c.__qualname__}.{n}" for c, n, _ in plan])
+    _STATE.info = InstallInfo(version, True, "", patching.apply(hook_plan()))
     return _STATE.info
 
 
