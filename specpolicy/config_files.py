@@ -16,6 +16,8 @@ import json
 import os
 import re
 import stat
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "loads_json",
     "loads_json_object",
     "read_text",
+    "write_text_atomic",
 ]
 
 #: Largest configuration file read (a policy config is a few hundred bytes; a profile a few hundred KiB).
@@ -65,6 +68,27 @@ def read_text(path: str | os.PathLike[str], what: str = "config file") -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` so that a reader sees the old file or the new one, never a part: a temporary file in
+    the same directory, flushed to disk, given a modification time of its own (the kernel's is a clock tick
+    coarse, and a watcher compares it), then renamed over ``path``. The temporary file never stays behind."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        now = time.time_ns()
+        os.utime(tmp, ns=(now, now))
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:

@@ -21,13 +21,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config_files import MAX_FILE_BYTES, loads_json_object
+from ..config_files import loads_json_object, read_text, write_text_atomic
 from ..errors import ConfigError, short_str
 from ..policy import Policy, PolicyConfig
 from ..registry import get_entry, parse_config
@@ -96,7 +95,7 @@ def parse_control(data: bytes | str, where: str = "control file") -> PolicyConfi
 
 def read_control(path: str | os.PathLike[str]) -> PolicyConfig:
     """Read and validate a control file; ConfigError (also for a missing or unreadable one)."""
-    return parse_control(_read_bytes(Path(path)), f"control file {path}")
+    return parse_control(read_text(path, "control file"), f"control file {path}")
 
 
 def write_control(path: str | os.PathLike[str], config: PolicyConfig) -> dict[str, Any]:
@@ -104,35 +103,8 @@ def write_control(path: str | os.PathLike[str], config: PolicyConfig) -> dict[st
     directory, flushed to disk, renamed over the old one. Returns the document written."""
     p = Path(path)
     doc = {"format": CONTROL_FORMAT, "policy": config.model_dump(mode="json"), "written_at": time.time()}
-    text = json.dumps(doc, indent=2) + "\n"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        # a fine-grained modification time of its own: the kernel's is coarse (a clock tick), and two writes
-        # within one tick may reuse an inode and match in size
-        now = time.time_ns()
-        os.utime(tmp, ns=(now, now))
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(p, json.dumps(doc, indent=2) + "\n")
     return doc
-
-
-def _read_bytes(p: Path) -> bytes:
-    try:
-        with open(p, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"control file {p}: cannot be read ({exc.strerror or short_str(exc)})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"control file {p}: over {MAX_FILE_BYTES} bytes")
-    return data
 
 
 class PolicySwapper:
@@ -273,7 +245,7 @@ class ControlWatch:
         self.reads += 1
         source = f"control file {self.path}"
         try:
-            data = _read_bytes(Path(self.path))
+            data = read_text(self.path, "control file")
         except ConfigError as exc:
             self._refuse(step, str(exc), str(exc))
             return
@@ -281,7 +253,7 @@ class ControlWatch:
             config = parse_control(data, source)
             built = self.swapper.prepare(config)
         except (ConfigError, SwapRefused) as exc:
-            self._refuse(step, str(exc).replace("\n", "; "), hashlib.sha256(data).hexdigest())
+            self._refuse(step, str(exc).replace("\n", "; "), hashlib.sha256(data.encode()).hexdigest())
             return
         if config == self.swapper.runtime.settings.policy:
             return  # rewritten with the running policy: nothing changes

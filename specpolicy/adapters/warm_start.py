@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..config_files import write_text_atomic
 from ..errors import short_repr, short_str
 from ..policy import Policy, Stateful
 from ..snapshot import StateError
@@ -189,17 +189,7 @@ class WarmStart:
                 "state": policy.state_dict(),
             }
             text = json.dumps(body, allow_nan=False, separators=(",", ":"))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            write_text_atomic(self.path, text)
         except Exception as exc:  # noqa: BLE001 - the engine serves on whatever the disk does
             self._count("warm_start_save_failures")
             if not self._save_logged:
