@@ -13,6 +13,7 @@ set -euo pipefail
 REL=0.5.12.post1
 if [ "${1:-}" = --release ]; then REL=${2:?--release needs a value}; shift 2; fi
 OUT=${1:?out dir}; SPLIT=${2:-}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the split below runs in another folder
 B=(python3 "$(cd "$(dirname "$0")" && pwd)/sglang_bundle.py")
 "${B[@]}" pins --release "$REL" > /dev/null  # an unknown release stops here, naming the rows
 mapfile -t PINS < <("${B[@]}" pins --release "$REL")
