@@ -6,7 +6,7 @@
 # gives each group's counts and time, separates the skips a release makes expected from the rest, and ends
 # with "total: N passed, N failed, N skipped".
 # Groups: core (tests/ but tests/engines, tests/gpu and the `network` tests; needs no network),
-# harness (tests/gpu: scripts/gpu and scripts/gpu_check.py on CPU), network (tests marked `network`),
+# harness (tools/livecheck/tests: the live-check tool on CPU), network (tests marked `network`),
 # one per engine env (tests/engines/<engine>).
 # --fast: the core suite without the `slow` and `network` tests, nothing installed or built, no other group.
 # Environment: SPECPOLICY_SKIP_ENGINES=1 skips the engine envs and their groups; SPECPOLICY_ENGINES="..."
@@ -55,8 +55,8 @@ export SPECPOLICY_ENV_DIR=$ENV_DIR
 echo "== core tests ($($PY --version))"
 group core "$PY" tests --ignore=tests/engines --ignore=tests/gpu -m "not network" "$@"
 
-echo "== harness tests (tests/gpu: the live check on CPU)"
-group harness "$PY" tests/gpu "$@"
+echo "== harness tests (tools/livecheck/tests: the live check on CPU)"
+group harness "$PY" tools/livecheck/tests "$@"
 
 if [ "${SPECPOLICY_OFFLINE:-0}" != "1" ]; then
   echo "== network tests (they ask the package index)"

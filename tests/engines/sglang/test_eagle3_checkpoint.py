@@ -1,4 +1,4 @@
-"""The EAGLE-3 test head (scripts/gpu/eagle3_model.py) against SGLang 0.5.12.post1's own draft model class.
+"""The EAGLE-3 test head (livecheck's ``eagle3_model``) against SGLang 0.5.12.post1's own draft model class.
 
 SGLang's ``load_weights`` skips names it does not know without a word, so a wrongly named tensor would leave
 a parameter at its random initial value and the live check would fail for an unclear reason. Here the class
@@ -59,9 +59,9 @@ def test_sglang_loads_every_parameter_of_the_head(tmp_path: Path, sglang_cpu: ty
     from safetensors.torch import load_file
     from transformers import LlamaConfig
 
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    import bigram_model as bm
-    import eagle3_model as em
+    sys.path.insert(0, str(ROOT / "tools" / "livecheck" / "src"))  # not installed in the engine venvs
+    from specpolicy_livecheck import bigram_model as bm
+    from specpolicy_livecheck import eagle3_model as em
 
     shape = bm.ModelShape(**SHAPE_KW)
     bm.train_tokenizer(str(tmp_path / "tok"))

@@ -1,9 +1,9 @@
 """The GPU harness's engine arguments against the installed release's real ServerArgs.
 
-scripts/gpu_check.py writes the arguments under 0.5.12.post1's names and ``for_release`` renames those
-that later releases moved; this holds every variant of scripts/gpu/ab_static.py, alone and side by side,
-to the fields ``sglang.Engine(**kw)`` of this release accepts, and the CPU tests' stand-in to the real
-type. Run inside an engine venv (0.5.12.post1 and 0.5.17 at least).
+The live-check tool (tools/livecheck, ``sglang_check``) writes the arguments under 0.5.12.post1's names
+and ``for_release`` renames those that later releases moved; this holds every variant of its ``ab_static``,
+alone and side by side, to the fields ``sglang.Engine(**kw)`` of this release accepts, and the CPU tests'
+stand-in to the real type. Run inside an engine venv (0.5.12.post1 and 0.5.17 at least).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-for _p in (ROOT / "scripts", ROOT / "scripts" / "gpu", ROOT / "tests" / "gpu" / "fakes" / "sglang" / "srt"):
+_LC = ROOT / "tools" / "livecheck"  # the tool is not installed in the engine venvs
+for _p in (_LC / "src", _LC / "tests" / "fakes" / "sglang" / "srt"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import ab_static  # noqa: E402
-import gpu_check  # noqa: E402
 from conftest import requires_version  # noqa: E402
+from specpolicy_livecheck import ab_static  # noqa: E402
+from specpolicy_livecheck import sglang_check as gpu_check  # noqa: E402
 
 # The live harness drives the releases the GPU host can run (torch 2.11): 0.5.23 pins torch 2.14.1.
 pytestmark = requires_version("0.5.12.post1", "0.5.17")
@@ -64,7 +65,7 @@ def test_the_cpu_stand_in_names_only_fields_that_0_5_12_post1_has(
 ) -> None:
     if sglang_version != "0.5.12.post1":
         pytest.skip("the stand-in spells the names as 0.5.12.post1 does")
-    from server_args import FIELDS  # tests/gpu/fakes/sglang/srt/server_args.py
+    from server_args import FIELDS  # tools/livecheck/tests/fakes/sglang/srt/server_args.py
 
     assert set(FIELDS) <= fields
 

@@ -1,4 +1,4 @@
-"""The live check's skipped hidden-state catch-up (``gpucheck_skip_catch_up``, scripts/gpu/gpucheck_policies)
+"""The live check's skipped hidden-state catch-up (``gpucheck_skip_catch_up``, tools/livecheck/policies)
 on the legacy workers' real off steps: while armed, SGLang's draft extend over the new token gets zero hidden
 states on v1 and v2, and the output is unchanged; disarmed, it gets the target's again. This is what makes
 the live check's skip phase a skipped catch-up and nothing else."""
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _gpucheck() -> ModuleType:
-    """The test-policy package as a module (no entry points registered, as in tests/gpu/conftest.py)."""
-    path = ROOT / "scripts" / "gpu" / "gpucheck_policies" / "specpolicy_gpucheck" / "__init__.py"
+    """The test-policy package as a module (no entry points registered, as in tools/livecheck/tests)."""
+    path = ROOT / "tools" / "livecheck" / "policies" / "specpolicy_gpucheck" / "__init__.py"
     spec = importlib.util.spec_from_file_location("specpolicy_gpucheck_e", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -1,8 +1,9 @@
-"""Make scripts/gpu (the live GPU check's modules) and the test-policy package importable for these tests.
+"""The test-policy package for these tests, loaded as a module.
 
-The test policies are loaded as a module, not by putting their project folder on sys.path: a build of that
-project leaves metadata there, and its entry points would then register the deliberately failing test
-policies for every other test in the session.
+It is loaded from its file, not installed and not put on the import path as a project folder: a build of
+that project leaves metadata there, and its entry points would then register the deliberately failing
+test policies for every other test in the session. The tool itself is importable through the ``pythonpath``
+setting of tools/livecheck/pyproject.toml (or an install).
 """
 
 from __future__ import annotations
@@ -10,17 +11,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-for p in (ROOT / "scripts", ROOT / "scripts" / "gpu"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+from specpolicy_livecheck.paths import POLICIES_PROJECT
 
 if "specpolicy_gpucheck" not in sys.modules:
-    _init = ROOT / "scripts" / "gpu" / "gpucheck_policies" / "specpolicy_gpucheck" / "__init__.py"
+    _init = POLICIES_PROJECT / "specpolicy_gpucheck" / "__init__.py"
     _spec = importlib.util.spec_from_file_location("specpolicy_gpucheck", _init)
     assert _spec is not None and _spec.loader is not None
     _mod = importlib.util.module_from_spec(_spec)

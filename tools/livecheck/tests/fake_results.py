@@ -1,6 +1,6 @@
 """Result files as the live check's engine runner writes them, for the analysis tests' fake engines.
 
-The phase record is the runner's own (``gpu_check._phase_record``), so a change of its shape reaches these
+The phase record is the runner's own (``sglang_check._phase_record``), so a change of its shape reaches these
 tests; a fake engine supplies only what it served.
 """
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import gpu_check
-import plan as P
+from specpolicy_livecheck import plan as P
+from specpolicy_livecheck import sglang_check
 
 
 def phase_line(
@@ -32,7 +32,7 @@ def phase_line(
         "error": None,
         "requests": requests,
     }
-    rec = gpu_check._phase_record(run, phase, prompts, served)
+    rec = sglang_check._phase_record(run, phase, prompts, served)
     rec["tok_per_s"] = tok_per_s
     return json.dumps(rec)
 

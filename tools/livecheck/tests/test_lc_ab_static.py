@@ -1,4 +1,4 @@
-"""scripts/gpu/ab_static.py: its variants configure what they say, and its trace summary counts right."""
+"""specpolicy_livecheck.ab_static: its variants configure what they say, its trace summary counts right."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import gzip
 import json
 from pathlib import Path
 
-import ab_static
-import gpu_check
 import pytest
 from fakes.sglang.srt.server_args import FIELDS as FAKE_FIELDS
 from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
+from specpolicy_livecheck import ab_static
+from specpolicy_livecheck import sglang_check as gpu_check
 
 from specpolicy.adapters.settings import AdapterSettings
 
@@ -69,7 +69,7 @@ def test_a_trace_without_kernels_says_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize("side", ["v1", "v2"])
 def test_the_off_step_variants_run_every_step_off_beside_the_speculation_free_engine(side: str) -> None:
     """The EAGLE-3 off step against the draft model's and a speculation-free step, on one worker kind."""
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     assert ab_static.VARIANTS[f"base_{side}"] == (f"base_{side}", None)
     for variant, path in ((f"off_{side}", side), (f"off_eagle3_{side}", f"eagle3_{side}")):
@@ -126,7 +126,7 @@ def test_every_aten_op_is_listed_so_two_variants_can_be_compared_name_by_name(tm
 def test_the_checked_off_variants_run_static_0_through_the_live_checks_dispatcher(
     variant: str, path: str, tmp_path: Path
 ) -> None:
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     assert ab_static.VARIANTS[variant][0] == path
     label, policy = ab_static.CHECKED[variant]
@@ -144,7 +144,7 @@ def test_the_checked_off_variants_run_static_0_through_the_live_checks_dispatche
 
 @pytest.mark.parametrize("variant", sorted(ab_static.MIXED))
 def test_a_switched_variant_holds_the_checks_policies_or_just_the_two(variant: str, tmp_path: Path) -> None:
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     full = ab_static.MIXED[variant]
     env = ab_static.mixed_env(tmp_path, variant)
@@ -230,7 +230,7 @@ def test_the_switched_run_measures_off_before_on_then_in_turn_then_in_a_row(
 def test_the_policy_variants_run_the_live_checks_policy_for_the_engines_life(
     variant: str, path: str, label: str
 ) -> None:
-    import plan
+    from specpolicy_livecheck import plan
 
     got_path, env = ab_static.VARIANTS[variant]
     assert got_path == path and env is not None
@@ -247,7 +247,7 @@ class _ChainEngine:
     changed."""
 
     def __init__(self, pi: object, bad: int | None = None) -> None:
-        import bigram_model as bm
+        from specpolicy_livecheck import bigram_model as bm
 
         self.pi, self.bad, self.bm = pi, bad, bm
 
@@ -266,7 +266,7 @@ class _ChainEngine:
 
 @pytest.mark.parametrize("bad", [None, 2])
 def test_a_batch_counts_the_requests_equal_to_the_oracle_over_every_pass(bad: int | None) -> None:
-    import bigram_model as bm
+    from specpolicy_livecheck import bigram_model as bm
 
     pi = bm.bigram_map(64, seed=1)
     prompts = ab_static._prompts(4, 64, 3)
@@ -290,8 +290,8 @@ def fake_sglang(
     import sys
     import types
 
-    import bigram_model as bm
     from specpolicy_gpucheck.host_timers import ENV
+    from specpolicy_livecheck import bigram_model as bm
 
     models = tmp_path / "models"
     models.mkdir()
@@ -303,7 +303,7 @@ def fake_sglang(
     fake.Engine = lambda **kw: seen.append((kw, os.environ.get(ENV))) or object()  # type: ignore[attr-defined]
     fake.__version__ = "0.5.12.post1"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sglang", fake)
-    # the ServerArgs names of 0.5.12.post1 (tests/gpu/fakes; held to the real ones in tests/engines/sglang)
+    # the ServerArgs names of 0.5.12.post1 (tests/fakes; held to the real ones in tests/engines/sglang)
     monkeypatch.setattr(gpu_check, "server_arg_fields", lambda: frozenset(FAKE_FIELDS))
     return seen
 
@@ -317,7 +317,7 @@ def _args(tmp_path: Path, **kw: object) -> object:
 def test_only_a_paired_engine_gets_the_shared_gpu_arguments(
     tmp_path: Path, fake_sglang: list[tuple[dict[str, object], str | None]]
 ) -> None:
-    import bigram_model as bm
+    from specpolicy_livecheck import bigram_model as bm
 
     for serve in (None, "off_v1"):
         _, res, vocab, pi = ab_static.start_engine(_args(tmp_path, serve=serve), "off_v1")

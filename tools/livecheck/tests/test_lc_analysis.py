@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import analysis as A
-import bigram_model as bm
 import fake_results as FR
 import numpy as np
-import plan as P
 import pytest
+from specpolicy_livecheck import analysis as A
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import plan as P
 
 DEPTH = 3
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 
-import bigram_model as bm
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specpolicy_livecheck import bigram_model as bm
 
 
 @given(n=st.integers(6, 400), seed=st.integers(0, 2**31))

@@ -1,4 +1,4 @@
-"""scripts/gpu/bundle_plan.py: an engine's declared requirements sorted against the GPU image's packages."""
+"""specpolicy_livecheck.bundle_plan: an engine's requirements sorted against the GPU image's packages."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 import zipfile
 from pathlib import Path
 
-import bundle_plan as bp
+from specpolicy_livecheck import bundle_plan as bp
+from specpolicy_livecheck.paths import RESULTS
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu-results"
+DOCS = RESULTS
 
 METADATA = """Metadata-Version: 2.4
 Name: engine

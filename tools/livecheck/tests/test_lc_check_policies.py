@@ -1,4 +1,4 @@
-"""The test-only policies the live check installs into the engine (scripts/gpu/gpucheck_policies)."""
+"""The test-only policies the live check installs into the engine (tools/livecheck/policies)."""
 
 from __future__ import annotations
 

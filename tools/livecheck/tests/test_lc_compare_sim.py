@@ -1,4 +1,4 @@
-"""Simulator-versus-live comparison helpers (scripts/gpu/compare_sim.py)."""
+"""Simulator-versus-live comparison helpers (specpolicy_livecheck.compare_sim)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-import compare_sim as C
 import pytest
+from specpolicy_livecheck import compare_sim as C
 
 
 def test_labels_map_live_policies_to_simulator_comparators() -> None:

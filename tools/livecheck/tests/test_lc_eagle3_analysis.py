@@ -9,14 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import analysis as A
-import bigram_model as bm
 import fake_results as FR
 import numpy as np
-import plan as P
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specpolicy_livecheck import analysis as A
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import plan as P
 
 PATHS: tuple[P.PathName, ...] = ("eagle3_v1", "eagle3_v2", "eagle3tree_v1", "base_v1")
 LOG = (

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import bigram_model as bm
-import eagle3_model as em
 import numpy as np
 import pytest
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import eagle3_model as em
 
 
 def test_capture_layers_follow_sglang_default_and_need_four_layers() -> None:

@@ -1,7 +1,8 @@
 """The live check itself: only where a CUDA GPU and SGLang 0.5.12.post1 are installed (never in CI).
 
-It runs a shortened plan of scripts/gpu_check.py on both worker paths (one repeat, a 10 s ramp, two resume
-stretches) and requires every check to pass. The full run and its figures are in docs/gpu-results.md.
+It runs a shortened plan of ``specpolicy-livecheck run`` on both worker paths (one repeat, a 10 s ramp,
+two resume stretches) and requires every check to pass. The full run and its figures are in
+docs/gpu-results.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _gpu_and_sglang() -> str | None:
     if version != "0.5.12.post1":
         return f"the live check targets sglang 0.5.12.post1, found {version}"
     if importlib.util.find_spec("specpolicy_gpucheck") is None:
-        return "the test policies (pip install scripts/gpu/gpucheck_policies) are not installed"
+        return "the test policies (pip install tools/livecheck/policies) are not installed"
     return None
 
 
@@ -44,13 +45,13 @@ REASON = _gpu_and_sglang()
 @pytest.mark.slow
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_live_check_passes_on_both_worker_paths(tmp_path: Path) -> None:
-    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    script = ["-m", "specpolicy_livecheck"]
     out = tmp_path / "out"
     rc = subprocess.call(
         [
             sys.executable,
-            str(script),
-            "device",
+            *script,
+            "run",
             "--work",
             str(tmp_path / "w"),
             "--out",
@@ -76,8 +77,6 @@ def test_live_check_passes_on_both_worker_paths(tmp_path: Path) -> None:
     res = tmp_path / "res"
     with tarfile.open(out / "results-v2-v1-triton.tar.gz") as tar:
         tar.extractall(res)
-    rc_a = subprocess.call(
-        [sys.executable, str(script), "analyze", str(res), "--json", str(tmp_path / "r.json")]
-    )
+    rc_a = subprocess.call([sys.executable, *script, "analyze", str(res), "--json", str(tmp_path / "r.json")])
     report = json.loads((tmp_path / "r.json").read_text())
     assert rc == 0 and rc_a == 0, json.dumps({k: e["verdicts"] for k, e in report["engines"].items()})

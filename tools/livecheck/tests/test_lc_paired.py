@@ -1,4 +1,4 @@
-"""scripts/gpu/paired.py: engines served over pipes, batches rotated across them, ratios batch by batch;
+"""specpolicy_livecheck.paired: engines served over pipes, batches rotated across them, ratios batch by batch;
 and ab_static.serve, the engine's side of the protocol."""
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ab_static
-import paired
-import plan
 import pytest
 from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
+from specpolicy_livecheck import ab_static, paired, plan
 
 # A child that speaks the protocol: ready, then per batch its tok_s = c * speed (argv[1]); "hang" sleeps,
 # "die" exits, "junk" answers garbage.

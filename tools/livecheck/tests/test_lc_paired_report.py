@@ -1,4 +1,4 @@
-"""scripts/gpu/paired_report.py: a side-by-side run's batches turned into the report's tables and goals."""
+"""specpolicy_livecheck.paired_report: a side-by-side run's batches turned into the report's tables."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import paired_report as PR
 import pytest
+from specpolicy_livecheck import paired_report as PR
 
 
 def _rows(*vals: float, requests: int = 4, lossless: int | None = None) -> list[dict[str, Any]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import plan as P
 import pytest
+from specpolicy_livecheck import plan as P
 
 SITTING = P.SITTING_CONCURRENCY
 
@@ -315,7 +315,7 @@ def test_eagle3_engines_pair_each_off_stretch_with_a_shifted_always_on_reference
 
 
 def test_a_shifted_prompt_emits_what_the_unshifted_one_emits_after_its_first_k_tokens() -> None:
-    import bigram_model as bm
+    from specpolicy_livecheck import bigram_model as bm
 
     pi = bm.bigram_map(120, 5)
     for k in (1, 8, 64):

@@ -1,4 +1,5 @@
-"""scripts/gpu/sglang_bundle.py and make_bundle.sh: each release's row against its METADATA and the image."""
+"""specpolicy_livecheck.sglang_bundle and sh/make_bundle.sh: each release's row against its METADATA
+and the image."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import os
 import subprocess
 from pathlib import Path
 
-import bundle_plan as bp
 import pytest
-import sglang_bundle as sb
+from lc_env import REPO, child_env
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from specpolicy_livecheck import bundle_plan as bp
+from specpolicy_livecheck import sglang_bundle as sb
+from specpolicy_livecheck.paths import IMAGE_PACKAGES, SCRIPTS
 
-ROOT = Path(__file__).resolve().parents[2]
-IMAGE = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
+ROOT = REPO
+IMAGE = IMAGE_PACKAGES
 ENV_DIR = Path(os.environ.get("SPECPOLICY_ENV_DIR", ROOT / ".venvs"))
 
 
@@ -103,10 +106,10 @@ def test_the_command_prints_a_rows_items_and_refuses_an_unknown_release(
 def test_make_bundle_stops_on_an_unknown_release_before_downloading(tmp_path: Path) -> None:
     out = tmp_path / "out"
     cp = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu" / "make_bundle.sh"), "--release", "0.5.99", str(out)],
+        ["bash", str(SCRIPTS / "make_bundle.sh"), "--release", "0.5.99", str(out)],
         capture_output=True,
         text=True,
-        env={**os.environ, "SGLANG_BUNDLE_DL": str(tmp_path / "dl")},
+        env={**child_env(), "SGLANG_BUNDLE_DL": str(tmp_path / "dl")},
     )
     assert cp.returncode != 0 and "no SGLang bundle row for '0.5.99'" in cp.stderr
     assert not out.exists() and not (tmp_path / "dl").exists()

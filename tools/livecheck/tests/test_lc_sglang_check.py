@@ -1,4 +1,5 @@
-"""scripts/gpu_check.py: argument handling, engine arguments per path, packing, and the analyze command."""
+"""specpolicy_livecheck.sglang_check (run, plan, build-models, analyze): argument handling, engine
+arguments per path, packing, and the analyze command."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import bigram_model as bm
-import gpu_check as G
 import pytest
-from test_gpu_analysis import GOOD_LOG, small_plan, write_engine
+from lc_env import FAKES, POLICIES_PROJECT, child_env
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import sglang_check as G
+from test_lc_analysis import GOOD_LOG, small_plan, write_engine
+
+#: the ``-m`` arguments that run the module behind run / plan / build-models / analyze
+MODULE = ["-m", "specpolicy_livecheck.sglang_check"]
 
 
 def test_engine_kwargs_pick_the_worker_path(tmp_path: Path) -> None:
@@ -65,7 +70,7 @@ def test_device_builds_the_eagle3_head_only_when_an_eagle3_engine_is_planned(
     import subprocess
 
     calls: list[list[str]] = []
-    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    monkeypatch.setattr(subprocess, "call", lambda cmd, env=None: calls.append(cmd) or 0)
     work = tmp_path / "w"
     assert G._build_models(work, 0.7, eagle3=True) == 0
     assert calls[-1][-1] == "--eagle3" and "build-models" in calls[-1]
@@ -256,20 +261,16 @@ def test_build_models_eagle3_adds_the_head_beside_the_draft(tmp_path: Path) -> N
     assert (work / "models" / "draft" / "config.json").exists()
 
 
-def _fake_device(tmp_path: Path, meta: dict[str, Any]) -> tuple[Path, Path, dict[str, str], Path]:
-    """A work folder with the bigram meta (plus ``meta``) and the environment that runs gpu_check.py
-    against the fake SGLang in tests/gpu/fakes: (work, out, env, script)."""
-    import os
+def _fake_device(tmp_path: Path, meta: dict[str, Any]) -> tuple[Path, Path, dict[str, str], list[str]]:
+    """A work folder with the bigram meta (plus ``meta``) and the environment that runs the SGLang check
+    against the fake SGLang in tests/fakes: (work, out, env, the module's ``-m`` arguments)."""
 
     work, out = tmp_path / "w", tmp_path / "o"
     (work / "models" / "target").mkdir(parents=True)
     pi = bm.bigram_map(60, 1)
     full = {"chain_vocab": 60, "pi": pi.tolist(), "pi_draft": bm.draft_map(pi, 0.7, 2).tolist(), **meta}
     (work / "models" / "meta.json").write_text(json.dumps(full))
-    here = Path(__file__).resolve().parent
-    paths = [str(here / "fakes"), str(here.parents[1] / "scripts" / "gpu" / "gpucheck_policies")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
-    return work, out, env, here.parents[1] / "scripts" / "gpu_check.py"
+    return work, out, child_env(FAKES, POLICIES_PROJECT), MODULE
 
 
 def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
@@ -304,7 +305,7 @@ def test_device_flow_end_to_end_with_a_fake_engine(tmp_path: Path) -> None:
         "1",
     ]
     proc = subprocess.run(
-        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, *script, *args], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "GC ENGINE v2/triton rc=0" in proc.stdout and "GC ENGINE base_v2/triton rc=0" in proc.stdout
@@ -354,7 +355,7 @@ def test_device_flow_serves_the_eagle3_pairs_on_chain_shifted_prompts(tmp_path: 
     args += ["--perf-tokens", "12", "--repeats", "1", "--min-batch-s", "0", "--ramp-s", "0", "--resume-k="]
     args += ["--pair-k", "1,8", "--skip-k", "8", "--min-engine-s", "1"]
     proc = subprocess.run(
-        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, *script, *args], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = [
@@ -382,11 +383,10 @@ def test_device_flow_serves_the_eagle3_pairs_on_chain_shifted_prompts(tmp_path: 
 
 def test_device_skips_phases_past_the_engine_deadline(tmp_path: Path) -> None:
     """An engine that has no time left after its start serves nothing and still shuts down cleanly."""
-    import os
     import subprocess
     import sys
 
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     work = tmp_path / "w"
     (work / "models" / "target").mkdir(parents=True)
@@ -397,15 +397,10 @@ def test_device_skips_phases_past_the_engine_deadline(tmp_path: Path) -> None:
     d = work / "runs" / run.id
     d.mkdir(parents=True)
     (d / "run.json").write_text(run.to_json())
-    here = Path(__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(here / "fakes"), os.environ.get("PYTHONPATH", "")]),
-    }
-    script = here.parents[1] / "scripts" / "gpu_check.py"
+    env = child_env(FAKES)
     args = ["engine", "--run", str(d / "run.json"), "--work", str(work), "--out", str(d), "--deadline", "1"]
     proc = subprocess.run(
-        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, *MODULE, *args], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = [json.loads(x) for x in (d / "phases.jsonl").read_text().splitlines()]
@@ -427,7 +422,7 @@ class _ShortEngine:
 
 
 def test_a_short_batch_is_repeated_until_it_lasts_min_wall_s() -> None:
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     ph = P.Phase("perf:x:2:r0", "perf", "x", 2, 4, (2, 2), seed=0, min_wall_s=0.05)
     eng = _ShortEngine()
@@ -441,7 +436,7 @@ def test_a_short_batch_is_repeated_until_it_lasts_min_wall_s() -> None:
 def test_pace_scales_estimates_by_what_the_served_phases_took() -> None:
     import time
 
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     ph = P.Phase("p", "perf", "x", 1, 4, (2,), seed=0, est_s=10.0)
     pace = G._Pace()
@@ -503,7 +498,7 @@ def test_device_does_not_start_an_engine_that_would_serve_nothing(tmp_path: Path
     import subprocess
     import sys
 
-    import plan as P
+    from specpolicy_livecheck import plan as P
 
     work, out, env, script = _fake_device(tmp_path, {"agree": 0.7})
     opts = ["--paths", "v2,base_v2", "--concurrency", "1", "--perf-tokens", "12", "--repeats", "1"]
@@ -513,7 +508,7 @@ def test_device_does_not_start_an_engine_that_would_serve_nothing(tmp_path: Path
     )
     reserve = P.core_s(runs[1]) + P.START_WARM_S + P.SHUTDOWN_S
     budget = str(round(reserve + P.START_COLD_S - P.START_WARM_S + 10.0 + 30.0))  # margin 10 s
-    base = [sys.executable, str(script), "device", "--work", str(work), "--out", str(out), *opts]
+    base = [sys.executable, *script, "device", "--work", str(work), "--out", str(out), *opts]
     dry = subprocess.run([*base, "--budget-s", budget, "--dry-run"], env=env, capture_output=True, text=True)
     assert "engine v2/triton: NOT STARTED" in dry.stdout, dry.stdout
     proc = subprocess.run([*base, "--budget-s", budget], env=env, capture_output=True, text=True, timeout=120)

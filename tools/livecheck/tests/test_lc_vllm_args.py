@@ -16,22 +16,21 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-import vllm_check as vc
+from lc_env import POLICIES_PROJECT, REPO, child_env
+from specpolicy_livecheck import vllm_check as vc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 VENV_PY = ROOT / ".venvs" / "vllm-0.26.0" / "bin" / "python"
 
 #: Run by the vLLM 0.26.0 interpreter: prints ``RESULT <json>`` with what each engine's config became.
 CHILD = r"""
 import ast, dataclasses, importlib.util, json, os, sys, tempfile
 from pathlib import Path
-ROOT = Path(sys.argv[1])
-sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "scripts" / "gpu"), str(ROOT)]
-import vllm_bundle
+POLICIES = Path(sys.argv[1])
+from specpolicy_livecheck import vllm_bundle
 os.environ.update(vllm_bundle.ENGINE_ENV)
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -40,7 +39,7 @@ import vllm.platforms as platforms
 from vllm.platforms.cpu import CpuPlatform
 if not isinstance(platforms.current_platform, CpuPlatform):  # 0.26 on a machine without a GPU
     platforms._current_platform = CpuPlatform()
-path = ROOT / "scripts/gpu/gpucheck_policies/specpolicy_gpucheck/__init__.py"
+path = POLICIES / "specpolicy_gpucheck" / "__init__.py"
 spec = importlib.util.spec_from_file_location("specpolicy_gpucheck", path)
 gc = importlib.util.module_from_spec(spec)
 sys.modules["specpolicy_gpucheck"] = gc
@@ -50,8 +49,8 @@ from specpolicy.policies import BUILTIN_ENTRIES
 entries = [gc.CYCLE, gc.RAISE, gc.RESUME, gc.SLOW, gc.SKIP_CATCH_UP, gc.DISPATCH]
 reg = registry._Registry([*BUILTIN_ENTRIES, *entries])
 registry._registry = lambda: reg
-import bigram_model as bm
-import vllm_check as vc
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import vllm_check as vc
 from vllm.config import AttentionConfig, ProfilerConfig
 from vllm.engine.arg_utils import EngineArgs
 # LLM's own parameters, read from its source (importing vllm.entrypoints.llm needs fastapi)
@@ -102,14 +101,15 @@ print("RESULT " + json.dumps(out))
 
 def _run() -> dict[str, Any]:
     if importlib.util.find_spec("vllm") is not None:
-        cmd = [sys.executable, "-c", CHILD, str(ROOT)]
+        cmd = [sys.executable, "-c", CHILD, str(POLICIES_PROJECT)]
     elif VENV_PY.exists():
-        cmd = [str(VENV_PY), "-c", CHILD, str(ROOT)]
+        cmd = [str(VENV_PY), "-c", CHILD, str(POLICIES_PROJECT)]
     else:
         pytest.skip(
             "vLLM 0.26.0 is not importable here and its engine venv is absent (scripts/engine-envs.sh)"
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECPOLICY_", "VLLM_"))}
+    env = child_env(REPO, base=env)  # the tool and specpolicy of this checkout
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]

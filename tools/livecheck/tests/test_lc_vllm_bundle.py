@@ -1,4 +1,4 @@
-"""The offline vLLM bundle (scripts/gpu/vllm_bundle.py) against vLLM 0.26.0's source and the GPU image.
+"""The offline vLLM bundle (specpolicy_livecheck.vllm_bundle) against vLLM 0.26.0's source and the GPU image.
 
 What the bundle carries must be what the offline speculative path imports and the image lacks: every
 third-party module that path imports at module level (or under a module-level ``if``) has a provider
@@ -19,18 +19,19 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import bundle_plan
 import pytest
-import vllm_bundle
+from lc_env import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from vllm_imports import ImportGraph
+from specpolicy_livecheck import bundle_plan, vllm_bundle
+from specpolicy_livecheck.paths import IMAGE_PACKAGES, SCRIPTS
+from specpolicy_livecheck.vllm_imports import ImportGraph
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 SITE = ROOT / ".venvs" / "vllm-0.26.0" / "lib" / "python3.11" / "site-packages"
 METADATA = SITE / "vllm-0.26.0.dist-info" / "METADATA"
-IMAGE = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
+IMAGE = IMAGE_PACKAGES
 needs_source = pytest.mark.skipif(
     not METADATA.is_file(), reason="needs the vLLM 0.26.0 engine venv (scripts/engine-envs.sh vllm-0.26.0)"
 )
@@ -162,13 +163,11 @@ def test_the_engine_environment_switches_what_the_source_says() -> None:
 
 
 def test_make_script_reads_the_lists_and_splits_at_part_mib() -> None:
-    script = (ROOT / "scripts" / "gpu" / "make_vllm_bundle.sh").read_text()
+    script = (SCRIPTS / "make_vllm_bundle.sh").read_text()
     assert '"${B[@]}" pins' in script and '"${B[@]}" drops' in script and '"${B[@]}" platforms' in script
     assert f"split -b {vllm_bundle.PART_MIB}M" in script
     assert "--no-deps --only-binary=:all: --python-version 3.12" in script
-    assert (
-        subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu" / "make_vllm_bundle.sh")]).returncode == 0
-    )
+    assert subprocess.run(["bash", "-n", str(SCRIPTS / "make_vllm_bundle.sh")]).returncode == 0
     # a part beside the ~17 MB repository stays under one call's 64 MiB
     assert vllm_bundle.PART_MIB * 2**20 + 17_500_000 < 64 * 2**20
 
@@ -241,7 +240,7 @@ def test_install_refuses_a_wrong_or_incomplete_bundle(tmp_path: Path) -> None:
 
 
 def test_probe_reports_the_missing_module_name() -> None:
-    import vllm_probe
+    from specpolicy_livecheck import vllm_probe
 
     recs = vllm_probe.probe_imports(("json", "specpolicy_no_such_module_xyz"))
     assert recs[0]["ok"] and not recs[1]["ok"]
@@ -282,7 +281,7 @@ def test_a_hung_probe_engine_reports_its_output_and_where_it_waits(
     """The first probe's engine hung and the report held one line of stderr: vLLM logs to stdout, and the
     child had no deadline of its own. Now the child is told to dump its stacks before the timeout, and a
     failed run keeps and prints both streams."""
-    import vllm_probe
+    from specpolicy_livecheck import vllm_probe
 
     seen: dict[str, object] = {}
 

@@ -1,4 +1,4 @@
-"""The vLLM live check (scripts/gpu/vllm_check.py) on the CPU: its plan, engines, verdicts and report.
+"""The vLLM live check (specpolicy_livecheck.vllm_check) on the CPU: its plan, engines, verdicts and report.
 
 The engine side is exercised with a fake ``vllm.LLM`` (``generate`` returns the oracle's chain, or a wrong
 token), and the stat logger with fake ``SchedulerStats``; the engine arguments are checked against vLLM's
@@ -12,13 +12,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import bigram_model as bm
 import numpy as np
-import plan as planmod
 import pytest
-import vllm_check as vc
+from lc_env import REPO
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import plan as planmod
+from specpolicy_livecheck import vllm_check as vc
+from specpolicy_livecheck.paths import SGLANG_REPORT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 DOC = ROOT / "docs" / "gpu-results-vllm.md"
 
 
@@ -252,7 +254,7 @@ def fake_raw(
 
 def test_report_has_the_sglang_reports_shape() -> None:
     report = vc.build_report(fake_raw())
-    sglang = json.loads((ROOT / "docs" / "gpu-results" / "report.json").read_text())
+    sglang = json.loads(SGLANG_REPORT.read_text())
     for key in ("ok", "model", "perf", "perf_spread", "perf_samples", "off_ratio", "doctor", "engines"):
         assert key in report and key in sglang
     (path,) = report["perf"]
@@ -310,12 +312,12 @@ def test_unknown_labels_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_documented_commands_plan_within_their_budget() -> None:
     text = DOC.read_text().replace("\\\n", " ")  # a command continued over lines is one command
-    cmds = [
-        line for line in text.splitlines() if "scripts/gpu/vllm_check.py" in line and "--budget-s" in line
-    ]
+    marks = ("specpolicy-livecheck vllm ", "vllm_check.py")  # the command, or the module's former script
+    cmds = [ln for ln in text.splitlines() if any(m in ln for m in marks) and "--budget-s" in ln]
     assert cmds, "the document gives the check's command"
     for line in cmds:
-        args = line.split("vllm_check.py", 1)[1].split()
+        mark = next(m for m in marks if m in line)
+        args = line.split(mark, 1)[1].split()
         budget = float(args[args.index("--budget-s") + 1])
         given: dict[str, Any] = {}
         for flag, field, cast in (("--concurrency", "concurrency", int), ("--engines", "engines", str),

@@ -1,6 +1,6 @@
 """The vLLM live check's coordinator and engine processes end to end on the CPU, against a stand-in vLLM.
 
-``scripts/gpu/vllm_check.py`` cannot run before a GPU sitting, so its plumbing runs here with a fake
+``specpolicy-livecheck vllm`` cannot run before a GPU sitting, so its plumbing runs here with a fake
 ``vllm`` package on ``PYTHONPATH``: an ``LLM`` whose ``generate`` walks the bigram chain step by step,
 choosing each step's depth as the engine would (vLLM's own K, or the specpolicy dispatcher's active label
 read from the control file the check writes, the test policies' rules included), feeding the stat
@@ -18,10 +18,11 @@ import sys
 import tarfile
 from pathlib import Path
 
-import bigram_model as bm
-import vllm_check as vc
+from lc_env import POLICIES_PROJECT, REPO, child_env
+from specpolicy_livecheck import bigram_model as bm
+from specpolicy_livecheck import vllm_check as vc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 FAKE_VLLM = r'''
 """A stand-in for vllm.LLM on the CPU (tests only)."""
@@ -130,7 +131,7 @@ class LLM:
 
 def _entry_points() -> str:
     """The ``[project.entry-points."specpolicy.policies"]`` table of the test policies' pyproject.toml."""
-    text = (ROOT / "scripts/gpu/gpucheck_policies/pyproject.toml").read_text()
+    text = (POLICIES_PROJECT / "pyproject.toml").read_text()
     table = text.split('[project.entry-points."specpolicy.policies"]', 1)[1].split("\n[", 1)[0]
     lines = [ln.replace('"', "").strip() for ln in table.strip().splitlines() if "=" in ln]
     return "[specpolicy.policies]\n" + "".join(ln + "\n" for ln in lines)
@@ -151,9 +152,8 @@ def test_the_check_runs_end_to_end_against_a_stand_in_vllm(tmp_path: Path) -> No
     pi = bm.bigram_map(300, seed=1)
     (models / "meta.json").write_text(json.dumps({"chain_vocab": 300, "pi": pi.tolist(), "agree": 0.7}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECPOLICY_", "VLLM_"))}
-    paths = [str(fake), str(ROOT / "scripts" / "gpu" / "gpucheck_policies"), str(ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, str(ROOT / "scripts" / "gpu" / "vllm_check.py"), "--work", str(work),
+    env = child_env(fake, POLICIES_PROJECT, REPO, base=env)
+    cmd = [sys.executable, "-m", "specpolicy_livecheck", "vllm", "--work", str(work),
            "--out", str(out), "--concurrency", "1,4", "--repeats", "2", "--min-batch-s", "0",
            "--check-concurrency", "8", "--profile", "4", "--budget-s", "300"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)

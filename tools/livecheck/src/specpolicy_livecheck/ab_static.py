@@ -40,10 +40,10 @@ then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode
 time, the profiled window, kernel count, the CUDA runtime calls (synchronisations show up there) and the
 host-side ATen ops by count and time. Usage:
 
-    python3 scripts/gpu/ab_static.py --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
+    specpolicy-livecheck paired --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
         --concurrency 1,16,64 --profile 1,16 --budget-s 480
 
-Needs the test models (``scripts/gpu_check.py build-models``, with ``--eagle3`` for the EAGLE-3 variants),
+Needs the test models (``specpolicy-livecheck build-models``, with ``--eagle3`` for the EAGLE-3 variants),
 SGLang, specpolicy and the test policies on PYTHONPATH. Each variant runs in its own process; results go to
 ``OUT/ab-<variant>.json``.
 """
@@ -64,12 +64,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import paired  # noqa: E402  (scripts/gpu, put on sys.path above)
-import plan as planmod  # noqa: E402
+from specpolicy_livecheck import paired
+from specpolicy_livecheck import plan as planmod
+from specpolicy_livecheck._proc import child_env, module_command
 
 STATIC = {"name": "static", "num_steps": 3}
 OFF = {"name": "static", "num_steps": 0}
@@ -84,7 +81,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "on": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
     "on_verify": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_OFF_STEP": "verify"}),
     "on_host": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_STEP_CLOCK": "host"}),
-    "on_check": ("v2", {}),  # filled in run_variant: dispatcher + trace, as scripts/gpu_check.py runs it
+    "on_check": (
+        "v2",
+        {},
+    ),  # filled in run_variant: dispatcher + trace, as ``specpolicy-livecheck run`` runs it
     "plain_v1": ("v1", None),
     "on_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
     # Where an EAGLE-3 off step loses to a speculation-free step (0.81-0.88x live, against 0.94-0.99x for
@@ -189,7 +189,7 @@ def runnable(variants: list[str]) -> list[str]:
     return [v for v in variants if v not in SKIPPED]
 
 
-#: variant -> (the dispatcher's policy label, its configuration): the variants run as scripts/gpu_check.py
+#: variant -> (the dispatcher's policy label, its configuration): the variants run as the SGLang check
 #: runs its engines (the dispatcher over a control file, the JSONL trace)
 CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
     "on_check": ("static", STATIC),
@@ -332,7 +332,7 @@ def _batch(
         "t1": round(wall0 + wall, 4),
     }
     if pi is not None:
-        from bigram_model import lossless_count
+        from specpolicy_livecheck.bigram_model import lossless_count
 
         n = ok = 0
         for outs in served:
@@ -534,9 +534,10 @@ def trace_path(args: argparse.Namespace, variant: str) -> Path | None:
 def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str, Any], int, Any]:
     """The variant's engine, configured through the environment (and ``PAIRED_ENGINE_KW`` when it serves a
     ``--paired`` run); its description; the chain vocabulary; the bigram map (the oracle)."""
-    import gpu_check
     import numpy as np
     import sglang
+
+    from specpolicy_livecheck import sglang_check
 
     path, env = VARIANTS[variant]
     for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
@@ -562,14 +563,14 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     models = Path(args.work) / "models"
     meta = json.loads((models / "meta.json").read_text())
     vocab, pi = int(meta["chain_vocab"]), np.asarray(meta["pi"])
-    kw = {**gpu_check.engine_kwargs(path, models), **ENGINE_KW.get(variant, {})}
+    kw = {**sglang_check.engine_kwargs(path, models), **ENGINE_KW.get(variant, {})}
     if variant not in INFO_LOG:
         kw["log_level"] = "warning"
     if getattr(args, "engine_log_level", None):
         kw["log_level"] = args.engine_log_level
     if getattr(args, "serve", None):
         kw.update(PAIRED_ENGINE_KW)
-    kw = gpu_check.for_release(kw, gpu_check.server_arg_fields())
+    kw = sglang_check.for_release(kw, sglang_check.server_arg_fields())
     t0 = time.time()
     eng = sglang.Engine(**kw)
     up = round(time.time() - t0, 1)
@@ -587,6 +588,12 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
         "sglang": sglang.__version__,
     }
     return eng, res, vocab, pi
+
+
+def _select(select_label: Callable[[str], None] | None, label: str) -> None:
+    if select_label is None:
+        raise ValueError("this variant has no dispatcher to select a policy with")
+    select_label(label)
 
 
 def serve(
@@ -614,13 +621,11 @@ def serve(
             if op != "batch":
                 raise ValueError(f"unknown op {op!r}")
             c = int(cmd["c"])
-            if (cmd.get("label") or cmd.get("pre_label")) and select_label is None:
-                raise ValueError("this variant has no dispatcher to select a policy with")
             if cmd.get("pre_label"):  # an untimed batch under another policy first (speculative steps)
-                select_label(str(cmd["pre_label"]))
+                _select(select_label, str(cmd["pre_label"]))
                 _batch(eng, _prompts(c, vocab, int(cmd["seed"]) + 1), int(cmd.get("pre_tokens", 64)), 0.0)
             if cmd.get("label"):
-                select_label(str(cmd["label"]))
+                _select(select_label, str(cmd["label"]))
             prompts = _prompts(c, vocab, int(cmd["seed"]))
             n = None if cmd.get("passes") is None else int(cmd["passes"])
             reply = _batch(eng, prompts, int(cmd["tokens"]), float(cmd["min_s"]), pi, n)
@@ -667,12 +672,12 @@ def run_paired(
 ) -> dict[str, Any]:
     """Every variant's engine at once, the batches rotating across them; the ratios of each variant to the
     first one, batch next to batch. ``pins``: each variant's CPUs (``paired.cpu_sets``), or None."""
-    argv = [sys.executable, __file__, *[a for a in sys.argv[1:] if a not in ("--paired", "--pin-cpus")]]
+    argv = module_command("ab_static", *[a for a in args.argv if a not in ("--paired", "--pin-cpus")])
     children: dict[str, paired.Child] = {}
     started = time.time()
     for i, v in enumerate(variants):
         pin = ["--cpus", ",".join(map(str, pins[i]))] if pins else []
-        children[v] = paired.Child(v, [*argv, "--serve", v, *pin])
+        children[v] = paired.Child(v, [*argv, "--serve", v, *pin], env=child_env())
 
     def stop(signum: int, _frame: Any) -> None:
         # a command cut short by `timeout` must not leave engines behind: each runs in a session of its own
@@ -760,8 +765,10 @@ def run_paired(
     return res
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--variants", default="plain,on,on_verify,on_host,on_check")
@@ -811,7 +818,9 @@ def main() -> int:
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--cmd-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--reply-fd", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
+    args.argv = argv
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.serve:
         return serve_variant(args, args.serve)
@@ -850,8 +859,8 @@ def main() -> int:
             print(f"skipped {v}: budget", flush=True)
             continue
         left = max(30.0, deadline - time.time())
-        cmd = [sys.executable, __file__, "--one", v, *sys.argv[1:]]
-        proc = subprocess.Popen(cmd, start_new_session=True)
+        cmd = module_command("ab_static", "--one", v, *argv)
+        proc = subprocess.Popen(cmd, start_new_session=True, env=child_env())
         try:
             rc = proc.wait(timeout=left)
         except subprocess.TimeoutExpired:

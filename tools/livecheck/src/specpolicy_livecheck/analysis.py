@@ -1,13 +1,13 @@
 """Checks and tables from the live GPU check's raw results. Pure Python; runs anywhere.
 
-Input folder layout (what ``gpu_check.py device`` packs): ``models-meta.json`` (the bigram maps), one
+Input folder layout (what ``specpolicy-livecheck run`` packs): ``models-meta.json`` (the bigram maps), one
 folder per engine, ``<path>/<backend>`` (``v2/triton``, ``base_v2/flashinfer``; results of the first runs
 have ``<path>`` alone, read as triton), holding ``phases.jsonl`` (one line per request batch or ramp),
 ``engine.log``, ``run.json`` (the plan), and for engines with the adapter ``trace.jsonl`` (the adapter's step
 trace) and ``dispatch.jsonl``; and ``doctor/<backend>/`` with the output of ``specpolicy doctor --smoke``.
 
-Every expected value comes from the bigram oracle (scripts/gpu/bigram_model.py), the EAGLE-3 head's computed
-proposals (scripts/gpu/eagle3_model.py, in ``models-meta.json`` under ``eagle3``) or from SGLang's own
+Every expected value comes from the bigram oracle (bigram_model.py), the EAGLE-3 head's computed
+proposals (eagle3_model.py, in ``models-meta.json`` under ``eagle3``) or from SGLang's own
 counters, never from specpolicy.
 
 EAGLE-3 engines add the acceptance pairs (plan._pairs): a batch that is off for its first k steps, then on,
@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import plan as planmod
-from bigram_model import greedy_chain
+
+from specpolicy_livecheck import plan as planmod
+from specpolicy_livecheck.bigram_model import greedy_chain
 
 __all__ = [
     "RequestCheck",
@@ -151,7 +152,7 @@ def _counters_match(req: dict[str, Any], want: OracleCounts) -> bool:
     v, c = req.get("verify_ct"), req.get("correct_drafts")
     if v is None or c is None:
         return False
-    return v == want.verifies and want.correct - want.overshoot <= c <= want.correct
+    return bool(v == want.verifies and want.correct - want.overshoot <= c <= want.correct)
 
 
 def pair_check(
@@ -165,7 +166,8 @@ def pair_check(
     drafts 1 and up, k more verifies and k more verifies of none. A difference lists the counters and,
     given the head's first-proposal ``margins``, the smallest along the reference's tokens (a near tie
     there could flip on the target's tiny context terms rather than on a missed catch-up)."""
-    equal, diffs = 0, []
+    equal = 0
+    diffs: list[dict[str, Any]] = []
     for i, (x, r) in enumerate(zip(reqs, refs, strict=False)):
         hx, hr = x.get("histogram"), r.get("histogram")
         same = (
@@ -965,7 +967,7 @@ def _off_ratio_md(report: dict[str, Any]) -> list[str]:
         "|---|" + "---:|" * len(levels),
     ]
     for key, row in sorted(ratios.items()):
-        cells = [row.get(c, row.get(str(c))) for c in levels]  # type: ignore[call-overload]
+        cells = [row.get(c, row.get(str(c))) for c in levels]
         lines.append(f"| {key} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |")
     return [*lines, ""]
 

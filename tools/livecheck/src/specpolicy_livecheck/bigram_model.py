@@ -133,9 +133,7 @@ def lossless_count(
 ) -> tuple[int, int]:
     """(requests, those whose tokens equal the greedy chain of their length after their prompt's last
     token): how the live checks count lossless requests of a batch, whatever the engine."""
-    ok = sum(
-        list(o) == greedy_chain(pi, p[-1], n) for o, p, n in zip(outputs, prompts, lengths, strict=True)
-    )
+    ok = sum(list(o) == greedy_chain(pi, p[-1], n) for o, p, n in zip(outputs, prompts, lengths, strict=True))
     return len(outputs), ok
 
 

@@ -2,7 +2,7 @@
 """What an engine wheel needs that the GPU host's image lacks: the first list of an offline bundle.
 
 The GPU host has no package index, so an engine goes there as a bundle of the exact wheels its image does
-not hold (scripts/gpu/make_bundle.sh does it for SGLang). This reads the engine's declared requirements
+not hold (sh/make_bundle.sh does it for SGLang). This reads the engine's declared requirements
 (``Requires-Dist`` in its wheel's METADATA, or the wheel itself) and the image's ``pip list
 --format=freeze``, evaluates each requirement's environment marker for the host (its Python, Linux,
 x86_64; no extras), and sorts the requirements into those the image lacks, those it holds at a version
@@ -10,7 +10,7 @@ the requirement excludes, and those it satisfies. It says what is declared, not 
 imports: an import probe on the host decides what the bundle can leave out (for SGLang the image lacked
 48 small wheels besides the engine and its kernel). Usage::
 
-    python3 scripts/gpu/bundle_plan.py \\
+    specpolicy-livecheck bundle plan \\
         .venvs/vllm-0.26.0/lib/python3.11/site-packages/vllm-0.26.0.dist-info/METADATA \\
         docs/gpu-results/gpu-image-packages-2026-12-02.txt [--python 3.12.3] [--json OUT]
 """
@@ -45,7 +45,7 @@ class Plan:
 
 def host_environment(python: str) -> dict[str, str]:
     """Marker environment of the GPU host: Linux x86_64 with CPython ``python`` (e.g. "3.12.3")."""
-    env = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     major_minor = ".".join(python.split(".")[:2])
     env.update(
         python_version=major_minor,
@@ -107,8 +107,10 @@ def plan(requirements: list[str], image: dict[str, str], python: str) -> Plan:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("requirements", type=Path, help="the engine's METADATA file or wheel")
     ap.add_argument("image", type=Path, help="the image's pip list --format=freeze")
     ap.add_argument("--python", default="3.12.3", help="the host's Python (default 3.12.3)")

@@ -6,12 +6,12 @@ writes the same requests as a simulator workload file, runs ``specpolicy simulat
 (normally the one fitted from the live trace) and the same policy configurations, and reports the relative
 error of the predicted output tokens/s against the measured one.
 
-    python3 scripts/gpu/compare_sim.py --report REPORT.json --profile PROFILE.json --path v1/triton \
+    specpolicy-livecheck compare-sim --report REPORT.json --profile PROFILE.json --path v1/triton \
         --acceptance 0.7 --feedback-lag 0 [--json OUT.json]
 
-REPORT.json is what ``gpu_check.py analyze --json`` writes (``--path v1`` reads ``v1/triton`` of a report
-keyed by backend, or ``v1`` of one written before backends were a dimension). ``--output 0`` (the default)
-gives each level the output length the plan sized it with.
+REPORT.json is what ``specpolicy-livecheck analyze --json`` writes (``--path v1`` reads ``v1/triton`` of a
+report keyed by backend, or ``v1`` of one written before backends were a dimension). ``--output 0`` (the
+default) gives each level the output length the plan sized it with.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import plan as planmod  # noqa: E402
+from specpolicy_livecheck import plan as planmod
 
 __all__ = ["sim_label", "workload_lines", "relative_errors", "perf_table", "main"]
 
@@ -119,8 +117,8 @@ def simulate_level(
         return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", required=True)
     ap.add_argument("--profile", required=True)
     ap.add_argument("--path", required=True, help="v1, v2, or <path>/<backend> such as v2/flashinfer")

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from bigram_model import FIRST_TOKEN, LLAMA_COMMON, ModelShape
+
+from specpolicy_livecheck.bigram_model import FIRST_TOKEN, LLAMA_COMMON, ModelShape
 
 __all__ = [
     "Eagle3Head",
@@ -158,7 +159,8 @@ class Eagle3Head:
 
 def _rms_norm(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS)
+    out: np.ndarray = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS)
+    return out
 
 
 def _attn_self(head: Eagle3Head, v: np.ndarray) -> np.ndarray:
@@ -166,7 +168,8 @@ def _attn_self(head: Eagle3Head, v: np.ndarray) -> np.ndarray:
     value."""
     d = head.head_dim
     vh = v.reshape(*v.shape[:-1], -1, d)
-    return np.repeat(vh, head.group, axis=-2).reshape(*v.shape[:-1], -1) @ head.o_proj.T
+    out: np.ndarray = np.repeat(vh, head.group, axis=-2).reshape(*v.shape[:-1], -1) @ head.o_proj.T
+    return out
 
 
 def draft_step(head: Eagle3Head, tokens: np.ndarray, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -304,7 +307,7 @@ def _weights(
         return torch.as_tensor(np.ascontiguousarray(a, dtype=f32)).to(torch.bfloat16)
 
     def back(t: Any) -> np.ndarray:
-        return t.float().numpy()
+        return np.asarray(t.float().numpy())
 
     Q = np.linalg.qr(rng.standard_normal((h, D)))[0].astype(f32)  # orthonormal columns: the write subspace T
     s = (self_score / (d**0.5 * h)) ** 0.5

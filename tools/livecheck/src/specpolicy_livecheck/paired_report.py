@@ -11,14 +11,14 @@ min-max. Every policy in such a run is its engine's one policy for its whole lif
 Usage (the section goes to stdout as Markdown; ``--report`` merges it into report.json under
 ``paired["<path>/<backend>"]``):
 
-    python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
+    specpolicy-livecheck report OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
         --report docs/gpu-results/report.json --md paired-v1-triton.md
 
 On a release with v2 workers only the key names the release, the scheduling, the drafter and the backend,
 and the goals are ``GOALS_V2`` (SGLang's ``--speculative-adaptive`` the anchor)::
 
     V=never_ov,sglang_eagle3_ov,adaptive_eagle3_ov,static_eagle3_ov,static0_eagle3_ov,cm_eagle3_ov
-    python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key sglang-0.5.17/overlap/eagle3/triton \\
+    specpolicy-livecheck report OUT/ab-paired.json --key sglang-0.5.17/overlap/eagle3/triton \\
         --variants $V --device "NVIDIA H100" --report docs/gpu-results/report.json
 """
 
@@ -30,11 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from packaging.version import InvalidVersion, Version
 
-import ab_static  # noqa: E402
-import paired  # noqa: E402
-from packaging.version import InvalidVersion, Version  # noqa: E402
+from specpolicy_livecheck import ab_static, paired
 
 #: ab_static variant -> the report's policy label (the live check's labels; the v2-only releases'
 #: variants, ``<policy>_<drafter>_<ov|nov>``, from ab_static.V2_LABELS)
@@ -278,8 +276,10 @@ def merge(report_path: Path, key: str, sec: dict[str, Any]) -> None:
     report_path.write_text(json.dumps(report, indent=1) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
     ap.add_argument(
         "--key",

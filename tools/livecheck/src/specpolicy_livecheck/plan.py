@@ -69,7 +69,7 @@ CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 SITTING_CONCURRENCY: tuple[int, ...] = (1, 4, 16, 64, 128)
 #: v1/v2: the speculative engine with specpolicy (a draft model); base_*: a speculation-free engine
 #: ("never"); plain_*: the speculative engine with specpolicy installed but not configured (SGLang's own
-#: static speculation); eagle3_*: the EAGLE-3 test head (scripts/gpu/eagle3_model.py) with specpolicy,
+#: static speculation); eagle3_*: the EAGLE-3 test head (eagle3_model.py) with specpolicy,
 #: topk 1; eagle3tree_v1: the same head with the seed deployment's draft tree (topk 4, 4 steps, 16 draft
 #: tokens), which SGLang serves only on the non-overlap v1 worker.
 PathName = Literal[

@@ -19,7 +19,7 @@ command, the repository (~18 MB) included. A release can run there only if it pi
 - ``image``: the image's packages the engine path imports, at the image's version.
 
 ``make_bundle.sh`` asks this module for ``pins``, ``kernel`` and ``drops``;
-``tests/gpu/test_gpu_sglang_bundle.py`` holds the rows to the release's METADATA (where an engine
+``tools/livecheck/tests/test_lc_sglang_bundle.py`` holds the rows to the release's METADATA (where an engine
 environment has it) and to the image's list.
 """
 
@@ -238,8 +238,8 @@ def release(version: str) -> Release:
         raise ValueError(f"no SGLang bundle row for {version!r}; rows: {', '.join(RELEASES)}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="print a release's bundle rows, one item a line")
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="print a release's bundle rows, one item a line")
     ap.add_argument("what", choices=["pins", "kernel", "keep", "drops", "platforms", "releases"])
     ap.add_argument("--release", default=DEFAULT)
     args = ap.parse_args(argv)

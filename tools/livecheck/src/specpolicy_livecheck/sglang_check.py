@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Live check of the SGLang adapter inside a real SGLang engine on a GPU, and the analysis of its results.
 
-On the GPU machine (SGLang and specpolicy installed, plus the test policies of scripts/gpu/gpucheck_policies):
+On the GPU machine (SGLang and specpolicy installed, plus the test policies of tools/livecheck/policies):
 
-    python3 scripts/gpu_check.py device --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
+    specpolicy-livecheck run --work /tmp/gc --out OUTDIR --paths v2,base_v2 --attn triton \
         --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 [--doctor-smoke] [--dry-run]
 
-builds the test models (scripts/gpu/bigram_model.py: greedy output known in advance; with an EAGLE-3 path,
+builds the test models (bigram_model.py: greedy output known in advance; with an EAGLE-3 path,
 ``eagle3_v1``, ``eagle3_v2`` or the draft tree ``eagle3tree_v1``, also the EAGLE-3 head of
-scripts/gpu/eagle3_model.py, whose acceptance is known in advance too), then starts one offline
+eagle3_model.py, whose acceptance is known in advance too), then starts one offline
 ``sglang.Engine`` per worker path and attention backend (``<path>/<backend>``) in its own process
 (``engine`` subcommand) with specpolicy installed through SGLang's plugin entry point (``SPECPOLICY_POLICY``
-/ ``SPECPOLICY_TRACE``), serves the phases of scripts/gpu/plan.py (warm-ups, checks, interleaved perf
+/ ``SPECPOLICY_TRACE``), serves the phases of plan.py (warm-ups, checks, interleaved perf
 repeats, resume cost, an open-loop ramp) until the engine's share of the budget ends, optionally runs
 ``specpolicy doctor --smoke``, and packs everything (per-request results, the adapter's JSONL trace, logs)
 into ``OUTDIR/results-<paths>-<backends>.tar.gz`` after every engine. ``--dry-run`` prints the plan with
@@ -19,7 +19,7 @@ estimated seconds and what the budget would cut, and runs nothing.
 
 Anywhere (no GPU needed):
 
-    python3 scripts/gpu_check.py analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
+    specpolicy-livecheck analyze RESULTS_DIR [--json OUT.json] [--md OUT.md]
 
 checks exact token counts, lossless output against the bigram oracle (every request of every phase),
 accept-length bookkeeping, the failing policy's fallbacks, on EAGLE-3 engines the acceptance against the
@@ -42,10 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "gpu"))
-
-import plan as planmod  # noqa: E402
+from specpolicy_livecheck import plan as planmod
+from specpolicy_livecheck._proc import child_env, module_command
 
 
 def spec_kwargs(path: str, depth: int = planmod.LAUNCH_DEPTH) -> dict[str, Any]:
@@ -136,7 +134,7 @@ def for_release(kw: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------- models
 def cmd_build_models(args: argparse.Namespace) -> int:
-    import bigram_model as bm
+    from specpolicy_livecheck import bigram_model as bm
 
     models = Path(args.work) / "models"
     meta_path = models / "meta.json"
@@ -193,11 +191,12 @@ def cmd_build_models(args: argparse.Namespace) -> int:
 
 
 def _build_eagle3(models: Path, meta: dict[str, Any], meta_path: Path) -> int:
-    """The EAGLE-3 head for the bigram target (scripts/gpu/eagle3_model.py) in ``models/eagle3``; its
+    """The EAGLE-3 head for the bigram target (eagle3_model.py) in ``models/eagle3``; its
     capture layers, hidden-sensitive token set, proposal maps and per-root accepted drafts (with the
     target's hidden state and with none) go to ``meta["eagle3"]``."""
-    import eagle3_model as em
     import numpy as np
+
+    from specpolicy_livecheck import eagle3_model as em
 
     t0 = time.time()
     info = em.write_checkpoint(
@@ -523,9 +522,8 @@ def _build_models(work: Path, agree: float, eagle3: bool = False) -> int:
     meta = work / "models" / "meta.json"
     if meta.exists() and (not eagle3 or "eagle3" in json.loads(meta.read_text())):
         return 0
-    cmd = [
-        sys.executable,
-        __file__,
+    cmd = module_command(
+        "sglang_check",
         "build-models",
         "--work",
         str(work),
@@ -534,8 +532,8 @@ def _build_models(work: Path, agree: float, eagle3: bool = False) -> int:
         "--agree",
         str(agree),
         *(["--eagle3"] if eagle3 else []),
-    ]
-    rc = subprocess.call(cmd)
+    )
+    rc = subprocess.call(cmd, env=child_env())
     if rc:
         print(f"GC model build failed rc={rc}")
     return rc
@@ -546,9 +544,8 @@ def _run_engine(run: planmod.EngineRun, work: Path, deadline: float, kill_at: fl
     d = work / "runs" / run.id
     d.mkdir(parents=True, exist_ok=True)
     (d / "run.json").write_text(run.to_json())
-    cmd = [
-        sys.executable,
-        __file__,
+    cmd = module_command(
+        "sglang_check",
         "engine",
         "--run",
         str(d / "run.json"),
@@ -558,10 +555,12 @@ def _run_engine(run: planmod.EngineRun, work: Path, deadline: float, kill_at: fl
         str(d),
         "--deadline",
         str(deadline),
-    ]
+    )
     t0 = time.time()
     with open(d / "engine.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=child_env()
+        )
         try:
             rc = proc.wait(timeout=max(1.0, kill_at - time.time()))
         except subprocess.TimeoutExpired:
@@ -685,7 +684,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------------- analyze
 def cmd_analyze(args: argparse.Namespace) -> int:
-    import analysis
+    from specpolicy_livecheck import analysis
 
     report = analysis.analyze_dir(Path(args.results))
     if args.json:
@@ -697,27 +696,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build-models", help="write the bigram target and draft checkpoints")
-    b.add_argument("--work", required=True)
-    b.add_argument("--device", default="cpu")
-    b.add_argument("--agree", type=float, default=0.7, help="fraction of tokens where the draft agrees")
-    b.add_argument("--tiny", action="store_true", help="tiny shapes (CPU tests)")
-    b.add_argument(
-        "--eagle3",
-        action="store_true",
-        help="also write the EAGLE-3 head (models/eagle3); with --tiny the target gets 4 layers",
-    )
-    e = sub.add_parser("engine", help="run one engine through its phases (internal)")
-    e.add_argument("--run", required=True)
-    e.add_argument("--work", required=True)
-    e.add_argument("--out", required=True)
-    e.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip phases past it")
-    d = sub.add_parser("device", help="build models and run engines on the GPU machine")
-    d.add_argument("--work", required=True)
-    d.add_argument("--out", required=True)
+def _engine_arguments(d: argparse.ArgumentParser) -> None:
+    """The plan's arguments, shared by ``run`` and ``plan``."""
     d.add_argument(
         "--paths",
         default="v2,base_v2,v1,base_v1",
@@ -758,11 +738,40 @@ def main(argv: list[str] | None = None) -> int:
         help="tensor-parallel size of every engine (one GPU per rank); results under tp<N>/<path>/<backend>",
     )
     d.add_argument("--doctor-smoke", action="store_true", help="after the engines: specpolicy doctor --smoke")
+    d.add_argument("--budget-s", type=float, default=540.0)
+    d.add_argument("--margin-s", type=float, default=10.0)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build-models", help="write the bigram target and draft checkpoints")
+    b.add_argument("--work", required=True)
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--agree", type=float, default=0.7, help="fraction of tokens where the draft agrees")
+    b.add_argument("--tiny", action="store_true", help="tiny shapes (CPU tests)")
+    b.add_argument(
+        "--eagle3",
+        action="store_true",
+        help="also write the EAGLE-3 head (models/eagle3); with --tiny the target gets 4 layers",
+    )
+    e = sub.add_parser("engine", help="run one engine through its phases (internal)")
+    e.add_argument("--run", required=True)
+    e.add_argument("--work", required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: skip phases past it")
+    d = sub.add_parser(
+        "run", aliases=["device"], help="build the models and run the engines on the GPU machine"
+    )
+    d.add_argument("--work", required=True)
+    d.add_argument("--out", required=True)
+    _engine_arguments(d)
     d.add_argument("--dry-run", action="store_true", help="print the plan with estimated seconds and exit")
     d.add_argument("--agree", type=float, default=0.7)
-    d.add_argument("--budget-s", type=float, default=540.0)
     d.add_argument("--min-engine-s", type=float, default=90.0)
-    d.add_argument("--margin-s", type=float, default=10.0)
+    pl = sub.add_parser("plan", help="print the plan of `run` with its estimated seconds (any machine)")
+    _engine_arguments(pl)
+    pl.set_defaults(dry_run=True)
     a = sub.add_parser("analyze", help="check and summarise results (any machine)")
     a.add_argument(
         "results", help="folder holding <path>/phases.jsonl, trace.jsonl, engine.log, models-meta.json"
@@ -773,7 +782,9 @@ def main(argv: list[str] | None = None) -> int:
     handler = {
         "build-models": cmd_build_models,
         "engine": cmd_engine,
+        "run": cmd_device,
         "device": cmd_device,
+        "plan": cmd_device,
         "analyze": cmd_analyze,
     }[args.cmd]
     return handler(args)

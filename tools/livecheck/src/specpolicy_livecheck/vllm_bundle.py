@@ -3,7 +3,7 @@
 
 One place for the download list (``make_vllm_bundle.sh`` reads it with ``pins`` and ``drops``), the
 install step (``vllm_probe.py`` and the GPU commands call ``install``) and the modules the probe imports;
-``tests/gpu/test_gpu_vllm_bundle.py`` holds them to vLLM's source and to the image's package list.
+``tools/livecheck/tests/test_lc_vllm_bundle.py`` holds them to vLLM's source and to the image's package list.
 
 The host (python 3.12.3, torch 2.11.0+cu130, 197 packages: docs/gpu-results/gpu-image-packages-2026-12-02.txt)
 has no package index and takes at most 64 MiB per command, the repository included. vLLM 0.26.0 pins
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from specpolicy_livecheck import paths
+
 __all__ = [
     "VLLM",
     "Pin",
@@ -63,8 +65,6 @@ __all__ = [
     "install",
 ]
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 VLLM = "vllm==0.26.0"
 #: Each part travels beside the repository (~17 MB) in one call of at most 64 MiB.
 PART_MIB = 40
@@ -405,11 +405,9 @@ def provider(import_name: str, image: dict[str, str] | None = None) -> str:
 
 
 def _image() -> dict[str, str]:
-    sys.path.insert(0, str(HERE))
-    from bundle_plan import read_freeze
+    from specpolicy_livecheck.bundle_plan import read_freeze
 
-    path = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
-    return read_freeze(path.read_text())
+    return read_freeze(paths.IMAGE_PACKAGES.read_text())
 
 
 # ----------------------------------------------------------------------------------------------- install
@@ -448,7 +446,7 @@ class _Joined:
 
 
 def install(
-    folders: Sequence[Path], site: Path, tree: Path = ROOT, manifest: Path | None = None
+    folders: Sequence[Path], site: Path, tree: Path = paths.REPO, manifest: Path | None = None
 ) -> dict[str, Any]:
     """Unpack the bundle (parts in ``folders``) into ``site``, then install specpolicy and the test
     policies from the repository ``tree`` (no index, no dependencies: the bundle has them). Returns what it
@@ -482,11 +480,11 @@ def install(
             # entry points must not register from the repository for anything but this site.
             for name, src in (
                 ("specpolicy", tree),
-                ("gpucheck", tree / "scripts" / "gpu" / "gpucheck_policies"),
+                ("gpucheck", tree / paths.POLICIES_PROJECT.relative_to(paths.REPO)),
             ):
                 dst = Path(tmp) / name
                 ignore = shutil.ignore_patterns(
-                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "tests"
+                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "tests", "tools"
                 )
                 shutil.copytree(src, dst, ignore=ignore)
                 cmd = [
@@ -502,8 +500,10 @@ def install(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("pins", help="print the wheels to download (name==version), one a line")
     sub.add_parser("platforms", help="print the --platform tags for pip download")

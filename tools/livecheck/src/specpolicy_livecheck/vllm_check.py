@@ -13,7 +13,7 @@ Engines (one offline ``vllm.LLM`` each, all alive at once in their own processes
   ``always-off``, ``switch`` (on/off every 3 steps), ``raise`` (decide() raises on calls 5-24), and the
   perf labels ``static``, ``static-0``, ``cost_model`` (each batch starts its policy fresh).
 
-Target and draft are the bigram models of ``scripts/gpu/bigram_model.py`` (``gpu_check.py build-models``):
+Target and draft are the bigram models of ``bigram_model.py`` (``specpolicy-livecheck build-models``):
 greedy output is a known chain, so every request of every batch is checked against the oracle. Every
 engine runs bf16, triton attention (target and draft), the V1 model runner, sync scheduling (vLLM's
 default for the draft-model method), stats logging on (the per-step spec-decode stats are read from
@@ -30,7 +30,8 @@ over 40 steps: where the off step's time goes, whether the drafter still runs at
 and ``OUT/report-vllm.json`` (the report's shape: ``perf`` keyed by path, policy -> concurrency -> median
 tok/s, ``perf_spread``, ...). Usage on the GPU host (bundle installed by ``vllm_probe.py``)::
 
-    PYTHONPATH=/tmp/vsite python3 scripts/gpu/vllm_check.py --work /tmp/gc --out $OUT --budget-s 560
+    PYTHONPATH=/tmp/vsite:tools/livecheck/src python3 -m specpolicy_livecheck vllm \
+        --work /tmp/gc --out $OUT --budget-s 560
 
 ``--dry-run`` prints the plan with estimated seconds, on any machine. ``doctor --work W --out O`` runs
 ``specpolicy doctor --engine vllm --smoke`` on the test models (four engines in turn: a call of its own).
@@ -55,15 +56,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import paired  # noqa: E402  (scripts/gpu, put on sys.path above)
-import plan as planmod  # noqa: E402
-import vllm_bundle  # noqa: E402
+from specpolicy_livecheck import paired, vllm_bundle
+from specpolicy_livecheck import plan as planmod
+from specpolicy_livecheck._proc import child_env, module_command
 
 #: The draft model's depth on every speculative engine (SGLang's check launched at 3 as well).
 K = planmod.LAUNCH_DEPTH
@@ -497,7 +492,7 @@ def serve_batch(llm: Any, rec: SpecStatsLogger, cmd: dict[str, Any], vocab: int,
     """One batch, repeated until ``min_s`` or exactly ``passes`` times (``paired.more_passes``); tokens/s
     over the whole, vLLM's spec-decode stats summed (and per step when asked), every request against the
     oracle (outside the timed span)."""
-    import ab_static
+    from specpolicy_livecheck import ab_static
 
     c, lengths = int(cmd["c"]), [int(n) for n in cmd["lengths"]]
     prompts = ab_static._prompts(c, vocab, int(cmd["seed"]))
@@ -529,7 +524,7 @@ def serve_batch(llm: Any, rec: SpecStatsLogger, cmd: dict[str, Any], vocab: int,
     }
     if cmd.get("steps"):
         res["step_stats"] = steps
-    from bigram_model import lossless_count
+    from specpolicy_livecheck.bigram_model import lossless_count
 
     n = ok = 0
     for got in outputs:
@@ -544,7 +539,7 @@ def profile_batch(
 ) -> dict[str, Any]:
     """vLLM's torch profiler over ``PROFILE_STEPS`` steps of one batch (after ``PROFILE_DELAY``), summarised
     like ab_static's profiles: GPU-busy time, kernels, CUDA runtime calls, host ops, and per step."""
-    import ab_static
+    from specpolicy_livecheck import ab_static
 
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} if folder.exists() else {}
     llm.start_profile()
@@ -620,7 +615,7 @@ def serve_engine(args: argparse.Namespace) -> int:
         manager.stat_loggers.append(rec)
         select = None
         if args.serve == "sp":
-            import ab_static
+            from specpolicy_livecheck import ab_static
 
             select = ab_static.Switch(control_path(out))
         vc = llm.llm_engine.vllm_config
@@ -726,7 +721,7 @@ def _check_verdict(label: str, res: dict[str, Any], out: Path) -> dict[str, Any]
     if label == "switch":
         return verdict_switch(steps)
     if label == "raise":
-        import analysis
+        from specpolicy_livecheck import analysis
 
         trace = analysis.trace_summary(analysis.phase_trace(analysis.load_trace(out, "trace-sp.jsonl"),
                                                             res["t0"], res["t1"]))  # fmt: skip
@@ -768,7 +763,7 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
     models = work / "models"
     if not (models / "meta.json").exists():
         print(
-            f"VC no models in {models}: run scripts/gpu_check.py build-models --work {work} first", flush=True
+            f"VC no models in {models}: run specpolicy-livecheck build-models --work {work} first", flush=True
         )
         return 2
     meta = json.loads((models / "meta.json").read_text())
@@ -782,8 +777,8 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
         *(f"engine-{e}.log" for e in (*ENGINE_NAMES, *PIECEWISE_ENGINES)),
     ):
         (out / f).unlink(missing_ok=True)  # an earlier command's lines on the same host
-    env = {**os.environ, **vllm_bundle.ENGINE_ENV, "PYTHONUNBUFFERED": "1"}
-    base = [sys.executable, __file__, *argv]
+    env = child_env({**os.environ, **vllm_bundle.ENGINE_ENV, "PYTHONUNBUFFERED": "1"})
+    base = module_command("vllm_check", *argv)
     children = {e: paired.Child(e, [*base, "--serve", e], env=env) for e in opts.engines}
     raw: dict[str, Any] = {
         "engine": "vllm 0.26.0",
@@ -906,10 +901,10 @@ def run_device(opts: Options, argv: Sequence[str]) -> int:
     return 0 if report["ok"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
-        dp = argparse.ArgumentParser(prog="vllm_check.py doctor", description=run_doctor.__doc__)
+        dp = argparse.ArgumentParser(prog=f"{prog or 'vllm_check'} doctor", description=run_doctor.__doc__)
         dp.add_argument("--work", type=Path, default=Path("/tmp/gc"))
         dp.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/vllm-check-out")))
         dp.add_argument("--timeout-s", type=float, default=560.0)
@@ -920,7 +915,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: res[k] for k in ("rc", "s")}), flush=True)
         return 0 if res["rc"] == 0 else 1
     if argv[:1] == ["report"]:
-        rp = argparse.ArgumentParser(prog="vllm_check.py report")
+        rp = argparse.ArgumentParser(prog=f"{prog or 'vllm_check'} report")
         rp.add_argument("raw", type=Path)
         rp.add_argument("--report", type=Path, required=True)
         rp.add_argument("--device")
@@ -931,8 +926,10 @@ def main(argv: list[str] | None = None) -> int:
             raw["doctor"] = json.loads(ra.doctor.read_text())
         ra.report.write_text(json.dumps(build_report(raw, ra.device), indent=1) + "\n")
         return 0
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", default="/tmp/gc", help="holds models/ (gpu_check.py build-models)")
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--work", default="/tmp/gc", help="holds models/ (specpolicy-livecheck build-models)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/vllm-check-out"))
     ap.add_argument("--engines", default=",".join(ENGINE_NAMES))
     ap.add_argument("--perf", default=",".join(DEFAULT_PERF), help=f"among {', '.join(PERF_LABELS)}")

@@ -18,7 +18,7 @@ This parses every module of an installed vLLM with ``ast`` and follows imports f
 ``external(...)`` the third-party top-level names those modules import with ``kinds``. The probe on the
 GPU host (``vllm_probe.py``) then imports the same roots for real. Usage::
 
-    python3 scripts/gpu/vllm_imports.py .venvs/vllm-0.26.0/lib/python3.11/site-packages [--lazy]
+    specpolicy-livecheck bundle imports .venvs/vllm-0.26.0/lib/python3.11/site-packages [--lazy]
 """
 
 from __future__ import annotations
@@ -226,11 +226,12 @@ class ImportGraph:
         return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import vllm_bundle
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    from specpolicy_livecheck import vllm_bundle
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("site", type=Path, help="site-packages holding vllm/")
     ap.add_argument("--lazy", action="store_true", help="also list function-level (lazy) imports")
     args = ap.parse_args(argv)

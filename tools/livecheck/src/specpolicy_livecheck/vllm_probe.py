@@ -6,7 +6,7 @@ lacks before the live check spends minutes.
 On the GPU host, from the repository root, with the bundle parts carried (``.carry/vllm/pN``, stashed in
 earlier calls under ``/root/stash``)::
 
-    python3 scripts/gpu/vllm_probe.py --site /tmp/vsite --out $OUT --parts /root/stash .carry/vllm/p2 \
+    specpolicy-livecheck vllm-probe --site /tmp/vsite --out $OUT --parts /root/stash .carry/vllm/p2 \
         --engine --build-models /tmp/gc
 
 1. ``install``: ``vllm_bundle.install`` (join the parts, unpack into ``--site``, install specpolicy and
@@ -19,7 +19,7 @@ earlier calls under ``/root/stash``)::
 4. ``--engine``: in a child process, a 2-layer Llama pair with a known greedy chain
    (``bigram_model.py``), ``vllm.LLM`` with the draft model, the specpolicy scheduler (``static``, depth 3),
    triton attention and eager mode; 8 greedy requests compared with the oracle.
-5. ``--build-models WORK``: ``gpu_check.py build-models`` for the live check (on the GPU).
+5. ``--build-models WORK``: ``specpolicy-livecheck build-models`` for the live check (on the GPU).
 
 Everything lands in ``OUT/probe.json``; a summary goes to stdout (the ``PROBE`` lines). Exit status 0 when
 every import and check passed (and the engine, when asked, was lossless), 1 otherwise.
@@ -39,11 +39,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-import vllm_bundle  # noqa: E402  (scripts/gpu, put on sys.path above)
+from specpolicy_livecheck import vllm_bundle
+from specpolicy_livecheck._proc import child_env, module_command
 
 #: Packages whose version and origin (bundle site or image) the probe reports.
 VERSIONS = (
@@ -174,7 +171,7 @@ PROBE_SHAPE = {"hidden": 256, "layers": 2, "intermediate": 512, "heads": 4, "kv_
 
 def build_probe_models(work: Path) -> dict[str, Any]:
     """A target and a 1-layer draft (agreeing on 70% of tokens) under ``work``; returns the meta."""
-    import bigram_model as bm
+    from specpolicy_livecheck import bigram_model as bm
 
     meta_path = work / "meta.json"
     if meta_path.exists():
@@ -196,11 +193,11 @@ def engine_child(work: Path) -> dict[str, Any]:
     """One tiny engine with the specpolicy scheduler (run in its own process: vLLM spawns its engine core)."""
     import random
 
-    import bigram_model as bm
     import numpy as np
     from vllm import LLM, SamplingParams
 
     from specpolicy.adapters.vllm.args import build_vllm_args
+    from specpolicy_livecheck import bigram_model as bm
 
     meta = build_probe_models(work)
     pi = np.asarray(meta["pi"])
@@ -236,12 +233,41 @@ def engine_child(work: Path) -> dict[str, Any]:
     }
 
 
+def probe_site() -> dict[str, Any]:
+    """The imports, the checks and the versions, as this process (started on the site) sees them."""
+    return {
+        "imports": probe_imports(),
+        "checks": probe_checks(),
+        "versions": {name: _version(name) for name in VERSIONS},
+    }
+
+
+def run_probe_child() -> dict[str, Any]:
+    """``probe_site`` in a child process whose PYTHONPATH holds the site (set by ``main``): the packages
+    the bundle installed import from there, as they will in the engine. Its PROBE lines are passed on."""
+    proc = subprocess.run(
+        module_command("vllm_probe", "--probe-child"), capture_output=True, text=True, check=False,
+        env=child_env(),
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    for ln in lines[:-1]:
+        print(ln, flush=True)
+    try:
+        rec: dict[str, Any] = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        err = {"ok": False, "error": f"probe child rc={proc.returncode}: {proc.stderr[-1500:]}"}
+        return {"imports": [], "checks": [{"check": "probe child", **err}], "versions": {}}
+    return rec
+
+
 def run_engine(work: Path, timeout_s: float) -> dict[str, Any]:
     dump_s = str(max(timeout_s - 20, 1))  # the child dumps its threads' stacks before the timeout kills it
-    cmd = [sys.executable, __file__, "--engine-child", str(work), "--hang-dump-s", dump_s]
+    cmd = module_command("vllm_probe", "--engine-child", str(work), "--hang-dump-s", dump_s)
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, check=False, env=child_env()
+        )
         rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         rc = -9
@@ -265,8 +291,10 @@ def run_engine(work: Path, timeout_s: float) -> dict[str, Any]:
     return rec
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument(
         "--site", type=Path, default=Path("/tmp/vsite"), help="install target (put on PYTHONPATH)"
     )
@@ -278,13 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-install", action="store_true", help="import from the environment as it is")
     ap.add_argument("--engine-child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--hang-dump-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ.update(vllm_bundle.ENGINE_ENV)
     if args.engine_child:
         if args.hang_dump_s > 0:  # a hang shows where every thread waits before the parent's timeout
             faulthandler.dump_traceback_later(args.hang_dump_s, exit=False)
-        sys.path.insert(0, str(args.site))
         print(json.dumps(engine_child(args.engine_child)), flush=True)
+        return 0
+    if args.probe_child:
+        print(json.dumps(probe_site()), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"env": vllm_bundle.ENGINE_ENV}
@@ -305,10 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(args.site), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
-    sys.path.insert(0, str(args.site))
-    report["imports"] = probe_imports()
-    report["checks"] = probe_checks()
-    report["versions"] = {name: _version(name) for name in VERSIONS}
+    report.update(run_probe_child())
     failed = [r for r in report["imports"] if not r["ok"]] + [c for c in report["checks"] if not c["ok"]]
     report["missing"] = sorted({r["missing"] for r in report["imports"] if r.get("missing")})
     ok = not failed
@@ -316,10 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         report["engine"] = run_engine(Path("/tmp/vprobe-models"), args.engine_timeout_s)
         ok = ok and report["engine"]["ok"]
     if args.build_models:
-        cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "build-models", "--work",
-               str(args.build_models), "--device", "cuda"]  # fmt: skip
+        cmd = module_command(
+            "sglang_check", "build-models", "--work", str(args.build_models), "--device", "cuda"
+        )
         t1 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=child_env())
         report["build_models"] = {"rc": proc.returncode, "s": round(time.time() - t1, 1),
                                   "out": (proc.stdout + proc.stderr)[-2000:]}  # fmt: skip
         print(f"PROBE build-models rc={proc.returncode} in {report['build_models']['s']} s", flush=True)

@@ -1,11 +1,11 @@
 #!/bin/bash
-# Build an offline SGLang bundle that scripts/gpu/run_live.sh installs on a GPU host with no package index
+# Build an offline SGLang bundle that `specpolicy-livecheck bundle run-live` installs on a GPU host with no package index
 # (run it where pip can download). The host's image must already hold torch 2.11 (CUDA 13), triton and the
-# other common packages; the bundle adds one release's row of scripts/gpu/sglang_bundle.py: sglang, a
+# other common packages; the bundle adds one release's row of `specpolicy-livecheck bundle sglang`: sglang, a
 # slimmed sglang-kernel (FA3, the sm100 ops and the MLA / InfLLM libraries dropped) and the wheels the
 # engine path imports that the image lacks. 0.5.12.post1 is about 140 MB, 0.5.17 about 150 MB.
-# Usage: bash scripts/gpu/make_bundle.sh [--release R] OUT_DIR [SPLIT_SIZE]
-#   --release  a row of sglang_bundle.py (default 0.5.12.post1; `python3 scripts/gpu/sglang_bundle.py releases`)
+# Usage: specpolicy-livecheck bundle make-sglang [--release R] OUT_DIR [SPLIT_SIZE]
+#   --release  a bundle row (default 0.5.12.post1; `specpolicy-livecheck bundle sglang releases`)
 #   SPLIT_SIZE e.g. 44M: also write the parts, each in a folder of its own (OUT/p1/part.00, OUT/p2/part.01,
 #              ...) so that one call carries one part beside the ~18 MB repository (64 MiB per call)
 # Environment: SGLANG_BUNDLE_DL, the download cache (default /tmp/sglang-bundle-dl; reused).
@@ -13,9 +13,10 @@ set -euo pipefail
 REL=0.5.12.post1
 if [ "${1:-}" = --release ]; then REL=${2:?--release needs a value}; shift 2; fi
 OUT=${1:?out dir}; SPLIT=${2:-}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the split below runs in another folder
-B=(python3 "$(cd "$(dirname "$0")" && pwd)/sglang_bundle.py")
+LC=(env PYTHONPATH="$(cd "$(dirname "$0")/../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" python3 -m specpolicy_livecheck)
+B=("${LC[@]}" bundle sglang)
 "${B[@]}" pins --release "$REL" > /dev/null  # an unknown release stops here, naming the rows
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the split below runs in another folder
 mapfile -t PINS < <("${B[@]}" pins --release "$REL")
 KERNEL=$("${B[@]}" kernel --release "$REL"); KV=${KERNEL##*==}
 mapfile -t KEEP < <("${B[@]}" keep --release "$REL")

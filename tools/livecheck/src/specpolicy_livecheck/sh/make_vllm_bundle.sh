@@ -1,22 +1,22 @@
 #!/bin/bash
 # Build the offline vLLM 0.26.0 bundle for the GPU host (run it where pip can download; no GPU needed).
 #
-# What goes in, what stays out and why: scripts/gpu/vllm_bundle.py (its `pins` and `drops` are read here,
+# What goes in, what stays out and why: `specpolicy-livecheck bundle vllm` (its `pins` and `drops` are read here,
 # its `install` unpacks the result on the host). Steps: download vLLM 0.26.0 and the pinned wheels
 # (CPython 3.12, manylinux x86_64, --no-deps, binaries only) into a cache folder; unpack the vLLM wheel and
 # cut the kernels, binary and headers the offline path never loads (304 MB wheel -> ~270 MB tree); install
 # the other wheels next to it with pip --target; pack the tree as one tar.xz and split it into parts of
 # 40 MiB, each in its own folder so that one call carries one part beside the ~17 MB repository:
 #   OUT/p1/part.00, OUT/p2/part.01, ...   (each folder also holds manifest.json: sizes and sha256)
-# Usage: bash scripts/gpu/make_vllm_bundle.sh [OUT, default .carry/vllm]
+# Usage: specpolicy-livecheck bundle make-vllm [OUT, default .carry/vllm in the current folder]
 # Environment: VLLM_BUNDLE_DL (download cache, default /tmp/vllm-bundle-dl; reused), XZ_OPT (default -9 -T0).
 # Takes about 5 minutes on two cores (xz -9 is most of it); the downloads are ~320 MB the first time.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${1:-$ROOT/.carry/vllm}
+OUT=${1:-$(pwd)/.carry/vllm}
 DL=${VLLM_BUNDLE_DL:-/tmp/vllm-bundle-dl}
 export XZ_OPT=${XZ_OPT:--9 -T0}
-B=(python3 "$ROOT/scripts/gpu/vllm_bundle.py")
+LC=(env PYTHONPATH="$(cd "$(dirname "$0")/../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" python3 -m specpolicy_livecheck)
+B=("${LC[@]}" bundle vllm)
 PLAT=()
 for p in $("${B[@]}" platforms); do PLAT+=(--platform "$p"); done
 PIP=(python3 -m pip --disable-pip-version-check)

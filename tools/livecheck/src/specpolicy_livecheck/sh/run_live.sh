@@ -1,23 +1,24 @@
 #!/bin/bash
 # Run the live check on a GPU host: install SGLang from an offline bundle (first time only; any release
-# scripts/gpu/make_bundle.sh has a row for: 0.5.12.post1, 0.5.17), install the specpolicy and test-policy
-# wheels, then run scripts/gpu_check.py device.
+# `specpolicy-livecheck bundle make-sglang` has a row for: 0.5.12.post1, 0.5.17), install the specpolicy and
+# test-policy wheels, then run `specpolicy-livecheck run` (this copy of the tool, from the site or the checkout).
 # Environment:
-#   GC_BUNDLE  folder holding the bundle written by scripts/gpu/make_bundle.sh (sglang-bundle.tar, or its
+#   GC_BUNDLE  folder holding the bundle written by `bundle make-sglang` (sglang-bundle.tar, or its
 #              split parts part.*, there or one per folder p1/, p2/, ...); not needed once GC_SITE holds sglang
 #   GC_WHEELS  folder holding specpolicy-*.whl and specpolicy_gpucheck-*.whl (pip wheel --no-deps), or
 #              "none" with ENGINES=install: SGLang alone (its own engines only; no specpolicy plugin)
 #   GC_SITE    install target put on PYTHONPATH (default /tmp/site); GC_WORK scratch (default /tmp/gc)
 #   GC_OUT     where the results tarball goes (default ./gpu-check-out)
-# Usage: bash scripts/gpu/run_live.sh ENGINES BUDGET_S [more gpu_check.py device options]
+# Usage: specpolicy-livecheck bundle run-live ENGINES BUDGET_S [more `specpolicy-livecheck run` options]
+#   (before anything is installed: bash tools/livecheck/src/specpolicy_livecheck/sh/run_live.sh ...)
 #   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2, eagle3_v1,eagle3_v2,eagle3tree_v1
-#            (see scripts/gpu/plan.py), or
-#            "install": install and check the imports only (for scripts/gpu/ab_static.py and the like)
+#            (`specpolicy-livecheck run --help`), or
+#            "install": install and check the imports only (for `specpolicy-livecheck paired` and the like)
 # One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
-#   bash scripts/gpu/run_live.sh v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
+#   specpolicy-livecheck bundle run-live v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
 # Print that plan and its estimate first, on any machine (the budget is what this script leaves after
-# installing): python3 scripts/gpu_check.py device --work /tmp/gc --out /tmp/out --paths v2,base_v2 \
-#   --attn triton --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555 --dry-run
+# installing): specpolicy-livecheck plan --paths v2,base_v2 \
+#   --attn triton --concurrency 1,4,16,64,128 --ramp-s 30 --budget-s 555
 set -o pipefail
 ENGINES=${1:?engines}; BUDGET=${2:?budget seconds}; shift 2
 SITE=${GC_SITE:-/tmp/site}; WORK=${GC_WORK:-/tmp/gc}; OUTDIR=${GC_OUT:-$(pwd)/gpu-check-out}
@@ -40,7 +41,8 @@ elif [ ! -d "$SITE/specpolicy" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${GC_WHEELS:?GC_WHEELS}"/*.whl || exit 6
 fi
 echo "install done in $(( $(date +%s) - T0 ))s"
-export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_DISABLE_REQUEST_LOGGING=1
+SRC=$(cd "$(dirname "$0")/../.." && pwd)  # the folder holding this copy of specpolicy_livecheck
+export PYTHONPATH=$SITE:$SRC PYTHONUNBUFFERED=1 SGLANG_DISABLE_REQUEST_LOGGING=1
 (cd /tmp && python3 -c "import sglang; print('sglang', sglang.__version__, sglang.__file__)") || exit 7
 if [ -d "$SITE/specpolicy" ]; then
   (cd /tmp && python3 -c "import specpolicy; from specpolicy import available_policies as a; print('specpolicy', specpolicy.__file__, a())") || exit 7
@@ -48,7 +50,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 [ "$ENGINES" = install ] && exit 0
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))
-python3 scripts/gpu_check.py device --work "$WORK" --out "$OUTDIR" --paths "$ENGINES" --budget-s $LEFT "$@"
+python3 -m specpolicy_livecheck run --work "$WORK" --out "$OUTDIR" --paths "$ENGINES" --budget-s $LEFT "$@"
 rc=$?
 echo "run_live.sh rc=$rc total $(( $(date +%s) - T0 ))s"
 exit $rc

@@ -1,4 +1,4 @@
-"""A stand-in for ``sglang`` with just the surface scripts/gpu_check.py uses (``Engine``: ``generate``, and
+"""A stand-in for ``sglang`` with just the surface sglang_check.py uses (``Engine``: ``generate``, and
 ``async_generate`` streaming on ``Engine.loop``): it lets the CPU tests run the driver's whole device flow
 (engine processes, phases, ramps, packing). It answers every request with
 the bigram chain of the test model and speculative counters of a depth-3 draft, and checks that the driver
