@@ -1,51 +1,44 @@
 #!/usr/bin/env python3
-"""Where the adapter's speculative step loses to SGLang's own: throughput and step anatomy, one engine per
-variant, on the GPU machine.
+"""Paired runs: one offline SGLang engine per variant on the GPU machine, serving the same batches, in turn or
+(``--paired``) side by side, for throughput, acceptance and losslessness variant against variant.
 
-The live check measured the adapter's ``static`` (depth 3 on every step) at 0.83-0.95x SGLang's own static
-speculation with the same acceptance. This script starts one offline engine per variant, each serving the
-same batches, and separates the candidate causes by switching one thing at a time:
+A live check's engine runs every policy in turn on one engine; a variant here is one engine configured one
+way for its whole life, as in serving. The variants (``VARIANTS``; each names its engine path of
+``specpolicy-livecheck run``):
 
-- ``plain``: SGLang's own speculation (specpolicy installed, not configured);
-- ``on``: specpolicy ``static`` with the default settings, no trace;
-- ``on_verify``: the same with ``off_step=verify`` (no decode attention backend or graphs are built);
-- ``on_host``: the same with ``step_clock=host`` (no CUDA event recorded per step);
-- ``on_check``: the live check's own configuration (the dispatcher over a control file, the JSONL trace);
-- ``off_check_v1`` / ``off_check_v2``: every step off in that configuration, and ``off_check_info_v1`` also
-  with the check's info-level engine log (beside ``off_v1`` / ``off_v2``: what the check's own settings
-  cost an off step);
-- ``base_v1`` / ``off_v1`` / ``off_eagle3_v1`` (and ``_v2``): the speculation-free engine, and every step off
-  in the draft-model and the EAGLE-3 engine: where the EAGLE off step's extra time goes;
-- ``off_eagle3_v1_w512`` / ``off_eagle3_v2_w512``: the EAGLE-3 off step with a hidden-state window of 512
-  positions, so that the catch-up a full window forces runs every 512 off steps instead of every 32.
-- ``--paired``: the listed variants' engines all at once, the batches rotating across them, the ratios to
-  the first variant batch by batch (``paired.py``: a drift of the host's speed hits every variant alike);
-  a switched variant there runs an untimed speculative batch before each of its (off) batches.
-- ``cm_v1`` / ``cm_v2`` and ``hyst_v1`` / ``hyst_v2``: the live check's ``cost_model`` and tuned
-  ``hysteresis``, each the engine's one policy for its whole life (as in serving). With ``base_*``,
-  ``off_*``, ``on`` / ``on_v1`` and ``plain`` / ``plain_v1`` under ``--paired`` they measure every goal
-  ratio of the off step and the policies batch next to batch (``paired_report.py`` turns the result into
-  the report's tables).
-- ``mixed_v1`` / ``mixed_v2`` / ``mixed_check_v1`` / ``mixed_check_v2`` (``mixed_timed_v1`` / ``_v2``:
-  ``mixed_v1`` with the scheduler's host time per engine method, per batch): one engine switched between
-  off and on by the dispatcher: off batches before any speculative step (``off_fresh``), then on and off
-  batches in turn (``on``, ``off_after_on``), then off batches in a row (``off_late``), each profiled;
-  ``mixed_v1`` with the two policies only, the ``check`` ones with every policy, the trace and the info
-  log of the live check. The live check's off step ran slower than an engine that was never on; this says
-  whether the speculative steps before it or the check's configuration make the difference.
+- SGLang 0.5.13 and later (the v2 worker only), ``<policy>_<drafter>_<ov|nov>``: policy ``sglang``
+  (SGLang's own fixed depth, specpolicy installed but not configured), ``adaptive`` (SGLang's
+  ``--speculative-adaptive``, EAGLE-3 only), ``static``, ``static0`` (every step off) or ``cm``
+  (cost_model); drafter ``draft`` (a STANDALONE draft model) or ``eagle3``; ``ov`` overlap or ``nov``
+  non-overlap scheduling; ``never_<ov|nov>`` is the speculation-free engine. ``paired_report`` turns
+  their run into the report's goal ratios.
+- By engine path (``_v1``: non-overlap scheduling; on 0.5.12.post1 the v1 worker): ``base_v1`` /
+  ``base_v2`` speculation-free; ``off_v1`` / ``off_v2`` every step off in the draft-model engine;
+  ``on`` / ``on_v1`` specpolicy's static (depth 3); ``plain`` / ``plain_v1`` SGLang's own speculation;
+  ``cm_v1`` / ``cm_v2`` and ``hyst_v1`` / ``hyst_v2`` the live check's cost_model and tuned hysteresis.
+- EAGLE-3: ``off_eagle3_v1`` / ``off_eagle3_v2``, ``on_eagle3_v1`` / ``on_eagle3_v2``, ``cm_eagle3_v1`` /
+  ``cm_eagle3_v2`` (topk 1) and ``off_eagle3tree_v1`` / ``on_eagle3tree_v1`` / ``cm_eagle3tree_v1`` (the
+  4 x 4 draft tree at its own launch depth).
+- ``mixed_v1`` / ``mixed_v2``: one engine switched between static-0 and static by the dispatcher: off
+  batches before any speculative step (``off_fresh``), on and off batches in turn (``on``,
+  ``off_after_on``), then off batches in a row (``off_late``), each profiled; under ``--paired`` each of
+  its batches follows an untimed speculative one.
 
 Per variant and concurrency: ``--repeats`` batches of at least ``--min-s`` seconds (tokens/s, accept length,
-and how many requests equal the bigram oracle's greedy chain, counted outside the timed span),
-then, at the ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy
-time, the profiled window, kernel count, the CUDA runtime calls (synchronisations show up there) and the
-host-side ATen ops by count and time. Usage:
+and how many requests equal the bigram oracle's greedy chain, counted outside the timed span), then, at the
+``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy time, the
+profiled window, kernel count, the CUDA runtime calls and the host-side ATen ops by count and time.
+``--paired``: the listed variants' engines all at once, the batches rotating across them, the ratios to the
+first variant batch by batch (``paired``: a drift of the host's speed hits every variant alike). Usage:
 
-    specpolicy-livecheck paired --work /tmp/gc --out OUT --variants plain,on,on_verify,on_host,on_check \
+    specpolicy-livecheck paired --work /tmp/gc --out OUT --variants base_v2,off_v2,on,plain \
         --concurrency 1,16,64 --profile 1,16 --budget-s 480
+    specpolicy-livecheck paired --paired --work /tmp/gc --out OUT \
+        --variants never_ov,sglang_eagle3_ov,static0_eagle3_ov,cm_eagle3_ov --concurrency 1,16,64,128
 
 Needs the test models (``specpolicy-livecheck build-models``, with ``--eagle3`` for the EAGLE-3 variants),
-SGLang, specpolicy and the test policies on PYTHONPATH. Each variant runs in its own process; results go to
-``OUT/ab-<variant>.json``.
+SGLang, specpolicy and the test policies installed. Each variant runs in its own process; results go to
+``OUT/ab-<variant>.json`` (``OUT/ab-paired.json`` under ``--paired``).
 """
 
 from __future__ import annotations
@@ -74,17 +67,11 @@ OFF = {"name": "static", "num_steps": 0}
 COST_MODEL = planmod.perf_policies()["cost_model"]
 HYSTERESIS = planmod.perf_policies()["hysteresis"]
 TREE = planmod.perf_policies(planmod.TREE_STEPS)  # the draft tree's engine launches at its own depth
-W512 = {"SPECPOLICY_DRAFT_CATCH_UP_WINDOW": "512"}
 #: variant -> (engine path, environment; None = SGLang's own speculation)
 VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
+    # SGLang's own speculation and specpolicy's static, on the overlap (v2) and the non-overlap (v1) worker
     "plain": ("v2", None),
     "on": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
-    "on_verify": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_OFF_STEP": "verify"}),
-    "on_host": ("v2", {"SPECPOLICY_POLICY": json.dumps(STATIC), "SPECPOLICY_STEP_CLOCK": "host"}),
-    "on_check": (
-        "v2",
-        {},
-    ),  # filled in run_variant: dispatcher + trace, as ``specpolicy-livecheck run`` runs it
     "plain_v1": ("v1", None),
     "on_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(STATIC)}),
     # Where an EAGLE-3 off step loses to a speculation-free step (0.81-0.88x live, against 0.94-0.99x for
@@ -96,22 +83,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str] | None]] = {
     "base_v2": ("base_v2", None),
     "off_v2": ("v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
     "off_eagle3_v2": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF)}),
-    # The same with a hidden-state window of 512 positions instead of 32: how much of the EAGLE off step's
-    # extra time is the catch-up that a full window forces every W off steps.
-    "off_eagle3_v1_w512": ("eagle3_v1", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
-    "off_eagle3_v2_w512": ("eagle3_v2", {"SPECPOLICY_POLICY": json.dumps(OFF), **W512}),
-    # Every step off under the live check's configuration (filled in run_variant), then also with its
-    # info-level engine log: on one host the live check's static-0 ran at 0.78x this script's off_v1.
-    "off_check_v1": ("v1", {}),
-    "off_check_info_v1": ("v1", {}),
-    "off_check_v2": ("v2", {}),
-    # One engine switched between off and on (filled in run_variant): off before and after speculative steps.
+    # One engine switched between off and on by the dispatcher (filled in run_variant): the off step before
+    # and after speculative steps.
     "mixed_v1": ("v1", {}),
-    "mixed_check_v1": ("v1", {}),
-    "mixed_check_v2": ("v2", {}),
     "mixed_v2": ("v2", {}),
-    "mixed_timed_v1": ("v1", {}),
-    "mixed_timed_v2": ("v2", {}),
     # The policies as deployed: one policy for the engine's life, beside never / static-0 / static / SGLang's
     # own under --paired.
     "cm_v1": ("v1", {"SPECPOLICY_POLICY": json.dumps(COST_MODEL)}),
@@ -189,28 +164,8 @@ def runnable(variants: list[str]) -> list[str]:
     return [v for v in variants if v not in SKIPPED]
 
 
-#: variant -> (the dispatcher's policy label, its configuration): the variants run as the SGLang check
-#: runs its engines (the dispatcher over a control file, the JSONL trace)
-CHECKED: dict[str, tuple[str, dict[str, Any]]] = {
-    "on_check": ("static", STATIC),
-    "off_check_v1": ("static-0", OFF),
-    "off_check_info_v1": ("static-0", OFF),
-    "off_check_v2": ("static-0", OFF),
-}
-#: the switched variants: whether each runs with the live check's whole configuration (every policy of its
-#: engine, the trace, the info log) or with the two policies it switches between only
-MIXED: dict[str, bool] = {
-    "mixed_v1": False,
-    "mixed_check_v1": True,
-    "mixed_check_v2": True,
-    "mixed_v2": False,
-    "mixed_timed_v1": False,
-    "mixed_timed_v2": False,
-}
-#: switched variants that also time the scheduler process's engine methods (specpolicy_gpucheck.host_timers)
-TIMED = frozenset({"mixed_timed_v1", "mixed_timed_v2"})
-#: variants that keep the live check's engine log level (info) instead of this script's (warning)
-INFO_LOG = frozenset({"off_check_info_v1", *(v for v, full in MIXED.items() if full)})
+#: the switched variants: one engine, its dispatcher switching between static-0 and static
+MIXED = frozenset({"mixed_v1", "mixed_v2"})
 #: output tokens per request by concurrency, so that a batch lasts about a second
 TOKENS = {1: 600, 4: 500, 16: 400, 64: 300, 128: 200}
 #: engine arguments of every ``--paired`` engine, on top of the live check's. Five engines share the GPU:
@@ -370,28 +325,9 @@ def control_path(out: Path, variant: str) -> Path:
     return out / f"ab-control-{variant}.txt"
 
 
-def mixed_policies(full: bool) -> dict[str, Any]:
-    """What a switched variant's dispatcher holds: the live check's policies for an engine of its perf
-    sweep (``--perf static,static-0,cost_model``, no resume phases), or the two it switches between."""
-    if not full:
-        return {"static": STATIC}
-    perf = planmod.perf_policies()
-    return {**planmod.check_policies(), **{k: perf[k] for k in ("static", "cost_model")}}
-
-
 def mixed_env(out: Path, variant: str) -> dict[str, str]:
-    """A switched variant's settings; it starts off."""
-    full = MIXED[variant]
-    env = checked_env(out, variant, "static-0", OFF, mixed_policies(full), trace=full)
-    if variant in TIMED:
-        cfg = json.loads(env["SPECPOLICY_POLICY"])
-        cfg["host_timers"] = str(timers_path(variant))
-        env["SPECPOLICY_POLICY"] = json.dumps(cfg)
-    return env
-
-
-def timers_path(variant: str) -> Path:
-    return Path(f"/tmp/ab-timers-{variant}.jsonl")
+    """A switched variant's settings: the dispatcher holding static-0 and static, starting off; no trace."""
+    return checked_env(out, variant, "static-0", OFF, {"static": STATIC}, trace=False)
 
 
 def paired_timers_path(folder: str | Path, variant: str) -> Path:
@@ -493,14 +429,9 @@ def run_mixed(
 
 def run_variant(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     eng, res, vocab, pi = start_engine(args, variant)
-    out = Path(args.out)
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if variant in MIXED:
         res["perf"], res["profile"] = run_mixed(eng, args, variant, levels, vocab, pi)
-        if variant in TIMED:
-            res["host_timed_batches"] = attach_host_times(res["perf"], timers_path(variant))
-            if timers_path(variant).exists():
-                shutil.copy(timers_path(variant), out / f"ab-timers-{variant}.jsonl")
         res["median_tok_s"] = {k: paired.median(v) for k, v in res["perf"].items()}
         eng.shutdown()
         return res
@@ -543,11 +474,8 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     for k in [k for k in os.environ if k.startswith("SPECPOLICY_")]:
         del os.environ[k]
     out = Path(args.out)
-    if variant in CHECKED:
-        env = checked_env(out, variant, *CHECKED[variant])
-    elif variant in MIXED:
+    if variant in MIXED:
         env = mixed_env(out, variant)
-        timers_path(variant).unlink(missing_ok=True)  # an earlier command's lines
     timers_dir = getattr(args, "host_timers_dir", None)
     if timers_dir:  # every variant, specpolicy or not: SGLang's plugin loader installs them
         from specpolicy_gpucheck.host_timers import ENV as TIMERS_ENV
@@ -564,8 +492,7 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     meta = json.loads((models / "meta.json").read_text())
     vocab, pi = int(meta["chain_vocab"]), np.asarray(meta["pi"])
     kw = {**sglang_check.engine_kwargs(path, models), **ENGINE_KW.get(variant, {})}
-    if variant not in INFO_LOG:
-        kw["log_level"] = "warning"
+    kw["log_level"] = "warning"
     if getattr(args, "engine_log_level", None):
         kw["log_level"] = args.engine_log_level
     if getattr(args, "serve", None):
@@ -771,7 +698,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     )
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--variants", default="plain,on,on_verify,on_host,on_check")
+    ap.add_argument("--variants", default="base_v2,off_v2,on,plain", help="comma-separated (listed above)")
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--profile", default="1,16")
     ap.add_argument("--repeats", type=int, default=3)
