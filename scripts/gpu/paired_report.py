@@ -12,14 +12,14 @@ Usage (the section goes to stdout as Markdown; ``--report`` merges it into repor
 ``paired["<path>/<backend>"]``):
 
     python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
-        --report docs/gpu-results/report.json --md paired-v1-triton.md
+        --report results/2026-12-06-sglang-0.5.12.post1-paired/report.json --md paired-v1-triton.md
 
 On a release with v2 workers only the key names the release, the scheduling, the drafter and the backend,
 and the goals are ``GOALS_V2`` (SGLang's ``--speculative-adaptive`` the anchor)::
 
     V=never_ov,sglang_eagle3_ov,adaptive_eagle3_ov,static_eagle3_ov,static0_eagle3_ov,cm_eagle3_ov
     python3 scripts/gpu/paired_report.py OUT/ab-paired.json --key sglang-0.5.17/overlap/eagle3/triton \\
-        --variants $V --device "NVIDIA H100" --report docs/gpu-results/report.json
+        --variants $V --device "NVIDIA H100" --report results/2026-12-06-sglang-0.5.12.post1-paired/report.json
 """
 
 from __future__ import annotations

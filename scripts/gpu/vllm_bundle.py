@@ -5,7 +5,7 @@ One place for the download list (``make_vllm_bundle.sh`` reads it with ``pins`` 
 install step (``vllm_probe.py`` and the GPU commands call ``install``) and the modules the probe imports;
 ``tests/gpu/test_gpu_vllm_bundle.py`` holds them to vLLM's source and to the image's package list.
 
-The host (python 3.12.3, torch 2.11.0+cu130, 197 packages: docs/gpu-results/gpu-image-packages-2026-12-02.txt)
+The host (python 3.12.3, torch 2.11.0+cu130, 197 packages: results/2026-12-02-sglang-0.5.12.post1-run7/gpu-image-packages-2026-12-02.txt)
 has no package index and takes at most 64 MiB per command, the repository included. vLLM 0.26.0 pins
 torch 2.11.0 and declares 45 requirements the image lacks (``bundle_plan.py``); the offline engine path
 imports far fewer. The list below comes from reading that path's imports (``vllm_imports.py``: every
@@ -390,7 +390,7 @@ def pip_specs() -> list[str]:
 def provider(import_name: str, image: dict[str, str] | None = None) -> str:
     """Who provides a top-level import on the host: ``bundle: <pin>``, ``image: <dist>``, ``optional:
     <why>`` or ``MISSING``. ``image`` is the freeze (canonical name -> version); default: the 2026-12-02
-    list in docs/gpu-results."""
+    list in results/2026-12-02-sglang-0.5.12.post1-run7."""
     for p in PINS:
         if import_name in p.imports:
             return f"bundle: {p.spec}"
@@ -408,7 +408,7 @@ def _image() -> dict[str, str]:
     sys.path.insert(0, str(HERE))
     from bundle_plan import read_freeze
 
-    path = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
+    path = ROOT / "results" / "2026-12-02-sglang-0.5.12.post1-run7" / "gpu-image-packages-2026-12-02.txt"
     return read_freeze(path.read_text())
 
 
@@ -486,7 +486,7 @@ def install(
             ):
                 dst = Path(tmp) / name
                 ignore = shutil.ignore_patterns(
-                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "tests"
+                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "results", "tests"
                 )
                 shutil.copytree(src, dst, ignore=ignore)
                 cmd = [

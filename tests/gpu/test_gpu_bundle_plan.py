@@ -8,7 +8,7 @@ from pathlib import Path
 
 import bundle_plan as bp
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu-results"
+RUN7 = Path(__file__).resolve().parents[2] / "results" / "2026-12-02-sglang-0.5.12.post1-run7"
 
 METADATA = """Metadata-Version: 2.4
 Name: engine
@@ -67,7 +67,7 @@ def test_a_wheel_is_read_like_its_metadata(tmp_path: Path) -> None:
 
 
 def test_the_recorded_image_list_is_read_whole() -> None:
-    held = bp.read_freeze((DOCS / "gpu-image-packages-2026-12-02.txt").read_text())
+    held = bp.read_freeze((RUN7 / "gpu-image-packages-2026-12-02.txt").read_text())
     assert len(held) == 197
     assert held["torch"] == "2.11.0" and held["numba"] == "0.68.0" and held["triton"] == "3.6.0"
 

@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
+IMAGE = ROOT / "results" / "2026-12-02-sglang-0.5.12.post1-run7" / "gpu-image-packages-2026-12-02.txt"
 ENV_DIR = Path(os.environ.get("SPECPOLICY_ENV_DIR", ROOT / ".venvs"))
 
 

@@ -30,7 +30,7 @@ from vllm_imports import ImportGraph
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / ".venvs" / "vllm-0.26.0" / "lib" / "python3.11" / "site-packages"
 METADATA = SITE / "vllm-0.26.0.dist-info" / "METADATA"
-IMAGE = ROOT / "docs" / "gpu-results" / "gpu-image-packages-2026-12-02.txt"
+IMAGE = ROOT / "results" / "2026-12-02-sglang-0.5.12.post1-run7" / "gpu-image-packages-2026-12-02.txt"
 needs_source = pytest.mark.skipif(
     not METADATA.is_file(), reason="needs the vLLM 0.26.0 engine venv (scripts/engine-envs.sh vllm-0.26.0)"
 )
