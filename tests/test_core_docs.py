@@ -15,7 +15,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_api_plugin_recipe_builds_a_working_policy() -> None:
-    text = (DOCS / "api.md").read_text()
+    text = (DOCS / "reference" / "api.md").read_text()
     code = re.search(r"```python\n(# my_policies/__init__.py\n.*?)```", text, re.S)
     assert code, "the plugin example moved; update this test"
     ns: dict[str, Any] = {}
@@ -41,7 +41,7 @@ def test_acceptance_worked_example() -> None:
 def test_cost_model_md_step_costs_are_the_shipped_profiles() -> None:
     from specpolicy.profiles import load_profile
 
-    text = (DOCS / "cost-model.md").read_text().replace("\n", " ")
+    text = (DOCS / "design" / "cost-model.md").read_text().replace("\n", " ")
     found = re.search(r"\(([\d.]+) vs ([\d.]+) ms target forward in the shipped `([\w-]+)` profile", text)
     assert found, "cost-model.md no longer quotes the profile's step costs; update this test"
     four, one, name = float(found.group(1)), float(found.group(2)), found.group(3)

@@ -2,7 +2,7 @@
 """The report's tables from a side-by-side run (``ab_static.py --paired``).
 
 The live check measures its speculative and speculation-free engines minutes apart, and the host's speed
-drifts by up to 1.65x over that time (docs/gpu-results.md, eighth sitting), so its goal ratios compare two
+drifts by up to 1.65x over that time (results/2026-12-02-sglang-0.5.12.post1-run8/notes.md), so its goal ratios compare two
 moments of the host. A paired run keeps one engine per policy alive and rotates the same batches across
 them: each goal ratio here is taken batch next to batch, repeat by repeat, and summarised as median and
 min-max. Every policy in such a run is its engine's one policy for its whole life, as in serving

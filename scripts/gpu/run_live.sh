@@ -13,7 +13,7 @@
 #   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2, eagle3_v1,eagle3_v2,eagle3tree_v1
 #            (see scripts/gpu/plan.py), or
 #            "install": install and check the imports only (for scripts/gpu/ab_static.py and the like)
-# One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
+# One sitting (about 9 minutes, two engine starts; docs/results/methodology.md, "One run"):
 #   bash scripts/gpu/run_live.sh v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
 # Print that plan and its estimate first, on any machine (the budget is what this script leaves after
 # installing): python3 scripts/gpu_check.py device --work /tmp/gc --out /tmp/out --paths v2,base_v2 \

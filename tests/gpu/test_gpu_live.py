@@ -1,7 +1,7 @@
 """The live check itself: only where a CUDA GPU and SGLang 0.5.12.post1 are installed (never in CI).
 
 It runs a shortened plan of scripts/gpu_check.py on both worker paths (one repeat, a 10 s ramp, two resume
-stretches) and requires every check to pass. The full run and its figures are in docs/gpu-results.md.
+stretches) and requires every check to pass. The full run and its figures are in docs/results/methodology.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _gpu_and_sglang() -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        return "no CUDA GPU on this machine (the live SGLang check needs one; results: docs/gpu-results.md)"
+        return "no CUDA GPU on this machine (the live SGLang check needs one; results: docs/results/methodology.md)"
     try:
         import importlib.metadata as md
 

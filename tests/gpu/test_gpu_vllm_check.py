@@ -19,7 +19,7 @@ import pytest
 import vllm_check as vc
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "gpu-results-vllm.md"
+DOC = ROOT / "docs" / "results" / "methodology.md"
 
 
 @pytest.fixture
