@@ -1,4 +1,5 @@
-"""The examples in docs/ run as written: the plugin recipe in api.md, a worked example in policies.md."""
+"""The examples in docs/ run as written: the plugin recipe in writing-a-policy.md, a worked example in
+choosing-a-policy.md."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_api_plugin_recipe_builds_a_working_policy() -> None:
-    text = (DOCS / "reference" / "api.md").read_text()
+    text = (DOCS / "guides" / "writing-a-policy.md").read_text()
     code = re.search(r"```python\n(# my_policies/__init__.py\n.*?)```", text, re.S)
     assert code, "the plugin example moved; update this test"
     ns: dict[str, Any] = {}
-    exec(compile(code.group(1), "api.md", "exec", dont_inherit=True), ns)
+    exec(compile(code.group(1), "writing-a-policy.md", "exec", dont_inherit=True), ns)
     policy = ns["QueueAware"](ns["QueueAwareConfig"]())
     assert policy.decide(StepStats(8)) == SpecMode.on(3)
     assert policy.decide(StepStats(8, num_waiting=5)) == SpecMode.off()

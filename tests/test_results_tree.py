@@ -1,6 +1,6 @@
 """The results/ tree stays small and self-describing: a measurement run adds at most a few MB to a clone.
 
-Every run folder holds its notes (notes.md) and at least one report; no folder exceeds 3 MB and no file
+Every run folder holds its notes (notes.md), and a live run's at least one report; no folder exceeds 3 MB and no file
 2 MB; every report runs.json names lies inside a run folder; results/README.md lists every run folder.
 """
 
@@ -40,7 +40,8 @@ def test_a_run_folder_has_notes_and_a_report(run: Path) -> None:
     notes = run / "notes.md"
     assert notes.is_file(), f"{run.name}: no notes.md"
     assert notes.read_text().startswith(f"# {run.name}\n"), f"{run.name}: notes.md names another run"
-    assert any(p.suffix == ".json" for p in _files(run)), f"{run.name}: no report JSON"
+    if "-sglang-" in run.name or "-vllm-" in run.name:  # a live run; a CPU one may be notes only
+        assert any(p.suffix == ".json" for p in _files(run)), f"{run.name}: no report JSON"
     assert run.name[:10].replace("-", "").isdigit(), f"{run.name}: a run folder starts with its date"
 
 
