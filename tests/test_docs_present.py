@@ -23,7 +23,7 @@ HEX = re.compile(r"(?<![\w/.-])([0-9a-f]{7,40})(?![\w/-])")
 ISSUE = re.compile(r"\bissues? #?\d+|(?<![\w&])#\d+\b", re.I)
 UPSTREAM = re.compile(r"(vllm|sglang|tensorrt|pytorch|flashinfer|upstream|\bPR\b|pull)", re.I)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-RUN = re.compile(r"results/(\d{4}-\d\d-\d\d-[A-Za-z0-9._-]+?)(?=[/)`\s,;:]|\.(?:\s|$))")
+RUN = re.compile(r"(?<![\w-])(\d{4}-\d\d-\d\d-(?:sglang|vllm|cpu)-[A-Za-z0-9._-]+?)(?=[/)`'\s,;:]|\.(?:\s|$)|$)")
 
 
 def _prose(text: str) -> str:
@@ -45,6 +45,11 @@ def violations(text: str) -> list[str]:
             if not UPSTREAM.search(line[max(0, m.start() - 40) : m.start()]):
                 out.append(f"line {n}: issue number {m.group(0)!r}")
     return out
+
+
+def test_a_run_name_is_found_in_prose_and_links() -> None:
+    text = "see `2026-12-01-sglang-0.5.12.post1-run3`'s notes and [x](../../results/2026-12-06-vllm-0.26.0-v1-runner/notes.md)."
+    assert RUN.findall(text) == ["2026-12-01-sglang-0.5.12.post1-run3", "2026-12-06-vllm-0.26.0-v1-runner"]
 
 
 def test_the_rules_catch_what_they_should() -> None:
