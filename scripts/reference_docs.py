@@ -74,7 +74,7 @@ def render_policies() -> str:
         "`specpolicy policies` prints the same, plugins included; when each policy fits is in",
         "[choosing a policy](../guides/choosing-a-policy.md).",
         "",
-        "A configuration is a name (`cost_model`), a JSON object (`{\"name\": \"static\", \"num_steps\": 2}`)",
+        'A configuration is a name (`cost_model`), a JSON object (`{"name": "static", "num_steps": 2}`)',
         "or a file holding one (`.json`, `.yaml`, `.toml`); `specpolicy check-config` validates it and names",
         "the field that is wrong.",
     ]
@@ -118,7 +118,10 @@ def render_settings() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+Command = tuple[str, str, argparse.ArgumentParser]  # (full name, one-line help, its parser)
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[Command]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {a.dest: a.help or "" for a in action._choices_actions}
@@ -190,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif not path.is_file() or path.read_text() != text:
             stale.append(str(rel))
     if stale:
-        print(f"out of date: {', '.join(stale)}; run python3 scripts/reference_docs.py --write", file=sys.stderr)
+        fix = "run python3 scripts/reference_docs.py --write"
+        print(f"out of date: {', '.join(stale)}; {fix}", file=sys.stderr)
         return 1
     return 0
 

@@ -4,7 +4,8 @@
 release, report file and the report's format. From those reports and from the adapters' release tables
 this script writes
 
-* ``docs/results/summary.md``: one row per run, report key and goal ratio (device, release, date, the ratio's medians over the concurrency levels, the goal, met or not, lossless counts);
+* ``docs/results/summary.md``: one row per run, report key and goal ratio (device, release, date, the ratio's
+  medians over the concurrency levels, the goal, met or not, lossless counts);
 * ``docs/results/support.md``: one row per supported engine release (route, tested in CI, live where and
   when, and what the live runs met);
 * the status table of README.md, between its ``status:begin`` and ``status:end`` markers.

@@ -159,7 +159,8 @@ def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixtu
     )
     assert claim, "policies.md no longer states the gate example's figures; update this test"
     small, low, high, loses, vs_never = claim.groups()
-    (_, command, _) = next(e for e in EXAMPLES if e[0] == "guides/choosing-a-policy.md" and '"name": "gate"' in e[1])
+    doc = "guides/choosing-a-policy.md"
+    (_, command, _) = next(e for e in EXAMPLES if e[0] == doc and '"name": "gate"' in e[1])
     assert f"--concurrency {low},{high} " in command
     lines = _run(command, capsys)
 

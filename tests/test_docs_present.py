@@ -23,7 +23,9 @@ HEX = re.compile(r"(?<![\w/.-])([0-9a-f]{7,40})(?![\w/-])")
 ISSUE = re.compile(r"\bissues? #?\d+|(?<![\w&])#\d+\b", re.I)
 UPSTREAM = re.compile(r"(vllm|sglang|tensorrt|pytorch|flashinfer|upstream|\bPR\b|pull)", re.I)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-RUN = re.compile(r"(?<![\w-])(\d{4}-\d\d-\d\d-(?:sglang|vllm|cpu)-[A-Za-z0-9._-]+?)(?=[/)`'\s,;:]|\.(?:\s|$)|$)")
+RUN = re.compile(
+    r"(?<![\w-])(\d{4}-\d\d-\d\d-(?:sglang|vllm|cpu)-[A-Za-z0-9._-]+?)(?=[/)`'\s,;:]|\.(?:\s|$)|$)"
+)
 
 
 def _prose(text: str) -> str:
@@ -48,7 +50,10 @@ def violations(text: str) -> list[str]:
 
 
 def test_a_run_name_is_found_in_prose_and_links() -> None:
-    text = "see `2026-12-01-sglang-0.5.12.post1-run3`'s notes and [x](../../results/2026-12-06-vllm-0.26.0-v1-runner/notes.md)."
+    text = (
+        "see `2026-12-01-sglang-0.5.12.post1-run3`'s notes and "
+        "[x](../../results/2026-12-06-vllm-0.26.0-v1-runner/notes.md)."
+    )
     assert RUN.findall(text) == ["2026-12-01-sglang-0.5.12.post1-run3", "2026-12-06-vllm-0.26.0-v1-runner"]
 
 
@@ -64,7 +69,8 @@ def test_a_page_has_no_history_words(page: Path) -> None:
     text = page.read_text()
     found = violations(text)
     found += [f"code: hash {m.group(1)!r}" for m in HEX.finditer(text) if _is_hash(m.group(1))]
-    assert not found, f"{page.relative_to(ROOT)}: move history to CHANGELOG.md or results/<run>/notes.md: {found}"
+    where = "CHANGELOG.md or results/<run>/notes.md"
+    assert not found, f"{page.relative_to(ROOT)}: move history to {where}: {found}"
 
 
 def _anchors(page: Path) -> set[str]:

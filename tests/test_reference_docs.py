@@ -55,7 +55,7 @@ def test_every_subcommand_and_option_is_listed() -> None:
     text = (ROOT / rd.CLI).read_text()
     parser = build_parser()
     names = [name for name, _, _ in rd._subcommands(parser, "specpolicy")]
-    assert {"specpolicy simulate", "specpolicy tune", "specpolicy profile fit", "specpolicy vllm-args"} <= set(names)
+    assert {"specpolicy simulate", "specpolicy profile fit", "specpolicy vllm-args"} <= set(names)
     for name, _, sub in rd._subcommands(parser, "specpolicy"):
         section = text.split(f"## `{name}`\n", 1)[1].split("\n## ", 1)[0]
         for action in sub._actions:

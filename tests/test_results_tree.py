@@ -1,7 +1,7 @@
 """The results/ tree stays small and self-describing: a measurement run adds at most a few MB to a clone.
 
-Every run folder holds its notes (notes.md), and a live run's at least one report; no folder exceeds 3 MB and no file
-2 MB; every report runs.json names lies inside a run folder; results/README.md lists every run folder.
+Every run folder holds its notes (notes.md), and a live run's at least one report; no folder exceeds 3 MB and
+no file 2 MB; every report runs.json names lies inside a run folder; results/README.md lists every run folder.
 """
 
 from __future__ import annotations

@@ -177,7 +177,9 @@ class ProfileFile(_Model):
         None, gt=0, lt=1, description="the profile's own per-token acceptance (fitted profiles), else null"
     )
     off_cost: OffCost = "catch_up"
-    prefill: PrefillModel | None = Field(None, description="null: derived from the grid (docs/reference/profiles.md)")
+    prefill: PrefillModel | None = Field(
+        None, description="null: derived from the grid (docs/reference/profiles.md)"
+    )
     source: str = ""
     assumptions: list[str] = Field(default_factory=list)
     measured: MeasuredRange | None = Field(

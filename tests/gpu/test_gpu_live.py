@@ -23,7 +23,10 @@ def _gpu_and_sglang() -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        return "no CUDA GPU on this machine (the live SGLang check needs one; results: docs/results/methodology.md)"
+        return (
+            "no CUDA GPU on this machine (the live SGLang check needs one; "
+            "results: docs/results/methodology.md)"
+        )
     try:
         import importlib.metadata as md
 

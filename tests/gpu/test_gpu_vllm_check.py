@@ -252,7 +252,8 @@ def fake_raw(
 
 def test_report_has_the_sglang_reports_shape() -> None:
     report = vc.build_report(fake_raw())
-    sglang = json.loads((ROOT / "results" / "2026-12-06-sglang-0.5.12.post1-paired" / "report.json").read_text())
+    paired = ROOT / "results" / "2026-12-06-sglang-0.5.12.post1-paired" / "report.json"
+    sglang = json.loads(paired.read_text())
     for key in ("ok", "model", "perf", "perf_spread", "perf_samples", "off_ratio", "doctor", "engines"):
         assert key in report and key in sglang
     (path,) = report["perf"]
