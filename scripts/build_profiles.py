@@ -7,8 +7,8 @@
   maximum along tokens per request and then along batch size (the largest adjustment is printed; it comes from
   attention-kernel choice at small batches), plus the engine overheads below.
 - moe-verify-heavy: an analytic mixture-of-experts model whose constants are stated in ``moe_profile``.
-- seed-k25-tp8-pcie: fitted to the deployment table in docs/profiles.md with the steady-state closed loop of
-  ``specpolicy.sim.steady_state``, so the fit is exact there by construction.
+- seed-k25-tp8-pcie: fitted to the deployment table in docs/reference/profiles.md with the steady-state closed
+  loop of ``specpolicy.sim.steady_state``, so the fit is exact there by construction.
 
 ``--check`` rebuilds in memory and fails if a shipped file differs (the JSON files are committed; tests never
 need the raw data).
@@ -253,7 +253,7 @@ def moe_profile() -> dict[str, Any]:
 
 
 # --- seed-k25-tp8-pcie: fitted to the deployment table -------------------------------------------------
-SEED_TABLE = {  # concurrency: (EAGLE-3 tok/s, baseline tok/s), docs/profiles.md
+SEED_TABLE = {  # concurrency: (EAGLE-3 tok/s, baseline tok/s), docs/reference/profiles.md
     1: (77.5, 92.6),
     10: (239.6, 457.2),
     70: (337.7, 784.2),
@@ -307,7 +307,9 @@ def seed_profile() -> dict[str, Any]:
             "off": {"fixed": SEED_OFF_OVERHEAD_MS, "per_request": 0.0},
         },
         "prefill": SEED_PREFILL,
-        "source": "docs/profiles.md (seed deployment table); scripts/build_profiles.py seed_profile",
+        "source": (
+            "docs/reference/profiles.md (seed deployment table); scripts/build_profiles.py seed_profile"
+        ),
         "assumptions": [
             "Output tok/s at concurrency 1, 10, 70, 250 (prompts 512, outputs 256 +-50%, closed loop) for no "
             "speculation and the launch EAGLE-3 configuration; the fit is exact in the steady-state model.",

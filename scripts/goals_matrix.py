@@ -9,7 +9,7 @@ every workload for ``specpolicy simulate``'s own default duration (60 s per swee
 level 1, 2, 4, ..., 256; 600 s for the others and the daily cycle: about 20 minutes on two cores with
 ``--jobs 2``); ``short`` (the default) is 10 s per level at 1, 8 and 64 and 60-120 s for the others, a few
 minutes. ``--scale`` multiplies every duration. SGLang's rule appears when its class is
-importable or SPECPOLICY_SGLANG_DIR names its package directory (docs/simulator.md).
+importable or SPECPOLICY_SGLANG_DIR names its package directory (docs/getting-started/simulator.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 release, report file and the report's format. From those reports and from the adapters' release tables
 this script writes
 
-* ``docs/results/summary.md``: one row per run, report key and goal ratio (device, release, specpolicy
-  commit, date, the ratio's medians over the concurrency levels, the goal, met or not, lossless counts);
+* ``docs/results/summary.md``: one row per run, report key and goal ratio (device, release, date, the ratio's
+  medians over the concurrency levels, the goal, met or not, lossless counts);
 * ``docs/results/support.md``: one row per supported engine release (route, tested in CI, live where and
   when, and what the live runs met);
 * the status table of README.md, between its ``status:begin`` and ``status:end`` markers.
@@ -287,16 +287,17 @@ def render_summary(rows: Sequence[Row]) -> str:
         "`results/runs.json`; do not edit by hand. One row per report key and goal ratio: the ratio's",
         "medians over the concurrency levels measured (lowest and highest), the goal it is held to, and",
         "whether every level met it. Lossless: requests whose tokens equal the oracle's, of all the key's",
-        "requests.",
+        "requests. Each run links to its notes (its commands, and the specpolicy commit its report records).",
         "",
-        "| run | key | device | release | commit | date | ratio | medians | goal | met | lossless |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | key | device | release | date | ratio | medians | goal | met | lossless |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         met = "-" if r.met is None else ("yes" if r.met else "no")
         medians = "-" if r.low is None else f"{_fmt(r.low)} - {_fmt(r.high)}"
         lines.append(
-            f"| {r.run.id} | `{r.key}` | {r.device} | {r.run.engine} {r.run.release} | {r.commit} | "
+            f"| [{r.run.id}](../../{Path(r.run.report).parent}/notes.md) | `{r.key}` | {r.device} | "
+            f"{r.run.engine} {r.run.release} | "
             f"{r.run.date} | {r.ratio} | {medians} | {_fmt(r.goal)} | {met} | "
             f"{r.lossless[0]:,} / {r.lossless[1]:,} |"
         )

@@ -1,4 +1,5 @@
-"""The examples in docs/ run as written: the plugin recipe in api.md, a worked example in policies.md."""
+"""The examples in docs/ run as written: the plugin recipe in writing-a-policy.md, a worked example in
+choosing-a-policy.md."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_api_plugin_recipe_builds_a_working_policy() -> None:
-    text = (DOCS / "api.md").read_text()
+    text = (DOCS / "guides" / "writing-a-policy.md").read_text()
     code = re.search(r"```python\n(# my_policies/__init__.py\n.*?)```", text, re.S)
     assert code, "the plugin example moved; update this test"
     ns: dict[str, Any] = {}
-    exec(compile(code.group(1), "api.md", "exec", dont_inherit=True), ns)
+    exec(compile(code.group(1), "writing-a-policy.md", "exec", dont_inherit=True), ns)
     policy = ns["QueueAware"](ns["QueueAwareConfig"]())
     assert policy.decide(StepStats(8)) == SpecMode.on(3)
     assert policy.decide(StepStats(8, num_waiting=5)) == SpecMode.off()
@@ -41,7 +42,7 @@ def test_acceptance_worked_example() -> None:
 def test_cost_model_md_step_costs_are_the_shipped_profiles() -> None:
     from specpolicy.profiles import load_profile
 
-    text = (DOCS / "cost-model.md").read_text().replace("\n", " ")
+    text = (DOCS / "design" / "cost-model.md").read_text().replace("\n", " ")
     found = re.search(r"\(([\d.]+) vs ([\d.]+) ms target forward in the shipped `([\w-]+)` profile", text)
     assert found, "cost-model.md no longer quotes the profile's step costs; update this test"
     four, one, name = float(found.group(1)), float(found.group(2)), found.group(3)

@@ -1,13 +1,13 @@
 """cost_model on a fresh engine at one request, replayed with the step times measured live.
 
-Live (2026-12-06, v2 worker, triton, H100; docs/gpu-results.md, tenth sitting), a fresh engine's first
-speculative steps at one request took 27.5 and 6.0 ms (cold), and each first speculative step after off
-steps 7.6-13.9 ms (the lazy draft catch-up and the switch), against 5.0 ms for a steady speculative step
-with 2.5 tokens and 2.65 ms for an off step with one: speculation is 1.3x off, and cost_model ran off for
-the whole first one-request batch (0.70-0.73x ``static``): each such step entered the estimate as the
-depth's cost. Now the first run of two steps or more measured at a depth replaces the single steps before
-it where they put the depth more than 1.5x dearer, and while off runs a speculative depth known from single
-steps only is probed soon, over ``probe_steps`` steps.
+Live (2026-12-06, v2 worker, triton, H100; results/2026-12-06-sglang-0.5.12.post1-run10/notes.md), a fresh
+engine's first speculative steps at one request took 27.5 and 6.0 ms (cold), and each first speculative step
+after off steps 7.6-13.9 ms (the lazy draft catch-up and the switch), against 5.0 ms for a steady speculative
+step with 2.5 tokens and 2.65 ms for an off step with one: speculation is 1.3x off, and cost_model ran off for
+the whole first one-request batch (0.70-0.73x ``static``): each such step entered the estimate as the depth's
+cost. Now the first run of two steps or more measured at a depth replaces the single steps before it where
+they put the depth more than 1.5x dearer, and while off runs a speculative depth known from single steps only
+is probed soon, over ``probe_steps`` steps.
 """
 
 from __future__ import annotations

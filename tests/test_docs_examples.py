@@ -26,11 +26,11 @@ _NUMBER = re.compile(r"^[-+x]?[\d,]*\.?\d+(e[-+]?\d+)?[x%]?$")
 def checked_examples() -> list[tuple[str, str, list[str]]]:
     """(doc name, command, expected output lines) of every checked console block."""
     out = []
-    for path in sorted(DOCS.glob("*.md")):
+    for path in sorted(DOCS.rglob("*.md")):
         for block in re.findall(r"<!-- checked -->\n```console\n(.*?)```", path.read_text(), flags=re.S):
             first, *rest = block.rstrip("\n").split("\n")
-            assert first.startswith("$ specpolicy "), f"{path.name}: a checked block starts with its command"
-            out.append((path.name, first[2:], rest))
+            assert first.startswith("$ specpolicy "), f"{path}: a checked block starts with its command"
+            out.append((str(path.relative_to(DOCS)), first[2:], rest))
     return out
 
 
@@ -81,7 +81,7 @@ def _run(
 
 
 def test_there_are_checked_examples() -> None:
-    assert {doc for doc, _, _ in EXAMPLES} >= {"simulator.md"} and len(EXAMPLES) >= 3
+    assert {doc for doc, _, _ in EXAMPLES} >= {"getting-started/simulator.md"} and len(EXAMPLES) >= 3
 
 
 @pytest.mark.parametrize(("doc", "command", "expected"), EXAMPLES, ids=[c for _, c, _ in EXAMPLES])
@@ -97,7 +97,7 @@ def test_documented_output(
 
 
 def test_the_default_scenarios_run_count_and_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (DOCS / "simulator.md").read_text()
+    text = (DOCS / "getting-started" / "simulator.md").read_text()
     runs = int(re.search(r"It is (\d+) runs \(", text).group(1))  # type: ignore[union-attr]
     out = tmp_path / "default.json"
     assert main(["simulate", "--no-progress", "--json", str(out)]) == 0
@@ -109,7 +109,7 @@ def test_the_default_scenarios_run_count_and_time(tmp_path: Path, capsys: pytest
 
 
 def test_policies_md_acceptance_figures_are_the_simulators(capsys: pytest.CaptureFixture[str]) -> None:
-    text = (DOCS / "policies.md").read_text()
+    text = (DOCS / "guides" / "choosing-a-policy.md").read_text()
     claim = re.search(
         r"`acceptance` gets ([\d.]+)x, ([\d.]+)x, ([\d.]+)x and ([\d.]+)x the best fixed depth at "
         r"concurrency (\d+), (\d+), (\d+) and (\d+)",
@@ -139,7 +139,7 @@ def test_readme_figure_is_the_default_scenarios(
 
 
 def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    text = (DOCS / "simulator.md").read_text()
+    text = (DOCS / "getting-started" / "simulator.md").read_text()
     code = re.search(r"```python\n(from specpolicy\.sim\.run import .*?)```", text, flags=re.S)
     assert code, "simulator.md's Python example moved; update this test"
     ns: dict[str, object] = {}
@@ -150,7 +150,7 @@ def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixture[str]) -> None:
-    text = (DOCS / "policies.md").read_text().replace("\n", " ")
+    text = (DOCS / "guides" / "choosing-a-policy.md").read_text().replace("\n", " ")
     claim = re.search(
         r"keeps acceptance's choice where the batch is small \(x([\d.]+) the best fixed depth at concurrency "
         r"(\d+), as `acceptance` alone\) and is off at (\d+), where acceptance alone speculates at x([\d.]+) "
@@ -159,7 +159,8 @@ def test_policies_md_gate_figures_are_the_simulators(capsys: pytest.CaptureFixtu
     )
     assert claim, "policies.md no longer states the gate example's figures; update this test"
     small, low, high, loses, vs_never = claim.groups()
-    (_, command, _) = next(e for e in EXAMPLES if e[0] == "policies.md" and '"name": "gate"' in e[1])
+    doc = "guides/choosing-a-policy.md"
+    (_, command, _) = next(e for e in EXAMPLES if e[0] == doc and '"name": "gate"' in e[1])
     assert f"--concurrency {low},{high} " in command
     lines = _run(command, capsys)
 

@@ -90,7 +90,7 @@ def test_what_each_extra_declares_is_on_the_index(extra: str, tmp_path: Path) ->
 
 
 def test_the_unpublished_name_only_appears_as_the_future_form() -> None:
-    texts = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("specpolicy/**/*.py"))]
+    texts = [ROOT / "README.md", *sorted(ROOT.glob("docs/**/*.md")), *sorted(ROOT.glob("specpolicy/**/*.py"))]
     for path in texts:
         for line in path.read_text().splitlines():
             if re.search(r"pip install ['\"]?specpolicy\[", line):

@@ -69,12 +69,13 @@ def test_a_paired_report_gives_one_row_per_key_and_goal(tmp_path: Path) -> None:
     root = _root(tmp_path, [_run()], {"rep.json": report})
     assert rs.main(["--write", "--root", str(root)]) == 0
     summary = (root / rs.SUMMARY).read_text()
-    rows = [line for line in summary.splitlines() if line.startswith("| r1 ")]
+    rows = [line for line in summary.splitlines() if line.startswith("| [r1](../.././notes.md) ")]
     assert len(rows) == 4
     assert (
-        "| `v1/triton` | GPU-X | sglang 0.5.12.post1 | abc1234 | 2026-01-02 "
+        "| `v1/triton` | GPU-X | sglang 0.5.12.post1 | 2026-01-02 "
         "| cost_model / max(never, static) | 0.80 - 1.01 | 0.95 | no | 21 / 22 |" in summary
     )
+    assert "abc1234" not in summary  # the commit stays in the report; docs/ carries no hashes
     support = (root / rs.SUPPORT).read_text()
     row = next(line for line in support.splitlines() if "| 0.5.12.post1 |" in line)
     # the off step over both keys: lowest median 0.93, highest 1.04; three of the four goals met
@@ -113,7 +114,7 @@ def test_vllm_ratios_are_held_to_the_vllm_goals(tmp_path: Path) -> None:
     root = _root(tmp_path, [_run(engine="vllm", release="0.34.0", format="vllm-check")], {"rep.json": report})
     assert rs.main(["--write", "--root", str(root)]) == 0
     summary = (root / rs.SUMMARY).read_text()
-    assert "| f00baa1 | 2026-01-02 | static/vllm-static | 0.50 - 0.97 | 0.97 | no |" in summary
+    assert "| vllm 0.34.0 | 2026-01-02 | static/vllm-static | 0.50 - 0.97 | 0.97 | no |" in summary
     assert "| vllm-table/max(never,vllm-static) | 0.50 - 0.97 | - | - |" in summary  # no goal: not judged
 
 

@@ -1,8 +1,8 @@
 """The vLLM adapter's step ledger, against an independent model of vLLM's step timeline.
 
-The model (from vLLM 0.33's EngineCore, see docs/vllm.md): every scheduled step S either samples (it has
-requests in decode) or not (only non-final prefill chunks). The depth chosen for a sampling step S is
-drafted after it and verified in the next sampling step; that step's update_from_output reports one
+The model (from vLLM 0.33's EngineCore, see docs/getting-started/vllm.md): every scheduled step S either
+samples (it has requests in decode) or not (only non-final prefill chunks). The depth chosen for a sampling
+step S is drafted after it and verified in the next sampling step; that step's update_from_output reports one
 (drafted, accepted) pair per verified request. Sync scheduling runs update_from_output(S) before scheduling
 S+1; async scheduling keeps two steps in flight, so it runs update_from_output(S) after scheduling S+1.
 """

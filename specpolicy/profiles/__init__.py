@@ -1,10 +1,10 @@
 """Step-cost profiles: what one engine step costs, by batch size, tokens per request and context length.
 
 Core knowledge shared by the simulator (its clock) and the ``cost_model`` policy (its prior). A profile is a
-JSON document (``schema``, format ``specpolicy-profile/1``, docs/profiles.md) of measured or fitted grids of
-target-forward and draft-step times plus per-step overheads; ``load_profile`` validates one once and builds a
-``CostProfile`` (``cost``) whose lookups are plain-Python interpolation. The shipped ones are in ``shipped/``.
-``StepCostModel`` is the seam a policy depends on: anything that prices a step.
+JSON document (``schema``, format ``specpolicy-profile/1``, docs/reference/profiles.md) of measured or fitted
+grids of target-forward and draft-step times plus per-step overheads; ``load_profile`` validates one once and
+builds a ``CostProfile`` (``cost``) whose lookups are plain-Python interpolation. The shipped ones are in
+``shipped/``. ``StepCostModel`` is the seam a policy depends on: anything that prices a step.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The on-disk schema of a step-cost profile (format ``specpolicy-profile/1``, docs/profiles.md).
+"""The on-disk schema of a step-cost profile (format ``specpolicy-profile/1``, docs/reference/profiles.md).
 
 Pydantic models that validate a profile document once, when it is loaded, with errors that name the field;
 ``cost.CostProfile`` is built from a validated document and does the lookups.
@@ -162,7 +162,7 @@ class MeasuredRange(_Model):
 
 
 class ProfileFile(_Model):
-    """The JSON document, field by field (docs/profiles.md)."""
+    """The JSON document, field by field (docs/reference/profiles.md)."""
 
     format: Literal["specpolicy-profile/1"]
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -177,7 +177,9 @@ class ProfileFile(_Model):
         None, gt=0, lt=1, description="the profile's own per-token acceptance (fitted profiles), else null"
     )
     off_cost: OffCost = "catch_up"
-    prefill: PrefillModel | None = Field(None, description="null: derived from the grid (docs/profiles.md)")
+    prefill: PrefillModel | None = Field(
+        None, description="null: derived from the grid (docs/reference/profiles.md)"
+    )
     source: str = ""
     assumptions: list[str] = Field(default_factory=list)
     measured: MeasuredRange | None = Field(

@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
         "profile",
         help="list, show and fit step-cost profiles",
         description="Step-cost profiles price each simulated engine step and seed the cost_model policy. "
-        "Format and shipped profiles: docs/profiles.md.",
+        "Format and shipped profiles: docs/reference/profiles.md.",
     )
     psub = p.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
 

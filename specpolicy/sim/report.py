@@ -5,8 +5,9 @@ name) divides its output tokens/s by best-fixed's, the best of ``static-0`` .. `
 in hindsight (per level for a sweep, over the whole run for a time-varying workload), ``vs_oracle`` by the
 per-step oracle's, ``vs_lookahead`` by the lookahead oracle's, ``vs_never`` by the speculation-free
 engine's. The JSON's ``references`` names best-fixed and gives the references' throughput per scenario.
-The JSON shape is fixed by the simulator's documentation (``docs/simulator.md``); extra fields may be added,
-never renamed. The table marks each scenario's winners and ends with the verdict (``verdict.py``).
+The JSON shape is fixed by the simulator's documentation (``docs/getting-started/simulator.md``); extra fields
+may be added, never renamed. The table marks each scenario's winners and ends with the verdict
+(``verdict.py``).
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ DEFAULT_PROFILE = "seed-k25-tp8-pcie"
 DEFAULT_WORKLOAD = "sweep"
 DEFAULT_CONCURRENCY = (1, 10, 70, 250)
 #: The command line's decide() charge per decode step, in microseconds: a round bound above the measured
-#: median of every shipped policy (cost_model, the dearest, 0.6 us on a 2-core host, docs/performance.md), so
-#: that a report is the same on every run and host. ``--measure-decide-cost`` charges the measured one.
+#: median of every shipped policy (cost_model, the dearest, 0.6 us on a 2-core host,
+#: docs/results/performance.md), so that a report is the same on every run and host. ``--measure-decide-cost``
+#: charges the measured one.
 DEFAULT_DECIDE_COST_US = 1.0
 
 
@@ -224,7 +225,8 @@ def run_simulation(spec: SimulationSpec, *, progress: bool | None = None) -> Sim
         profile.max_steps, spec.policies, profile_ref=spec.profile, include_references=spec.references
     )
     if profile.off_cost == "lazy":
-        # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each (docs/simulator.md).
+        # SGLang's own rule runs its off steps SGLang's way, with a draft pass on each
+        # (docs/getting-started/simulator.md).
         comparators = [replace(c, off_cost="catch_up") if c.kind == "sglang" else c for c in comparators]
         if any(c.kind == "sglang" for c in comparators):
             notes.append(

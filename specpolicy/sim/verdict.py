@@ -5,7 +5,7 @@ the engine's speed sets the throughput, and TPOT p50 (lower is better) on an ope
 it and every policy serves the same tokens. A row's *score* is its metric relative to the scenario's best row
 (1 = the best; ``oracle`` and ``lookahead`` know the future and are references, never candidates). Rows
 whose score is within ``TIE`` (0.5%) of the best tie for best: a difference that small is within what another
-seed moves (docs/simulator.md, "Verdict").
+seed moves (docs/getting-started/simulator.md, "Verdict").
 
 Fixed choices, what an engine runs without specpolicy, are ``never`` (a speculation-free engine) and
 ``static-1`` .. ``static-K``; ``static-0`` (speculation off inside the speculative engine) is fixed too. A

@@ -24,8 +24,8 @@ from specpolicy.profiles import (
 )
 
 SHIPPED = ["h200-live-sglang", "h200-llama70b", "h200-llama8b", "moe-verify-heavy", "seed-k25-tp8-pcie"]
-# Fitted from a live engine trace (docs/gpu-results.md), not built from the measured grids; it covers the
-# launch depth of that run only.
+# Fitted from a live engine trace (docs/results/methodology.md), not built from the measured grids; it covers
+# the launch depth of that run only.
 TRACE_FITTED = {"h200-live-sglang"}
 MS = 1e-3
 

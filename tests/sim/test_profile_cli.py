@@ -24,7 +24,8 @@ def test_profile_show_prints_step_times_and_marks_extrapolation(capsys: pytest.C
     out = capsys.readouterr().out
     assert "k=7" in out and "never" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()[:1].isdigit()}
-    # Batch 1 at 4096 tokens: never = measured 5.201 ms + 0.25 ms + 0.001 ms overhead (docs/profiles.md).
+    # Batch 1 at 4096 tokens: never = measured 5.201 ms + 0.25 ms + 0.001 ms overhead
+    # (docs/reference/profiles.md).
     assert rows["1"][1] == "5.452"
     assert not rows["64"][1].endswith("*")
     assert rows["256"][1].endswith("*")  # the 4096 grid stops at batch 128

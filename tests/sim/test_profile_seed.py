@@ -1,4 +1,4 @@
-"""The seed profile reproduces the field report's table (docs/profiles.md) within 10%.
+"""The seed profile reproduces the field report's table (docs/reference/profiles.md) within 10%.
 
 Checked twice: by the steady-state closed loop (no simulator needed) and through the simulator itself, with
 ``never`` (a speculation-free engine) and the launch configuration (a static chain at the profile's own

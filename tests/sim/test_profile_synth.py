@@ -82,7 +82,7 @@ def test_levels_outside_the_fitted_range_are_flagged_and_clamps_name_their_level
 
 
 def test_the_repositorys_own_gzip_trace_fits(tmp_path: Path) -> None:
-    trace = Path(__file__).resolve().parents[2] / "docs/gpu-results/raw"
+    trace = Path(__file__).resolve().parents[2] / "results/2026-12-06-sglang-0.5.12.post1-run13"
     trace = trace / "trace-2026-12-06-thirteenth-cm-eagle3tree-v1.jsonl.gz"
     out = tmp_path / "p.json"
     assert main(["profile", "fit", str(trace), "-o", str(out)]) == 0

@@ -81,7 +81,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--spec-policy-tp-agreement",
         choices=("auto", "local", "broadcast"),
-        help="how tensor-parallel ranks agree on each step's depth (default auto; see docs/sglang.md)",
+        help="how tensor-parallel ranks agree on each step's depth "
+        "(default auto; see docs/getting-started/sglang.md)",
     )
     g.add_argument(
         "--spec-policy-off-step",

@@ -1,13 +1,13 @@
 """Can this vLLM configuration run a policy? Checked in the front-end (before weights load) and again in the
 engine core, from plain facts so the rules are testable without vLLM.
 
-Each refusal says what to change. The rules come from how vLLM 0.33 applies a per-step K (docs/vllm.md):
-the scheduler's ``num_spec_tokens_to_schedule`` only reaches proposers that take a variable K, vLLM's dynamic
-speculation plumbing (per-K CUDA graphs, no uniform padding of new decodes) is switched on only by a
-``num_speculative_tokens_per_batch_size`` schedule, and data-parallel ranks must draft the same number of
-steps or their collectives deadlock. An older tested release adds the rules its row in ``versions.RELEASES``
-calls for: 0.26's V2 model runner drafts ``num_speculative_tokens`` tokens whatever the depth, except with the
-autoregressive drafters the adapter's own hook drives (``drafter_depth``).
+Each refusal says what to change. The rules come from how vLLM 0.33 applies a per-step K
+(docs/getting-started/vllm.md): the scheduler's ``num_spec_tokens_to_schedule`` only reaches proposers that
+take a variable K, vLLM's dynamic speculation plumbing (per-K CUDA graphs, no uniform padding of new decodes)
+is switched on only by a ``num_speculative_tokens_per_batch_size`` schedule, and data-parallel ranks must
+draft the same number of steps or their collectives deadlock. An older tested release adds the rules its row
+in ``versions.RELEASES`` calls for: 0.26's V2 model runner drafts ``num_speculative_tokens`` tokens whatever
+the depth, except with the autoregressive drafters the adapter's own hook drives (``drafter_depth``).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def check_engine(facts: EngineFacts, candidate_steps: Sequence[int]) -> list[str
             "per step (it overrides FULL_AND_PIECEWISE), so a depth-0 step is not the full-graph decode step "
             "of a speculation-free engine, and the drafter's first pass still runs: measured on an H100 with "
             "vLLM 0.26.0 and a 2.6 B-parameter model, depth 0 gave 0.28-0.56x the speculation-free engine's "
-            "throughput at 1-128 requests (docs/gpu-results-vllm.md). Policies that turn speculation off "
+            "throughput at 1-128 requests (docs/results/methodology.md). Policies that turn speculation off "
             "under load gain less here than on SGLang; VLLM_USE_V2_MODEL_RUNNER=1 keeps full graphs for the "
             "methods it serves"
         )

@@ -1,9 +1,9 @@
 """StepLedger: which decision each vLLM step verifies, and the outcome it reports. No vLLM import.
 
-The vLLM timeline (docs/vllm.md): the depth K chosen when step S is scheduled is *drafted* after step S runs
-and *verified* in step S+1, whose per-request (drafted, accepted) counts reach the scheduler in
-``update_from_output(S+1)``. With synchronous scheduling that happens before step S+2 is scheduled; with async
-scheduling step S+2 is already scheduled by then, so the policy's stats are one step older. The ledger
+The vLLM timeline (docs/getting-started/vllm.md): the depth K chosen when step S is scheduled is *drafted*
+after step S runs and *verified* in step S+1, whose per-request (drafted, accepted) counts reach the scheduler
+in ``update_from_output(S+1)``. With synchronous scheduling that happens before step S+2 is scheduled; with
+async scheduling step S+2 is already scheduled by then, so the policy's stats are one step older. The ledger
 keeps one record per scheduled step (in schedule order), so whatever the lag it reports each verify to the
 controller as the outcome of the decision whose drafts it verified, and the stats handed to ``decide``
 (``StepController.next_stats``) always describe that one cycle:

@@ -4,7 +4,7 @@ For each depth k in ``steps`` plus 0 it predicts ``E(k) / T(batch, k)``: expecte
 per-position acceptance over the step time at this batch size, learned online from ``last_step_time_s`` and
 optionally seeded from a step-cost profile (the SmartSpec/TurboSpec goodput rule; the load signal comes from
 measured step cost, because acceptance barely moves with load and cannot find the off-switch). The parts,
-one idea each (docs/cost-model.md has the whole design):
+one idea each (docs/design/cost-model.md has the whole design):
 
 - ``config``: the parameters, and loading the profile that seeds the costs;
 - ``acceptance``: per-position acceptance and E(k);

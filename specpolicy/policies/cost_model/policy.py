@@ -35,7 +35,7 @@ def _grid(per_octave: int) -> BucketGrid:
 
 
 class CostModelPolicy(Refresh):
-    """Goodput-maximising depth choice with an online step-cost model (docs/cost-model.md)."""
+    """Goodput-maximising depth choice with an online step-cost model (docs/design/cost-model.md)."""
 
     __slots__ = ()
 

@@ -1,10 +1,10 @@
 """The specpolicy scheduler inside real vLLM scheduling code (each tested release), stepped on CPU.
 
-Timeline (docs/vllm.md): the depth chosen when step S is scheduled is drafted after step S and verified in
-step S+1; the verify counts reach the scheduler in update_from_output(S+1). With sync scheduling that is
-before step S+2 is scheduled, so decision S+2 is the first to see them; with async scheduling two batches are
-in flight and decision S+3 is the first. The expected values below follow from that timeline and from what
-the fake runner accepted, not from the adapter's code.
+Timeline (docs/getting-started/vllm.md): the depth chosen when step S is scheduled is drafted after step S and
+verified in step S+1; the verify counts reach the scheduler in update_from_output(S+1). With sync scheduling
+that is before step S+2 is scheduled, so decision S+2 is the first to see them; with async scheduling two
+batches are in flight and decision S+3 is the first. The expected values below follow from that timeline and
+from what the fake runner accepted, not from the adapter's code.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def test_raise_fails_exactly_on_its_window() -> None:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_raise_and_slow_on_one_rank_only(monkeypatch: pytest.MonkeyPatch, rank: int) -> None:
     """Under tensor parallelism the faults of the TP check hit rank 1 only; every other rank decides
-    normally (the ranks' traces must still agree, docs/gpu-results.md)."""
+    normally (the ranks' traces must still agree, docs/results/methodology.md)."""
     import specpolicy_gpucheck as gc
 
     monkeypatch.setattr(gc, "tp_rank", lambda: rank)

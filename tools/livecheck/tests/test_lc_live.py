@@ -2,7 +2,7 @@
 
 It runs a shortened plan of ``specpolicy-livecheck run`` on both worker paths (one repeat, a 10 s ramp,
 two resume stretches) and requires every check to pass. The full run and its figures are in
-docs/gpu-results.md.
+docs/results/methodology.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ def _gpu_and_sglang() -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        return "no CUDA GPU on this machine (the live SGLang check needs one; results: docs/gpu-results.md)"
+        return (
+            "no CUDA GPU on this machine (the live SGLang check needs one; "
+            "results: docs/results/methodology.md)"
+        )
     try:
         import importlib.metadata as md
 

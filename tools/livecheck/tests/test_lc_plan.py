@@ -239,7 +239,7 @@ def test_plain_engines_run_sglang_speculation_without_specpolicy() -> None:
     assert P.build_plan(("v1",))[0].adapter and not P.build_plan(("base_v1",))[0].adapter
 
 
-#: The EAGLE-3 sitting of docs/gpu-results.md ("One sitting").
+#: The EAGLE-3 sitting of docs/results/methodology.md ("One run").
 EAGLE3_SITTING: dict[str, object] = {
     "concurrency": (1, 16, 128),
     "repeats": 2,

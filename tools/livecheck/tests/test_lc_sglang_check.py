@@ -175,7 +175,7 @@ def test_dry_run_prints_the_plan_with_estimates_and_runs_nothing(
     assert total <= 570
 
 
-#: The EAGLE-3 sitting (docs/gpu-results.md, "One sitting").
+#: The EAGLE-3 sitting (docs/results/methodology.md, "One run").
 SITTING_EAGLE3 = [
     "--paths",
     "eagle3_v1,eagle3_v2,eagle3tree_v1,base_v1",

@@ -21,7 +21,7 @@ from specpolicy_livecheck import vllm_check as vc
 from specpolicy_livecheck.paths import SGLANG_REPORT
 
 ROOT = REPO
-DOC = ROOT / "docs" / "gpu-results-vllm.md"
+DOC = ROOT / "docs" / "results" / "methodology.md"
 
 
 @pytest.fixture

@@ -196,7 +196,7 @@ def _lazy_draft(settings: AdapterSettings, sa: Any) -> tuple[bool, str]:
     """Whether off steps may skip the drafter (see ``draft_lag``), and why not when they may not.
 
     ``auto`` is lazy for every drafter: measured live, the EAGLE off step without its per-step draft extend
-    is as fast or faster (docs/gpu-results.md), and the catch-up keeps acceptance exact."""
+    is as fast or faster (docs/results/methodology.md), and the catch-up keeps acceptance exact."""
     if settings.draft_catch_up == "per_step":
         return False, "configured"
     if getattr(sa, "enable_mixed_chunk", False):

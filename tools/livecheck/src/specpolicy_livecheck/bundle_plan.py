@@ -12,7 +12,8 @@ imports: an import probe on the host decides what the bundle can leave out (for 
 
     specpolicy-livecheck bundle plan \\
         .venvs/vllm-0.26.0/lib/python3.11/site-packages/vllm-0.26.0.dist-info/METADATA \\
-        docs/gpu-results/gpu-image-packages-2026-12-02.txt [--python 3.12.3] [--json OUT]
+        results/2026-12-02-sglang-0.5.12.post1-run7/gpu-image-packages-2026-12-02.txt [--python 3.12.3]
+        [--json OUT]
 """
 
 from __future__ import annotations

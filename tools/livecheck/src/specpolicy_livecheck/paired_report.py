@@ -2,24 +2,24 @@
 """The report's tables from a side-by-side run (``ab_static.py --paired``).
 
 The live check measures its speculative and speculation-free engines minutes apart, and the host's speed
-drifts by up to 1.65x over that time (docs/gpu-results.md, eighth sitting), so its goal ratios compare two
-moments of the host. A paired run keeps one engine per policy alive and rotates the same batches across
-them: each goal ratio here is taken batch next to batch, repeat by repeat, and summarised as median and
-min-max. Every policy in such a run is its engine's one policy for its whole life, as in serving
+drifts by up to 1.65x over that time (results/2026-12-02-sglang-0.5.12.post1-run8/notes.md), so its goal
+ratios compare two moments of the host. A paired run keeps one engine per policy alive and rotates the same
+batches across them: each goal ratio here is taken batch next to batch, repeat by repeat, and summarised as
+median and min-max. Every policy in such a run is its engine's one policy for its whole life, as in serving
 (``policy_life: engine``), where the live check starts a fresh policy in every phase.
 
 Usage (the section goes to stdout as Markdown; ``--report`` merges it into report.json under
 ``paired["<path>/<backend>"]``):
 
     specpolicy-livecheck report OUT/ab-paired.json --key v1/triton --device "NVIDIA H200" \\
-        --report docs/gpu-results/report.json --md paired-v1-triton.md
+        --report results/<run>/report.json --md paired-v1-triton.md
 
 On a release with v2 workers only the key names the release, the scheduling, the drafter and the backend,
 and the goals are ``GOALS_V2`` (SGLang's ``--speculative-adaptive`` the anchor)::
 
     V=never_ov,sglang_eagle3_ov,adaptive_eagle3_ov,static_eagle3_ov,static0_eagle3_ov,cm_eagle3_ov
     specpolicy-livecheck report OUT/ab-paired.json --key sglang-0.5.17/overlap/eagle3/triton \\
-        --variants $V --device "NVIDIA H100" --report docs/gpu-results/report.json
+        --variants $V --device "NVIDIA H100" --report results/<run>/report.json
 """
 
 from __future__ import annotations

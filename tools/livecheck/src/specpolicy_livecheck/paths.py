@@ -18,10 +18,10 @@ SOURCE_ROOT = PACKAGE.parent
 REPO = PACKAGE.parents[3]
 #: the test policies' project (a distribution of its own: its entry points register test-only policies)
 POLICIES_PROJECT = PACKAGE.parents[1] / "policies"
-#: the live results: reports, raw tarballs, the GPU image's package list
-RESULTS = REPO / "docs" / "gpu-results"
+#: the live results: one folder per measurement run (reports, raw data, notes)
+RESULTS = REPO / "results"
 #: the GPU host image's ``pip freeze`` (what a bundle need not carry)
-IMAGE_PACKAGES = RESULTS / "gpu-image-packages-2026-12-02.txt"
-#: the SGLang live check's report (``analyze --json``) and the vLLM one
-SGLANG_REPORT = RESULTS / "report.json"
-VLLM_REPORT = RESULTS / "report-vllm.json"
+IMAGE_PACKAGES = RESULTS / "2026-12-02-sglang-0.5.12.post1-run7" / "gpu-image-packages-2026-12-02.txt"
+#: the latest SGLang report (``analyze --json`` and the side-by-side sections) and the vLLM one
+SGLANG_REPORT = RESULTS / "2026-12-06-sglang-0.5.12.post1-paired" / "report.json"
+VLLM_REPORT = RESULTS / "2026-12-06-vllm-0.26.0-v1-runner" / "report-vllm.json"

@@ -65,7 +65,7 @@ __all__ = [
 #: speculative_num_steps the speculative engines launch with (topk 1, so 4 draft tokens per verify).
 LAUNCH_DEPTH = 3
 CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-#: The levels of a budget-limited sitting (docs/gpu-results.md, "One sitting").
+#: The levels of a budget-limited sitting (docs/results/methodology.md, "One run").
 SITTING_CONCURRENCY: tuple[int, ...] = (1, 4, 16, 64, 128)
 #: v1/v2: the speculative engine with specpolicy (a draft model); base_*: a speculation-free engine
 #: ("never"); plain_*: the speculative engine with specpolicy installed but not configured (SGLang's own
@@ -127,9 +127,10 @@ def spec_shape(path: str, depth: int = LAUNCH_DEPTH) -> SpecShape | None:
     return SpecShape("STANDALONE", "draft", depth, 1, depth + 1, "")
 
 
-#: Output tokens/s measured live (docs/gpu-results.md, 2026-11-30, triton, one batch of 256-token requests
-#: per point) at CONCURRENCY, per worker path and policy. Used only to size batches and estimate durations;
-#: hysteresis there had the default thresholds (off from 48), a conservative stand-in for the tuned one.
+#: Output tokens/s measured live (results/2026-11-30-sglang-0.5.12.post1-verify-off/notes.md, triton, one
+#: batch of 256-token requests per point) at CONCURRENCY, per worker path and policy. Used only to size
+#: batches and estimate durations; hysteresis there had the default thresholds (off from 48), a conservative
+#: stand-in for the tuned one.
 REF_TOK_S: dict[str, dict[str, tuple[float, ...]]] = {
     "v2": {
         "never": (457, 914, 1786, 3447, 6395, 11278, 19092, 19311),
@@ -147,9 +148,9 @@ REF_TOK_S: dict[str, dict[str, tuple[float, ...]]] = {
         "hysteresis": (457, 926, 1801, 3051, 5295, 7649, 4981, 5482),
     },
 }
-#: Engine start estimates (docs/gpu-results.md: 130-158 s cold, 64-75 s warm); flashinfer's first start on a
-#: host compiles its kernels: 134 s more at start and 90 s in the first warm-up (fifth sitting), a v1 start
-#: of 158 s against 66 s with triton (sixth sitting).
+#: Engine start estimates (docs/results/methodology.md: 130-158 s cold, 64-75 s warm); flashinfer's first
+#: start on a host compiles its kernels: 134 s more at start and 90 s in the first warm-up (fifth sitting), a
+#: v1 start of 158 s against 66 s with triton (sixth sitting).
 START_COLD_S, START_WARM_S, FLASHINFER_COMPILE_S = 130.0, 75.0, 240.0
 SHUTDOWN_S = 8.0
 #: ``specpolicy doctor --smoke``: four engine starts on the test models (graphs for batch sizes 1-8 only).

@@ -2,9 +2,9 @@
 """The offline SGLang bundles for the GPU host: one row of pins per release, read by ``make_bundle.sh``.
 
 The host (CPython 3.12.3, torch 2.11.0+cu130, triton 3.6.0; its packages:
-docs/gpu-results/gpu-image-packages-2026-12-02.txt) has no package index and takes at most 64 MiB per
-command, the repository (~18 MB) included. A release can run there only if it pins torch 2.11 (0.5.11 to
-0.5.17) and its kernels are built for CUDA 13. Per release:
+results/2026-12-02-sglang-0.5.12.post1-run7/gpu-image-packages-2026-12-02.txt) has no package index and takes
+at most 64 MiB per command, the repository (~18 MB) included. A release can run there only if it pins torch
+2.11 (0.5.11 to 0.5.17) and its kernels are built for CUDA 13. Per release:
 
 - ``pins``: the wheels the offline engine path imports and the image lacks (or holds at a version the
   release refuses), exact versions: the release's own ``==`` pins where it has them, else the versions the

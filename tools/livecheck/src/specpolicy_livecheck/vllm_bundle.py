@@ -5,13 +5,13 @@ One place for the download list (``make_vllm_bundle.sh`` reads it with ``pins`` 
 install step (``vllm_probe.py`` and the GPU commands call ``install``) and the modules the probe imports;
 ``tools/livecheck/tests/test_lc_vllm_bundle.py`` holds them to vLLM's source and to the image's package list.
 
-The host (python 3.12.3, torch 2.11.0+cu130, 197 packages: docs/gpu-results/gpu-image-packages-2026-12-02.txt)
-has no package index and takes at most 64 MiB per command, the repository included. vLLM 0.26.0 pins
-torch 2.11.0 and declares 45 requirements the image lacks (``bundle_plan.py``); the offline engine path
-imports far fewer. The list below comes from reading that path's imports (``vllm_imports.py``: every
-module-level import of ``vllm.LLM``, the V1 engine core, the GPU worker and model runner, the triton
-attention backend, the draft-model and EAGLE proposers, followed through vLLM's source), not from the
-declared requirements:
+The host (python 3.12.3, torch 2.11.0+cu130, 197 packages:
+results/2026-12-02-sglang-0.5.12.post1-run7/gpu-image-packages-2026-12-02.txt) has no package index and takes
+at most 64 MiB per command, the repository included. vLLM 0.26.0 pins torch 2.11.0 and declares 45
+requirements the image lacks (``bundle_plan.py``); the offline engine path imports far fewer. The list below
+comes from reading that path's imports (``vllm_imports.py``: every module-level import of ``vllm.LLM``, the V1
+engine core, the GPU worker and model runner, the triton attention backend, the draft-model and EAGLE
+proposers, followed through vLLM's source), not from the declared requirements:
 
 - ``PINS``: the wheels the path imports and the image lacks, each with the import that needs it;
 - ``LEFT_OUT``: every other requirement the image lacks, with why the path does without it;
@@ -390,7 +390,7 @@ def pip_specs() -> list[str]:
 def provider(import_name: str, image: dict[str, str] | None = None) -> str:
     """Who provides a top-level import on the host: ``bundle: <pin>``, ``image: <dist>``, ``optional:
     <why>`` or ``MISSING``. ``image`` is the freeze (canonical name -> version); default: the 2026-12-02
-    list in docs/gpu-results."""
+    list in results/2026-12-02-sglang-0.5.12.post1-run7."""
     for p in PINS:
         if import_name in p.imports:
             return f"bundle: {p.spec}"
@@ -484,7 +484,7 @@ def install(
             ):
                 dst = Path(tmp) / name
                 ignore = shutil.ignore_patterns(
-                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "tests", "tools"
+                    ".git", ".venvs", ".carry", "build", "*.egg-info", "docs", "results", "tests", "tools"
                 )
                 shutil.copytree(src, dst, ignore=ignore)
                 cmd = [

@@ -375,11 +375,12 @@ def verdict_raise(steps: Sequence[Sequence[int]], trace: dict[str, Any] | None, 
 
 # ----------------------------------------------------------------------------------------------- report
 def build_report(raw: dict[str, Any], device: str | None = None) -> dict[str, Any]:
-    """The report (``docs/gpu-results/report-vllm.json``) from a run's raw results: ``perf`` keyed by path,
-    label -> concurrency -> median tok/s, ``perf_spread`` the min-max, ``perf_samples``, ``off_ratio``
-    (static-0 / never per level, medians), ``ratios`` (per repeat, batch next to batch: static-0 to never;
-    cost_model to the better of never and vllm-static; static to vllm-static), ``checks`` with their
-    verdicts, ``lossless``, ``depth_by_label`` (mean verified depth per level from vLLM's stats),
+    """The report (``results/2026-12-06-vllm-0.26.0-v1-runner/report-vllm.json``) from a run's raw results:
+    ``perf`` keyed by path, label -> concurrency -> median tok/s, ``perf_spread`` the min-max,
+    ``perf_samples``, ``off_ratio`` (static-0 / never per level, medians), ``ratios`` (per repeat, batch next
+    to batch: static-0 to never; cost_model to the better of never and vllm-static; static to vllm-static),
+    ``checks`` with their verdicts, ``lossless``, ``depth_by_label`` (mean verified depth per level from
+    vLLM's stats),
     ``profiles``, ``doctor``, ``engines``, ``ok``."""
     batches: dict[str, dict[str, list[dict[str, Any]]]] = raw.get("perf", {})
     perf: dict[str, dict[str, float | None]] = {}

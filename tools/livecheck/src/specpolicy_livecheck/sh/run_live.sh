@@ -14,7 +14,7 @@
 #   ENGINES: comma-separated among v1,v2,base_v1,base_v2,plain_v1,plain_v2, eagle3_v1,eagle3_v2,eagle3tree_v1
 #            (`specpolicy-livecheck run --help`), or
 #            "install": install and check the imports only (for `specpolicy-livecheck paired` and the like)
-# One sitting (about 9 minutes, two engine starts; docs/gpu-results.md, "One sitting"):
+# One run (about 9 minutes, two engine starts; docs/results/methodology.md, "One run"):
 #   specpolicy-livecheck bundle run-live v2,base_v2 570 --attn triton --concurrency 1,4,16,64,128 --ramp-s 30
 # Print that plan and its estimate first, on any machine (the budget is what this script leaves after
 # installing): specpolicy-livecheck plan --paths v2,base_v2 \
