@@ -7,9 +7,9 @@ import zipfile
 from pathlib import Path
 
 from specpolicy_livecheck import bundle_plan as bp
-from specpolicy_livecheck.paths import RESULTS
+from specpolicy_livecheck.paths import IMAGE_PACKAGES
 
-DOCS = RESULTS
+
 
 METADATA = """Metadata-Version: 2.4
 Name: engine
@@ -68,7 +68,7 @@ def test_a_wheel_is_read_like_its_metadata(tmp_path: Path) -> None:
 
 
 def test_the_recorded_image_list_is_read_whole() -> None:
-    held = bp.read_freeze((RUN7 / "gpu-image-packages-2026-12-02.txt").read_text())
+    held = bp.read_freeze(IMAGE_PACKAGES.read_text())
     assert len(held) == 197
     assert held["torch"] == "2.11.0" and held["numba"] == "0.68.0" and held["triton"] == "3.6.0"
 
