@@ -9,8 +9,6 @@ from pathlib import Path
 from specpolicy_livecheck import bundle_plan as bp
 from specpolicy_livecheck.paths import IMAGE_PACKAGES
 
-
-
 METADATA = """Metadata-Version: 2.4
 Name: engine
 Version: 1.0
