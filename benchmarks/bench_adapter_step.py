@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 BATCH_SIZES = (1, 64, 256)
 DEPTH = 3

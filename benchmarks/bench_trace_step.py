@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from specpolicy import StepStats, make_policy
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.trace_writer import TraceWriter
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.trace_writer import TraceWriter
 
 
 def _spin(us: float) -> None:

@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
 from specpolicy import registry as policy_mod
-from specpolicy.adapters.control_file import parse_control, read_control, write_control
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
-from specpolicy.adapters.tp import AgreedDecider
 from specpolicy.cli import main
 from specpolicy.errors import ConfigError
 from specpolicy.policy import PolicyConfig, PolicyEntry
 from specpolicy.registry import parse_config
+from specpolicy.runtime.control_file import parse_control, read_control, write_control
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
+from specpolicy.runtime.tp import AgreedDecider
 from specpolicy.trace import iter_trace_lines, read_trace
 
 

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.runtime import AdapterInstallError, AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.runtime import AdapterInstallError, AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 ALLOWED = (0, 1, 3)
 # What a misbehaving policy may return: valid modes, modes the engine did not build, wrong types, exceptions.

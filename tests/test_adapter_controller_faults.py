@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import RETRY_INTERVAL, StepController
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
-from specpolicy.adapters.watchdog import DecideWatchdog
+from specpolicy.runtime.controller import RETRY_INTERVAL, StepController
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
+from specpolicy.runtime.watchdog import DecideWatchdog
 
 
 class _Raises:
@@ -262,7 +262,7 @@ class _Clocked:
 
 
 def _clocked_run(monkeypatch: pytest.MonkeyPatch, slow: Any, steps: int = 400) -> tuple[list[int], Any]:
-    from specpolicy.adapters import controller as controller_module
+    from specpolicy.runtime import controller as controller_module
 
     clock = [0.0]
     monkeypatch.setattr(controller_module, "_perf", lambda: clock[0])

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters import controller as controller_module
-from specpolicy.adapters.controller import (
+from specpolicy.mode import MAX_NUM_STEPS
+from specpolicy.runtime import controller as controller_module
+from specpolicy.runtime.controller import (
     BUDGET_DECAY,
     MAX_OPEN,
     NOTHING_KNOWN,
@@ -31,7 +32,6 @@ from specpolicy.adapters.controller import (
     StepController,
     StepRecord,
 )
-from specpolicy.mode import MAX_NUM_STEPS
 
 #: the outcome fields of a StepStats, by name: a field added anywhere else leaves them as they are
 _F = StepStats._fields

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import MAX_OPEN, StepController, StepRecord
+from specpolicy.runtime.controller import MAX_OPEN, StepController, StepRecord
 
 
 class Depths:

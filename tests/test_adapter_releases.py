@@ -14,10 +14,10 @@ import pytest
 from packaging.requirements import Requirement
 
 from specpolicy.adapters import _support
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import doctor, launch, legacy, releases, versions
 from specpolicy.adapters.sglang.releases import Release
 from specpolicy.adapters.vllm import versions as vllm_versions
+from specpolicy.runtime.settings import AdapterSettings
 
 if sys.version_info >= (3, 11):
     import tomllib

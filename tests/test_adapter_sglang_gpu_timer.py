@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
 from specpolicy.adapters.sglang.legacy.runtime import Path, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 

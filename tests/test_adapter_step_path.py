@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.runtime import make_runtime
 from specpolicy.policies.compose import Clamp, OnOffAtDepth
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 ALLOWED = (0, 1, 3)
 

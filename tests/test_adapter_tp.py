@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import PolicyEntry, SpecMode, StepStats, make_policy
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.tp import AgreedDecider, LocalSync, agreement_mode, policy_uses_timing
 from specpolicy.policy import PolicyConfig
 from specpolicy.registry import parse_config
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.tp import AgreedDecider, LocalSync, agreement_mode, policy_uses_timing
 
 
 class _Timed(PolicyConfig):

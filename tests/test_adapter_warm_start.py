@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import ENV_POLICY, ENV_VARS, AdapterSettings
-from specpolicy.adapters.warm_start import FILE_FORMAT, WarmStart
 from specpolicy.errors import ConfigError
 from specpolicy.registry import make_policy, parse_config
+from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import ENV_POLICY, ENV_VARS, AdapterSettings
+from specpolicy.runtime.warm_start import FILE_FORMAT, WarmStart
 from specpolicy.stats import StepStats
 
 POLICY = {"name": "cost_model"}

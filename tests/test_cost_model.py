@@ -20,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
-from specpolicy.adapters.controller import StepController
 from specpolicy.errors import ConfigError
 from specpolicy.policies.cost_model import CostModelConfig, make_cost_model
 from specpolicy.policies.cost_model.table import CostCells
 from specpolicy.policy import Policy, ReportsEstimates
 from specpolicy.registry import parse_config
+from specpolicy.runtime.controller import StepController
 
 StepTime = Callable[[int, int], float]  # (batch, depth) -> seconds
 

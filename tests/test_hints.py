@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.errors import ConfigError
 from specpolicy.hints import HINT_KEY, BatchHints, BatchRule, HintBook, HintError, aggregate, parse_hint
 from specpolicy.mode import MAX_NUM_STEPS, SpecMode
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 
@@ -179,7 +179,7 @@ def test_settings_name_the_field_and_the_allowed_values() -> None:
 
 def test_metrics_mirror_the_hint_counters() -> None:
     prom = pytest.importorskip("prometheus_client")
-    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.runtime.runtime import AdapterRuntime
 
     reg = prom.CollectorRegistry()
     rt = AdapterRuntime(AdapterSettings.build("static"), engine="test", engine_version="0", path="cpu",
@@ -217,7 +217,7 @@ def test_bench_hints_stays_runnable(tmp_path: Any) -> None:
 def test_the_trace_records_the_batch_hints(tmp_path: Any) -> None:
     import json
 
-    from specpolicy.adapters.trace_writer import TraceWriter
+    from specpolicy.runtime.trace_writer import TraceWriter
     from specpolicy.trace import TraceRecord
 
     path = tmp_path / "t.jsonl"

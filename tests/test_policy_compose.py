@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import MAX_NUM_STEPS, ConfigError, SpecMode, StepStats, make_policy, parse_config
-from specpolicy.adapters.controller import StepController
 from specpolicy.cli import main
 from specpolicy.policies.compose import Clamp, Gate, OnOffAtDepth, clamp_table
 from specpolicy.registry import get_entry
+from specpolicy.runtime.controller import StepController
 from specpolicy.sim.comparators import default_comparators
 
 _modes = st.integers(0, MAX_NUM_STEPS).map(SpecMode.of)

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController, StepRecord
 from specpolicy.adapters.vllm.ledger import StepLedger
+from specpolicy.runtime.controller import StepController, StepRecord
 
 step_plan = st.lists(
     st.tuples(

@@ -30,10 +30,10 @@ from typing import Literal, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..adapters.controller import StepController
 from ..hints import BatchHints, BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Stateful
+from ..runtime.controller import StepController
 from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch

@@ -12,7 +12,7 @@ import pytest
 from fakes.sglang.srt.server_args import FIELDS as FAKE_FIELDS
 from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
 
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.settings import AdapterSettings
 
 
 @pytest.mark.parametrize("variant", ["on", "on_verify", "on_host"])

@@ -27,7 +27,7 @@ from specpolicy_gpucheck import (
 )
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController
+from specpolicy.runtime.controller import StepController
 
 S = StepStats(batch_size=4)
 

@@ -42,8 +42,8 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ...hints import BatchHints
-from ..runtime import AdapterRuntime
-from ..settings import AdapterSettings
+from ...runtime.runtime import AdapterRuntime
+from ...runtime.settings import AdapterSettings
 from .hints import RequestHints
 from .request_ids import request_ids
 

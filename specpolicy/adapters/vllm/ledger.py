@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from ...runtime.controller import StepController
 from ...stats import StepStats
-from ..controller import StepController
 
 __all__ = ["StepLedger"]
 

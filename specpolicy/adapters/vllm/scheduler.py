@@ -27,7 +27,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
-from ..runtime import AdapterRuntime
+from ...runtime.runtime import AdapterRuntime
 from .checks import preflight
 from .hints import RequestHints
 from .ledger import StepLedger

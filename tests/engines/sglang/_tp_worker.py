@@ -38,9 +38,9 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
     import torch.distributed as dist
 
     from specpolicy import registry as policy_mod
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
 
     policy_mod._registry().entries["timed_for_tests"] = PolicyEntry("timed_for_tests", TimedConfig, Timed)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -120,9 +120,9 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
     import torch.distributed as dist
 
     from specpolicy import registry as policy_mod
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
 
     mode, fault = spec.split(":")
     policy_mod._registry().entries["rankfault_for_tests"] = PolicyEntry(
@@ -168,11 +168,11 @@ def run_swap(rank: int, world: int, init_file: str, spec: str, out_file: str) ->
 
     import torch.distributed as dist
 
-    from specpolicy.adapters.control_file import write_control
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
     from specpolicy.registry import parse_config
+    from specpolicy.runtime.control_file import write_control
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
     from specpolicy.trace import iter_trace_lines
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

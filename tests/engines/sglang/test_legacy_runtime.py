@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 

@@ -20,11 +20,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag
 from specpolicy.adapters.sglang.legacy.runtime import Path, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 SETTINGS = AdapterSettings.build("static", metrics=False)

@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
-from ...controller import MAX_OPEN, StepObserver
-from ...runtime import AdapterRuntime
-from ...settings import AdapterSettings
-from ...tp import DecisionSync
+from ....runtime.controller import MAX_OPEN, StepObserver
+from ....runtime.runtime import AdapterRuntime
+from ....runtime.settings import AdapterSettings
+from ....runtime.tp import DecisionSync
 from ..hints import RequestHints
 from .gpu_timer import GpuStepTimer
 

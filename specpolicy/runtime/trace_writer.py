@@ -4,7 +4,7 @@ It receives each step's record once, complete (the controller pairs decisions wi
 path only appends the record to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
 passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy); ``note``
-adds an event line among the records (a policy change, ``adapters.control_file``).
+adds an event line among the records (a policy change, ``runtime.control_file``).
 
 Accounting is exact: every record offered is either written (all its bytes reached the file) or dropped with
 a cause (``DROP_CAUSES``), so after ``close()`` ``written + dropped == offered``; the first drop of each cause

@@ -10,7 +10,7 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   ranks over the scheduler's CPU (gloo) group: one 8-byte collective per decode step. The other ranks record
   the imposed depth (``StepController.force``) without calling their policy.
 
-A policy change (``adapters.control_file``) rides on the broadcast: rank 0 adds ``SWAP_FLAG`` to the depth
+A policy change (``runtime.control_file``) rides on the broadcast: rank 0 adds ``SWAP_FLAG`` to the depth
 of the step whose decision the new policy made, and sends the policy's JSON over the same group right
 after (``share_bytes``); the other ranks install it before recording that step, so every rank switches at
 the same step. Steps without a change carry the depth alone, as before.
