@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specpolicy.runtime import trace_writer as tw
-from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.decision import StepRecord
 from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace

@@ -165,7 +165,7 @@ class ControllerMachine(RuleBasedStateMachine):
             value = ValueError("policy down")
         self.policy.answer, self.policy.cost_s = value, (3 * BUDGET_S if slow else 0.0)
         calls = self.policy.calls
-        got = self.ctl.decide(self._stats(batch))
+        got = self.ctl.decide(self._stats(batch)).num_steps
         assert got in self.allowed
         assert self.policy.calls == calls + consulted
         if not consulted:
@@ -200,7 +200,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def force(self, depth: int, batch: int) -> None:
         k = self.allowed[depth % len(self.allowed)]
         calls = self.policy.calls
-        assert self.ctl.force(self._stats(batch), k) == k
+        assert self.ctl.force(self._stats(batch), k).num_steps == k
         assert self.policy.calls == calls
         self._new_step(k, batch, False)
 

@@ -14,7 +14,8 @@ import pytest
 prom = pytest.importorskip("prometheus_client")
 
 from specpolicy import SpecMode, StepStats  # noqa: E402
-from specpolicy.runtime.controller import StepController, StepRecord  # noqa: E402
+from specpolicy.runtime.controller import StepController  # noqa: E402
+from specpolicy.runtime.decision import StepRecord  # noqa: E402
 from specpolicy.runtime.metrics import MetricsObserver  # noqa: E402
 
 
@@ -121,7 +122,7 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
     worker = textwrap.dedent(
         """
         from specpolicy.runtime.metrics import MetricsObserver
-        from specpolicy.runtime.controller import StepRecord
+        from specpolicy.runtime.decision import StepRecord
         from specpolicy.stats import StepStats
         obs = MetricsObserver(engine="sglang", rank=0, push_every=1)
         for step in range(1, 6):

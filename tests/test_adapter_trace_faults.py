@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy.runtime import trace_file
-from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.decision import StepRecord
 from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import TraceRecord, read_trace, record_dict

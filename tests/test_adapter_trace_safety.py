@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specpolicy.runtime.controller import StepRecord
+from specpolicy.runtime.decision import StepRecord
 from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace

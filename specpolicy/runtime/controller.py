@@ -30,15 +30,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from ..errors import short_repr, short_str
 from ..hints import BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Policy, RequestsSteps
 from ..stats import StepStats, clean_count
+from .decision import Decision, StepObserver, StepRecord
 
-__all__ = ["BUDGET_DECAY", "MAX_OPEN", "NOTHING_KNOWN", "StepController", "StepObserver", "StepRecord"]
+__all__ = ["BUDGET_DECAY", "MAX_OPEN", "NOTHING_KNOWN", "StepController"]
 
 log = logging.getLogger("specpolicy.adapter")
 
@@ -52,28 +53,6 @@ MAX_LOGGED = 16
 _FATAL = (KeyboardInterrupt, SystemExit)
 #: ``_poll_at`` when nothing is watched: a step never reached.
 _NEVER = 1 << 62
-
-
-class StepRecord(NamedTuple):
-    """One decision and, once known, its outcome: what observers (trace, metrics) receive, once per step.
-
-    ``decided_at`` is the ``time.perf_counter()`` of the decision; ``step_time_s`` the measured time of the
-    step it ran (None when unknown).
-    """
-
-    step: int
-    stats: StepStats
-    num_steps: int
-    decide_s: float
-    fallback: bool
-    decided_at: float
-    step_time_s: float | None = None
-
-
-class StepObserver(Protocol):
-    """Receives completed step records; implementations must be cheap and must not raise."""
-
-    def on_record(self, record: StepRecord) -> None: ...
 
 
 #: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
@@ -259,8 +238,9 @@ class StepController:
         """Decisions whose depth differs from the previous decision's."""
         return max(self._switches, 0)
 
-    def decide(self, stats: StepStats) -> int:
-        """The depth the engine must run this step. Never raises (but KeyboardInterrupt / SystemExit)."""
+    def decide(self, stats: StepStats) -> Decision:
+        """The depth the engine must run this step, with the decision's number (for ``outcome``). Never
+        raises (but KeyboardInterrupt / SystemExit)."""
         if self.step >= self._poll_at:
             self._poll()
         if self._slow and self._slow >= self.budget_steps * BUDGET_DECAY > 0 and self.step % RETRY_INTERVAL:
@@ -308,7 +288,7 @@ class StepController:
             self._evict(ring[i])  # type: ignore[arg-type]
         asks = self._asks  # a clamp: the decided depth is the one its part asked for
         ring[i] = (step, stats, k, dt, fallback, t0, k if asks is None or fallback else asks.requested_steps)
-        return k
+        return _new(Decision, (step, k))
 
     def _hinted(self, k: int, stats: StepStats) -> int:
         """``k`` lowered to what the batch's hints allow (``hint_rule``), counted; malformed hints (from a
@@ -330,7 +310,7 @@ class StepController:
         """Steps the hints turned off or capped (``specpolicy_hints_total{event}``)."""
         return {"steps_off": self.hint_off_steps, "steps_capped": self.hint_capped_steps}
 
-    def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> int:
+    def _commit(self, stats: StepStats, k: int, dt: float, fallback: bool, t0: float) -> Decision:
         step = self.step = self.step + 1
         if k != self._last_k:
             self._switch(k, step)
@@ -339,9 +319,9 @@ class StepController:
         if ring[i] is not None:
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0, k)
-        return k
+        return _new(Decision, (step, k))
 
-    def force(self, stats: StepStats, num_steps: int) -> int:
+    def force(self, stats: StepStats, num_steps: int) -> Decision:
         """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""
         return self._commit(stats, num_steps, 0.0, False, time.perf_counter())
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
-from .controller import StepRecord
+from .decision import StepRecord
 
 __all__ = ["MAX_ESTIMATE_NAMES", "MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
 

@@ -53,7 +53,7 @@ from typing import Any
 from ..errors import short_repr, short_str
 from ..stats import StepStats
 from ..trace import TRACE_FORMAT
-from .controller import StepRecord
+from .decision import StepRecord
 from .trace_file import HEAD_BYTES, Partial, encode, is_header, not_a_trace, os_error, rank_path
 
 __all__ = ["DROP_CAUSES", "TraceWriter"]

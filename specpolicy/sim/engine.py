@@ -289,8 +289,7 @@ def simulate(
             ids = batch.rid.tolist()  # as an adapter passes the engine's request ids
             allow = None if hint_mix is None else hint_mix.allowances(seed, batch.rid)
             hints = None if allow is None else _batch_hints(allow)
-            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids, hints))
-            decision = controller.step
+            decision, k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids, hints))
             if k > max_k or k < 0:
                 clamped += 1
                 k = min(max(k, 0), max_k)

@@ -57,7 +57,7 @@ class CoreBridge:
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
-        self.ledger = StepLedger(runtime.decide, runtime.controller, request_ids=runtime.wants_request_ids)
+        self.ledger = StepLedger(runtime, request_ids=runtime.wants_request_ids)
         self.default_steps = default_steps
         self.errors = 0
         self._logged = False
