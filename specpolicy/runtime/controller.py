@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..errors import short_repr, short_str
 from ..hints import BatchRule
@@ -38,6 +38,7 @@ from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Policy, RequestsSteps
 from ..stats import StepStats, clean_count
 from .decision import Decision, StepObserver, StepRecord
+from .stats_layout import OUTCOME, StatsLayout
 
 __all__ = ["BUDGET_DECAY", "MAX_OPEN", "NOTHING_KNOWN", "StepController"]
 
@@ -58,17 +59,30 @@ _NEVER = 1 << 62
 #: Decisions awaiting their outcome, at most (a power of two); engines report outcomes a few decisions late.
 MAX_OPEN = 16
 _SLOT = MAX_OPEN - 1
-_IDS = StepStats._fields.index("request_ids")
-_HINTS = StepStats._fields.index("hints")
-#: StepStats' outcome fields (those between the engine's load and ``request_ids``: ``last_num_steps`` ..
-#: ``last_request_ids``) when nothing is known: their defaults.
-NOTHING_KNOWN: tuple[Any, ...] = tuple(StepStats._field_defaults[f] for f in StepStats._fields[3:_IDS])
-#: ``NOTHING_KNOWN``, an unknown ``request_ids`` and no hints: every StepStats field after the engine's load.
-_NOTHING_TAIL: tuple[Any, ...] = NOTHING_KNOWN + (None, None)
+#: StepStats' fields found by name (``stats_layout``): the values below go to the field of their name.
+_LAYOUT = StatsLayout(StepStats)
+_BATCH = _LAYOUT.index["batch_size"]
+_SEQ_LEN = _LAYOUT.index["mean_seq_len"]
+_HINTS = _LAYOUT.index["hints"]
+#: the controller's order (``LOAD + OUTCOME + BATCH`` + StepStats' other fields) to StepStats' own; None
+#: while they agree, so the step pays nothing for it
+_ARRANGE = _LAYOUT.arrange
+#: StepStats' fields the controller never sets, at their defaults (none today)
+_REST = _LAYOUT.rest
+_KNOWN = len(OUTCOME)
+#: StepStats' ``OUTCOME`` fields when nothing is known: their defaults.
+NOTHING_KNOWN: tuple[Any, ...] = _LAYOUT.nothing_known
+#: ``NOTHING_KNOWN``, an unknown ``request_ids``, no hints and the other fields' defaults: every field after
+#: the engine's load, in the controller's order.
+_NOTHING_TAIL: tuple[Any, ...] = NOTHING_KNOWN + (None, None) + _REST
 _new = tuple.__new__
 _perf = time.perf_counter
-#: A decision awaiting its outcome: StepRecord's fields up to ``decided_at``, then the decided depth.
+#: A decision awaiting its outcome: StepRecord's fields up to ``decided_at``, then the decided depth (in the
+#: place of StepRecord's last field, ``step_time_s``, which the outcome brings).
 _Open = tuple[int, StepStats, int, float, bool, float, int]
+_O_STATS: Final = 1  # StepRecord.stats
+_O_DEPTH: Final = 2  # StepRecord.num_steps
+_O_ASKED: Final = 6  # StepRecord.step_time_s (a test holds these to StepRecord's fields)
 
 
 class StepController:
@@ -213,7 +227,7 @@ class StepController:
     def known(self) -> tuple[Any, ...]:
         """StepStats' outcome fields (``last_num_steps`` .. ``last_request_ids``) the next decision will
         see: those of the latest decision with a known outcome, ``NOTHING_KNOWN`` before one."""
-        return self._tail[:-2]
+        return self._tail[:_KNOWN]
 
     @property
     def steps_by_depth(self) -> dict[int, int]:
@@ -294,7 +308,7 @@ class StepController:
         """``k`` lowered to what the batch's hints allow (``hint_rule``), counted; malformed hints (from a
         caller other than an adapter) are ignored."""
         try:
-            limit = self.hint_rule.limit(stats[_HINTS], stats[0])  # type: ignore[arg-type]
+            limit = self.hint_rule.limit(stats[_HINTS], stats[_BATCH])  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - StepStats.fast skips validation: no usable hints
             return k
         if limit >= k:
@@ -336,10 +350,11 @@ class StepController:
         """The StepStats of the coming decision: the engine's load now (and, when the adapter knows them,
         the ids of the requests in the batch and their hints), and the outcome ``known``."""
         if request_ids is None and hints is None:
-            stats: StepStats = _new(StepStats, (batch_size, num_waiting, mean_seq_len) + self._tail)
+            values = (batch_size, num_waiting, mean_seq_len) + self._tail
         else:
-            load = (batch_size, num_waiting, mean_seq_len)
-            stats = _new(StepStats, load + self._tail[:-2] + (request_ids, hints))
+            batch = (request_ids, hints) + _REST
+            values = (batch_size, num_waiting, mean_seq_len) + self._tail[:_KNOWN] + batch
+        stats: StepStats = _new(StepStats, values if _ARRANGE is None else _ARRANGE(values))
         return stats
 
     def outcome(
@@ -377,8 +392,9 @@ class StepController:
         if item is None or item[0] != step:
             return  # evicted, or never decided
         ring[i] = None
-        k = item[2] if num_steps is None else num_steps
-        load = item[1]  # the decision's own stats: its batch size and context length
+        k = item[_O_DEPTH] if num_steps is None else num_steps
+        load = item[_O_STATS]  # the decision's own stats: its batch size and context length
+        # the tail in the controller's order: ``OUTCOME``, then ``BATCH`` (unknown), then ``_REST``
         if k > 0:
             self._tail = (
                 k,
@@ -386,15 +402,27 @@ class StepController:
                 drafted,
                 step_time_s,
                 mean_accepted,
-                load[0],
-                item[6],
-                load[2],
+                load[_BATCH],
+                item[_O_ASKED],
+                load[_SEQ_LEN],
                 request_ids,
                 None,
                 None,
-            )
+            ) + _REST
         else:  # a step without speculation has no acceptance data, never "zero acceptance"
-            self._tail = (0, None, None, step_time_s, None, load[0], item[6], load[2], None, None, None)
+            self._tail = (
+                0,
+                None,
+                None,
+                step_time_s,
+                None,
+                load[_BATCH],
+                item[_O_ASKED],
+                load[_SEQ_LEN],
+                None,
+                None,
+                None,
+            ) + _REST
         if self.observers:
             done = self._done
             self._done = step
@@ -451,7 +479,7 @@ class StepController:
     def _release(self, item: _Open, step_time_s: float | None) -> None:
         if not self.observers:
             return
-        record: StepRecord = _new(StepRecord, item[:6] + (step_time_s,))
+        record: StepRecord = _new(StepRecord, item[:_O_ASKED] + (step_time_s,))
         for obs in self.observers:
             try:
                 obs.on_record(record)
@@ -461,8 +489,8 @@ class StepController:
                 self._on_error(
                     exc,
                     "observer",
-                    f"the step keeps its depth {item[2]}; this observer misses its record, so the step time "
-                    "is not recorded",
+                    f"the step keeps its depth {item[_O_DEPTH]}; this observer misses its record, so "
+                    "the step time is not recorded",
                 )
 
     def close(self) -> None:
