@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.runtime.controller import RETRY_INTERVAL, StepController
+from specpolicy.runtime.budget import RETRY_INTERVAL
+from specpolicy.runtime.controller import StepController
 from specpolicy.runtime.runtime import AdapterRuntime
 from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.runtime.watchdog import DecideWatchdog

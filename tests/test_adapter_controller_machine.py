@@ -24,14 +24,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from specpolicy import SpecMode, StepStats
 from specpolicy.mode import MAX_NUM_STEPS
 from specpolicy.runtime import controller as controller_module
-from specpolicy.runtime.controller import (
-    BUDGET_DECAY,
-    MAX_OPEN,
-    NOTHING_KNOWN,
-    RETRY_INTERVAL,
-    StepController,
-    StepRecord,
-)
+from specpolicy.runtime.budget import BUDGET_DECAY, RETRY_INTERVAL
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.pairing import MAX_OPEN, NOTHING_KNOWN
 
 #: the outcome fields of a StepStats, by name: a field added anywhere else leaves them as they are
 _F = StepStats._fields

@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.runtime.controller import MAX_OPEN, StepController
+from specpolicy.runtime.controller import StepController
 from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.pairing import MAX_OPEN
 
 
 class Depths:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections import namedtuple
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
 import specpolicy.runtime.controller as controller
+import specpolicy.runtime.pairing as pairing
 import specpolicy.runtime.tp as tp
 import specpolicy.stats
 from specpolicy.hints import aggregate
@@ -36,22 +36,20 @@ def _variant(position: int) -> Any:
 
 
 @pytest.fixture(params=range(len(FIELDS) + 1), ids=lambda p: f"extra-at-{p}")
-def variant(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Any, ModuleType]]:
-    """A StepStats variant and the controller module compiled against it (under a name of its own)."""
+def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ModuleType]:
+    """A StepStats variant and the controller compiled against it: ``pairing`` (where the fields are
+    placed) and ``controller`` (which reads the hints and the batch size) are loaded again while
+    ``specpolicy.stats.StepStats`` is the variant; the originals come back after the test."""
     cls = _variant(request.param)
     monkeypatch.setattr(specpolicy.stats, "StepStats", cls)
-    name = "specpolicy.runtime._controller_variant"
-    spec = importlib.util.spec_from_file_location(name, controller.__file__)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield cls, module
-    finally:
-        del sys.modules[name]
+    fresh = {}
+    for module in (pairing, controller):
+        spec = importlib.util.spec_from_file_location(module.__name__, module.__file__)
+        assert spec is not None and spec.loader is not None
+        fresh[module] = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, module.__name__, fresh[module])
+        spec.loader.exec_module(fresh[module])
+    return cls, fresh[controller]
 
 
 class Seen:
@@ -78,7 +76,7 @@ def test_outcome_fields_land_under_their_names(variant: tuple[Any, ModuleType]) 
     ctl = mod.StepController(Seen(2, 0), allowed_steps=range(4), default_steps=3)
     first = ctl.next_stats(4, 2, 100.0)
     assert type(first) is cls and first.extra is EXTRA
-    nothing = dict(zip(OUTCOME, mod.NOTHING_KNOWN, strict=True))
+    nothing = dict(zip(OUTCOME, sys.modules[pairing.__name__].NOTHING_KNOWN, strict=True))
     load = {"batch_size": 4, "num_waiting": 2, "mean_seq_len": 100.0, "request_ids": None, "hints": None}
     assert _named(first) == {**nothing, **load}
     step, k = ctl.decide(first)
@@ -169,15 +167,15 @@ def test_rank_agreement_keeps_every_field(variant: tuple[Any, ModuleType]) -> No
 
 def test_the_production_layout_builds_stepstats_in_its_own_order() -> None:
     ctl = controller.StepController(Seen(1), allowed_steps=range(4), default_steps=3)
-    assert controller._ARRANGE is None  # today's order is the controller's: nothing to rearrange per step
+    assert pairing._ARRANGE is None  # today's order is the controller's: nothing to rearrange per step
     stats = ctl.next_stats(7, 1, 3.0, ["r"], aggregate([2]))
     assert type(stats) is StepStats and stats == StepStats(7, 1, 3.0, request_ids=["r"], hints=aggregate([2]))
 
 
 def test_the_open_decisions_positions_are_step_records() -> None:
-    assert StepRecord._fields[controller._O_STATS] == "stats"
-    assert StepRecord._fields[controller._O_DEPTH] == "num_steps"
-    assert StepRecord._fields[controller._O_ASKED] == "step_time_s" == StepRecord._fields[-1]
+    assert StepRecord._fields[pairing._O_STATS] == "stats"
+    assert StepRecord._fields[pairing._O_DEPTH] == "num_steps"
+    assert StepRecord._fields[pairing._O_ASKED] == "step_time_s" == StepRecord._fields[-1]
 
 
 def test_a_stats_class_without_a_step_path_field_or_default_is_refused() -> None:

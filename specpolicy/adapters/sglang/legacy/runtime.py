@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
-from ....runtime.controller import MAX_OPEN
 from ....runtime.decision import StepObserver
+from ....runtime.pairing import MAX_OPEN
 from ....runtime.runtime import AdapterRuntime
 from ....runtime.settings import AdapterSettings
 from ....runtime.tp import DecisionSync
