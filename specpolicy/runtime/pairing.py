@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Final
 
+from ..clean import clean_count
 from ..errors import short_repr
 from ..mode import MAX_NUM_STEPS
-from ..stats import StepStats, clean_count
+from ..stats import StepStats
 from .decision import StepObserver, StepRecord
 from .stats_layout import OUTCOME, StatsLayout
 
