@@ -130,3 +130,12 @@ def test_no_import_circle(eager_only: bool) -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+MAX_LINES = 450
+
+
+def test_no_module_is_over_450_lines() -> None:
+    """One idea per module: a module past this has more than one, and is split by idea."""
+    long = {m: n for m, (path, _) in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

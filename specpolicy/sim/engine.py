@@ -38,7 +38,7 @@ from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
 from .metrics import Meter, RunResult, Timeline
-from .workloads import Scenario
+from .scenario import Scenario
 
 __all__ = ["SimProfile", "Decider", "DeciderSwap", "EngineConfig", "RunResult", "Timeline", "simulate"]
 
