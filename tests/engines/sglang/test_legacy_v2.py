@@ -42,6 +42,7 @@ from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
+from specpolicy.runtime.decision import Decision  # noqa: E402
 
 PROMPTS = [5, 9, 2]
 FIRST = [11, 12, 13]
@@ -228,9 +229,9 @@ def test_return_logprob_batches_always_speculate(names: FieldNames, wrapped: Any
 def _next_stats(rt: StepRuntime) -> Any:
     seen: list[Any] = []
 
-    def record(stats: Any) -> int:
+    def record(stats: Any) -> Decision:
         seen.append(stats)
-        return 0
+        return Decision(rt.current_step + 1, 0)
 
     rt.decide = record
     rt.begin_decode(3, 30)
