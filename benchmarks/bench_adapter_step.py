@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 BATCH_SIZES = (1, 64, 256)
 DEPTH = 3
@@ -100,14 +100,23 @@ def sglang_legacy(settings: AdapterSettings, batch: int, path: str) -> Callable[
         rt.gpu_timer = GpuStepTimer(_DoneEvent)
     accs = [[(i + j) % (DEPTH + 1) for j in range(batch)] for i in range(16)]
     begin, end, result = rt.begin_decode, rt.end_decode, rt.on_result
-    ctl = rt.controller
     lag = 1 if path == "v2" else 0
+    if hasattr(rt, "controller"):  # before decisions came back with their number
+        ctl = rt.controller
+
+        def current() -> int:
+            return int(ctl.step)
+    else:
+
+        def current() -> int:
+            return rt.current_step
 
     def step(i: int) -> None:
         skip = begin(batch, 1000 * batch)
         end()
-        if ctl.step > lag:
-            result(ctl.step - lag if by_step else (0 if skip else DEPTH), accs[i & 15])
+        n = current()
+        if n > lag:
+            result(n - lag if by_step else (0 if skip else DEPTH), accs[i & 15])
 
     return step
 
@@ -133,7 +142,9 @@ def vllm_ledger(settings: AdapterSettings, batch: int) -> Callable[[int], None]:
     art = _runtime(settings, ALLOWED)
     ctl = art.controller
     params = inspect.signature(StepLedger).parameters
-    if "request_ids" in params:  # as CoreBridge builds it: ids kept only for a policy that reads them
+    if "path" in params:  # as CoreBridge builds it: ids kept only for a policy that reads them
+        ledger = StepLedger(art, request_ids=art.wants_request_ids)
+    elif "request_ids" in params:
         ledger = StepLedger(art.decide, ctl, request_ids=art.wants_request_ids)
     elif "controller" in params:
         ledger = StepLedger(art.decide, ctl)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specpolicy import ConfigError, parse_config
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.settings import AdapterSettings
 
 #: Longest acceptable error message (all lines together).
 MAX_MESSAGE = 600

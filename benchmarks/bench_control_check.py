@@ -1,4 +1,4 @@
-"""Per-step cost of the control-file check (``adapters.control_file``) against decide()'s own cost.
+"""Per-step cost of the control-file check (``runtime.control_file``) against decide()'s own cost.
 
 Usage (from the repository root)::
 
@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specpolicy.adapters.control_file import write_control
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.registry import parse_config
+from specpolicy.runtime.control_file import write_control
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 DEPTH = 3
 BATCH = 8

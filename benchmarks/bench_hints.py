@@ -31,10 +31,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from specpolicy import StepStats, make_policy
-from specpolicy.adapters.controller import StepController
 from specpolicy.adapters.sglang.hints import RequestHints as SglangHints
 from specpolicy.adapters.vllm.hints import RequestHints as VllmHints
 from specpolicy.hints import HINT_KEY, HintBook, aggregate
+from specpolicy.runtime.controller import StepController
 
 BATCH_SIZES = (1, 64, 256)
 DEPTH = 3

@@ -5,7 +5,7 @@ Usage (from the repository root; needs torch)::
     python benchmarks/bench_tp_broadcast.py                  # 2 ranks, 3000 broadcasts, the first 500 dropped
     python benchmarks/bench_tp_broadcast.py --ranks 4 --n 5000
 
-``BroadcastSync.share`` (specpolicy/adapters/tp.py) is timed back to back on every rank of a gloo group on
+``BroadcastSync.share`` (specpolicy/runtime/tp.py) is timed back to back on every rank of a gloo group on
 this host, as the adapters build it over an engine's CPU group; prints each rank's median and 10th
 percentile in microseconds. The ranks run as processes of one machine, so a loaded host (fewer cores than
 ranks plus their neighbours) inflates the figure.
@@ -24,7 +24,7 @@ from typing import Any
 def _rank(rank: int, world: int, init: str, n: int, skip: int, queue: Any) -> None:
     import torch.distributed as dist
 
-    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.runtime.tp import BroadcastSync
 
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     sync = BroadcastSync(dist.new_group(list(range(world)), backend="gloo"))

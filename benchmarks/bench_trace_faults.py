@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python benchmarks/bench_trace_faults.py                 # 5000 records per fault, batch 256
     python benchmarks/bench_trace_faults.py --records 20000 --batch 64
 
-Faults are injected into ``specpolicy.adapters.trace_writer``'s ``os`` calls: a disk that fills up after a
+Faults are injected into ``specpolicy.runtime.trace_writer``'s ``os`` calls: a disk that fills up after a
 number of bytes, a read-only directory, a write that stalls until after ``close()`` gave up, a writer that
 cannot keep up (its I/O lock held while the records arrive), and records with unserialisable fields. For each
 the table shows offered, written, dropped by cause, the records actually in the file, and whether
@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from specpolicy.adapters import trace_writer as tw
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.trace_writer import TraceWriter
+from specpolicy.runtime import trace_writer as tw
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace
 

@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python benchmarks/bench_trace_step.py                         # batch 256, 100 000 steps, trace on and off
     python benchmarks/bench_trace_step.py --steps 20000 --batch 64 --json out.json
 
-Each step is what an engine adapter does per step: ``controller.decide(stats)`` then
+Each step is what an engine adapter does per step: ``step, k = controller.decide(stats)`` then
 ``controller.outcome(step, accepted, t)`` (which hands the completed record to the trace), timed together,
 with ``--work-us`` of engine work in between (by default a wait that releases the GIL, as an engine waiting
 on the device does; ``--spin`` holds it), so the writer thread runs concurrently, as it does in an engine.
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from specpolicy import StepStats, make_policy
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.trace_writer import TraceWriter
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.trace_writer import TraceWriter
 
 
 def _spin(us: float) -> None:
@@ -61,8 +61,7 @@ def run(steps: int, batch: int, work_us: float, trace_dir: Path | None, spin: bo
     for i in range(steps):
         stats = pool[i & 63]
         t0 = perf()
-        ctl.decide(stats)
-        ctl.outcome(ctl.step, stats[4], 0.02)
+        ctl.outcome(ctl.decide(stats).step, stats[4], 0.02)
         lat[i] = perf() - t0
         work(work_us)
     out: dict[str, Any] = {}

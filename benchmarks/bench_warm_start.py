@@ -32,7 +32,7 @@ from specpolicy.registry import make_policy, parse_config
 from specpolicy.sim.comparators import PolicyDecider, default_comparators
 from specpolicy.sim.engine import EngineConfig, simulate
 from specpolicy.sim.run import resolve_profile
-from specpolicy.sim.workloads import Scenario
+from specpolicy.sim.scenario import Scenario
 from specpolicy.stats import StepStats
 
 GOAL_STEPS = 10

@@ -16,7 +16,7 @@ from .errors import ConfigError, MissingExtraError
 # ``func`` does the work. One line per package: keep this list sorted by command.
 _COMMAND_MODULES: tuple[str, ...] = (
     "specpolicy.commands",
-    "specpolicy.adapters.commands_control",
+    "specpolicy.runtime.commands_control",
     "specpolicy.adapters.commands_doctor",
     "specpolicy.sim.commands_profile",
     "specpolicy.sim.commands_sim",

@@ -18,8 +18,9 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .clean import MAX_COUNT
 from .errors import short_repr
-from .stats import MAX_COUNT, StepStats
+from .stats import StepStats
 
 __all__ = ["TRACE_FORMAT", "TraceRecord", "dumps_record", "iter_trace_lines", "read_trace", "record_dict"]
 

@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
 from specpolicy import registry as policy_mod
-from specpolicy.adapters.control_file import parse_control, read_control, write_control
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
-from specpolicy.adapters.tp import AgreedDecider
 from specpolicy.cli import main
 from specpolicy.errors import ConfigError
 from specpolicy.policy import PolicyConfig, PolicyEntry
 from specpolicy.registry import parse_config
+from specpolicy.runtime.control_file import parse_control, read_control, write_control
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
+from specpolicy.runtime.tp import AgreedDecider
 from specpolicy.trace import iter_trace_lines, read_trace
 
 
@@ -45,8 +45,8 @@ def _runtime(
 def _steps(rt: AdapterRuntime, n: int) -> list[int]:
     out = []
     for _ in range(n):
-        k = rt.decide(rt.controller.next_stats(4, 0, 100.0))
-        rt.controller.outcome(rt.controller.step, [1] * 4 if k else None, 0.01)
+        step, k = rt.decide(rt.next_stats(4, 0, 100.0))
+        rt.outcome(step, [1] * 4 if k else None, 0.01)
         out.append(k)
     return out
 
@@ -257,7 +257,7 @@ def test_a_hook_that_raises_is_contained_and_the_decision_goes_ahead() -> None:
         raise OSError("stat failed")
 
     c.watch(hook, 3)
-    assert [c.decide(StepStats(1)) for _ in range(7)] == [2] * 7
+    assert [c.decide(StepStats(1)).num_steps for _ in range(7)] == [2] * 7
     assert calls == [4, 7] and c.errors == 0
 
 
@@ -314,7 +314,7 @@ def test_ranks_switch_at_the_same_step_even_when_only_rank0_sees_the_file(tmp_pa
         if step == 5:
             write_control(ctl, _static(6))
         for r, rt in enumerate(ranks):
-            depths[r].append(rt.decide(StepStats(4)))
+            depths[r].append(rt.decide(StepStats(4)).num_steps)
     assert depths[0] == depths[1] == [3] * 6 + [6] * 6  # checks before decisions 4, 7, 10
     assert ranks[1].control is not None and ranks[1].control.watch is None  # rank 1 never reads the file
     assert ranks[1].settings.policy == _static(6) and ranks[1].control.swaps == 1
@@ -428,7 +428,7 @@ def test_ranks_always_run_the_same_depth_and_switch_at_the_same_step(
         rt.control.install = spy  # type: ignore[method-assign]
     for gap, k in writes:
         for _ in range(gap):
-            depths = {rt.decide(StepStats(4)) for rt in ranks}
+            depths = {rt.decide(StepStats(4)).num_steps for rt in ranks}
             assert len(depths) == 1
         if k >= 0:
             write_control(ctl, _static(k))

@@ -22,16 +22,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters import controller as controller_module
-from specpolicy.adapters.controller import (
-    BUDGET_DECAY,
-    MAX_OPEN,
-    NOTHING_KNOWN,
-    RETRY_INTERVAL,
-    StepController,
-    StepRecord,
-)
 from specpolicy.mode import MAX_NUM_STEPS
+from specpolicy.runtime import controller as controller_module
+from specpolicy.runtime.budget import BUDGET_DECAY, RETRY_INTERVAL
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.pairing import MAX_OPEN, NOTHING_KNOWN
 
 #: the outcome fields of a StepStats, by name: a field added anywhere else leaves them as they are
 _F = StepStats._fields
@@ -165,7 +161,7 @@ class ControllerMachine(RuleBasedStateMachine):
             value = ValueError("policy down")
         self.policy.answer, self.policy.cost_s = value, (3 * BUDGET_S if slow else 0.0)
         calls = self.policy.calls
-        got = self.ctl.decide(self._stats(batch))
+        got = self.ctl.decide(self._stats(batch)).num_steps
         assert got in self.allowed
         assert self.policy.calls == calls + consulted
         if not consulted:
@@ -200,7 +196,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def force(self, depth: int, batch: int) -> None:
         k = self.allowed[depth % len(self.allowed)]
         calls = self.policy.calls
-        assert self.ctl.force(self._stats(batch), k) == k
+        assert self.ctl.force(self._stats(batch), k).num_steps == k
         assert self.policy.calls == calls
         self._new_step(k, batch, False)
 

@@ -14,8 +14,9 @@ import pytest
 prom = pytest.importorskip("prometheus_client")
 
 from specpolicy import SpecMode, StepStats  # noqa: E402
-from specpolicy.adapters.controller import StepController, StepRecord  # noqa: E402
-from specpolicy.adapters.metrics import MetricsObserver  # noqa: E402
+from specpolicy.runtime.controller import StepController  # noqa: E402
+from specpolicy.runtime.decision import StepRecord  # noqa: E402
+from specpolicy.runtime.metrics import MetricsObserver  # noqa: E402
 
 
 class _Estimating:
@@ -120,8 +121,8 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
     dir."""
     worker = textwrap.dedent(
         """
-        from specpolicy.adapters.metrics import MetricsObserver
-        from specpolicy.adapters.controller import StepRecord
+        from specpolicy.runtime.metrics import MetricsObserver
+        from specpolicy.runtime.decision import StepRecord
         from specpolicy.stats import StepStats
         obs = MetricsObserver(engine="sglang", rank=0, push_every=1)
         for step in range(1, 6):
@@ -140,7 +141,7 @@ def test_multiprocess_directory_collects_metrics_from_a_worker_process(tmp_path:
 
 
 def test_estimate_series_are_bounded_and_what_is_dropped_is_counted() -> None:
-    from specpolicy.adapters.metrics import MAX_ESTIMATE_NAMES
+    from specpolicy.runtime.metrics import MAX_ESTIMATE_NAMES
 
     reg = prom.CollectorRegistry()
 

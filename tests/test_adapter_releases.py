@@ -14,10 +14,10 @@ import pytest
 from packaging.requirements import Requirement
 
 from specpolicy.adapters import _support
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import doctor, launch, legacy, releases, versions
 from specpolicy.adapters.sglang.releases import Release
 from specpolicy.adapters.vllm import versions as vllm_versions
+from specpolicy.runtime.settings import AdapterSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,14 +155,63 @@ def test_every_tested_release_has_a_test_environment_and_no_other() -> None:
         assert pin == f"{engine}=={version}"
 
 
-def test_the_install_extras_span_the_tested_releases() -> None:
+def _extra(engine: str) -> tuple[Requirement, list[str]]:
+    """The engine's requirement in its install extra, and the extra's other requirements."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    reqs = [Requirement(r) for r in extras[engine]]
+    (engine_req,) = [r for r in reqs if r.name == engine]
+    return engine_req, sorted(str(r) for r in reqs if r.name != engine)
+
+
+def _candidates(tested: tuple[str, ...], minors: range, patches: range) -> list[str]:
+    """Releases around and between the tested ones: ``major.minor.patch`` for every minor and patch in
+    range, each also as a post release, and the tested releases themselves."""
+    major = _support.release_key(tested[0])[0]
+    out = set(tested)
+    for minor in minors:
+        for patch in patches:
+            base = f"{major}.{minor}.{patch}"
+            out |= {base, f"{base}.post1", f"{base}.post2"}
+    return sorted(out, key=_support.parse_version)  # type: ignore[arg-type]
+
+
+def test_the_sglang_extra_admits_exactly_the_range_the_release_table_has_layouts_for() -> None:
+    """Between the oldest and the newest tested release, each release runs as the layout it has (an
+    untested one only when allowed, ``layout_for``); the extra admits that range and nothing else."""
+    req, _ = _extra("sglang")
     tested = releases.tested()
-    assert f"sglang>={tested[0]},<={tested[-1]}" in extras["sglang"]
-    (vllm,) = [Requirement(r) for r in extras["vllm"] if Requirement(r).name == "vllm"]
+    lo, hi = (_support.parse_version(v) for v in (tested[0], tested[-1]))
+    assert lo is not None and hi is not None
+    patches = range(_support.release_key(tested[0])[2] - 1, _support.release_key(tested[-1])[2] + 2)
+    for v in _candidates(tested, range(4, 7), patches):
+        parsed = _support.parse_version(v)
+        assert parsed is not None
+        expected = lo <= parsed <= hi
+        assert req.specifier.contains(v) == expected, f"sglang {v}: the extra says {req.specifier}"
+        if expected:
+            assert releases.layout_for(v) is not None, v
+    assert all(req.specifier.contains(v) for v in tested)
+
+
+def test_the_vllm_extra_admits_only_the_tested_release_lines() -> None:
+    """PEP 440 cannot list exact releases, so the extra admits the tested release lines from the oldest
+    tested release to the newest, and excludes every minor line between them with no tested release (an
+    untested patch of a tested line is refused at start-up unless allowed)."""
+    req, _ = _extra("vllm")
     tested = vllm_versions.SUPPORTED
+    lines = {vllm_versions.version_key(v)[:2] for v in tested}
     first, last = (vllm_versions.version_key(v)[1] for v in (tested[0], tested[-1]))
-    # every minor release from the one before the oldest tested to the one after the newest, and the next
-    # patch of the newest: the extra admits the tested releases and no other
-    candidates = [f"0.{minor}.0" for minor in range(first - 1, last + 2)] + [f"0.{last}.1"]
-    assert [v for v in candidates if vllm.specifier.contains(v)] == list(tested)
+    lo, hi = (_support.parse_version(v) for v in (tested[0], tested[-1]))
+    assert lo is not None and hi is not None
+    for v in _candidates(tested, range(first - 2, last + 3), range(0, 3)):
+        parsed = _support.parse_version(v)
+        assert parsed is not None
+        expected = lo <= parsed <= hi and vllm_versions.version_key(v)[:2] in lines
+        assert req.specifier.contains(v) == expected, f"vllm {v}: the extra says {req.specifier}"
+    for v in tested:
+        assert req.specifier.contains(v) and vllm_versions.check_version(v) == v
+
+
+def test_the_engine_extras_need_the_same_metrics_client() -> None:
+    """Both adapters export the same metrics (``runtime.metrics``), so both extras pin one client."""
+    assert _extra("sglang")[1] == _extra("vllm")[1] == ["prometheus-client>=0.18"]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters.settings import ENV_CONFIG, ENV_POLICY, ENV_VARS, AdapterSettings
 from specpolicy.errors import ConfigError
+from specpolicy.runtime.settings import ENV_CONFIG, ENV_POLICY, ENV_VARS, AdapterSettings
 
 
 @given(

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import adaptive
 from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 DEPTHS = (0, 1, 3)
 

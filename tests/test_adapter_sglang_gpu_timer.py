@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
 from specpolicy.adapters.sglang.legacy.runtime import Path, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 
@@ -129,7 +129,7 @@ def test_overlap_runtime_bills_each_step_its_own_time() -> None:
         depths.append(0 if skip else 3)
         rt.end_decode()
         gpu.queued += 2.0 if skip else 6.0
-    rt.controller.close()
+    rt.runtime.controller.close()
     cost = {0: 2.0 / 1e3, 3: 6.0 / 1e3}
     by_step = dict(rec.times)
     assert len(by_step) == 10 and all(t == pytest.approx(cost[depths[s - 1]]) for s, t in by_step.items())
@@ -176,7 +176,7 @@ def test_overlap_stats_pair_depth_acceptance_batch_and_time_of_one_step(
             rt.on_result(j, accepted[j - 1] if depths[j - 1] else None)
         gpu.queued += d
         clock.t += d / 1e3
-    rt.controller.close()
+    rt.runtime.controller.close()
     for n, stats in enumerate(rec.stats):  # decision n + 1 of step n
         if stats.last_batch_size is None:
             continue  # nothing known yet
@@ -247,7 +247,7 @@ def test_every_stats_describes_one_step_whatever_the_order(
             process()  # non-overlap: each batch's result is processed right after it
         elif len(pending) > 1:
             process()  # overlap: the previous batch's result, after this one was launched
-    rt.controller.close()
+    rt.runtime.controller.close()
     timed = [step for step, _ in rec.times]
     assert timed == sorted(set(timed))  # each decision's record once, in order
     for n, stats in enumerate(rec.stats):

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.runtime import make_runtime
 from specpolicy.policies.compose import Clamp, OnOffAtDepth
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 ALLOWED = (0, 1, 3)
 
@@ -45,7 +45,8 @@ def test_steps_by_depth_and_switches_count_every_decision(
     logging.disable(logging.CRITICAL)
     try:
         for kind, what in steps:
-            got.append(ctl.decide(StepStats(2)) if kind == "decide" else ctl.force(StepStats(2), what))
+            decision = ctl.decide(StepStats(2)) if kind == "decide" else ctl.force(StepStats(2), what)
+            got.append(decision.num_steps)
             if outcomes:
                 ctl.outcome(ctl.step, [0, 0], 0.001)
     finally:
@@ -61,15 +62,15 @@ def test_a_replaced_policy_decides_from_the_next_step_and_its_clamp_is_heard() -
     ctl = StepController(first, allowed_steps=(0, 3), default_steps=3)
     logging.disable(logging.CRITICAL)
     try:
-        assert ctl.decide(StepStats(1)) == 3  # depth 1 is not built here: the default runs
+        assert ctl.decide(StepStats(1)).num_steps == 3  # depth 1 is not built here: the default runs
     finally:
         logging.disable(logging.NOTSET)
     inner = Scripted([SpecMode.on(5), SpecMode.off()])
     ctl.policy = Clamp(inner, (0, 3))
     assert ctl.policy.inner is inner  # type: ignore[attr-defined]
-    assert ctl.decide(StepStats(1)) == 3  # the clamp maps 5 down to 3
+    assert ctl.decide(StepStats(1)).num_steps == 3  # the clamp maps 5 down to 3
     ctl.outcome(ctl.step, [1], 0.002)
-    assert ctl.decide(ctl.next_stats(1, 0, None)) == 0
+    assert ctl.decide(ctl.next_stats(1, 0, None)).num_steps == 0
     after = inner.seen[-1]
     assert after.last_num_steps == 3 and after.last_decided_steps == 5  # what the clamp's part asked for
     assert not first.script and len(inner.seen) == 2
@@ -116,9 +117,9 @@ def test_unwrapped_and_wrapped_threshold_decide_the_same(loads: list[tuple[int, 
     for batch, waiting in loads:
         ks = []
         for rt in (bare, wrapped):
-            ctl = rt.controller
-            ks.append(rt.decide(ctl.next_stats(batch, waiting, 100.0)))
-            ctl.outcome(ctl.step, [1] * batch if batch else None, 0.001)
+            step, k = rt.decide(rt.next_stats(batch, waiting, 100.0))
+            ks.append(k)
+            rt.outcome(step, [1] * batch if batch else None, 0.001)
         assert ks[0] == ks[1]
         assert bare.controller.known == wrapped.controller.known
 

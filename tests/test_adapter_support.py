@@ -9,7 +9,7 @@ import pytest
 
 from specpolicy.adapters import _support, doctor
 from specpolicy.adapters._support import Target, check_targets, refuse_or_warn, resolve
-from specpolicy.adapters.runtime import AdapterInstallError
+from specpolicy.runtime.runtime import AdapterInstallError
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from _benchmarks import load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters import trace_file
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.trace_writer import TraceWriter
+from specpolicy.runtime import trace_file
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import TraceRecord, read_trace, record_dict
 
@@ -163,7 +163,7 @@ def test_the_writer_serialises_records_as_trace_record_does(
 
 def test_trace_counts_reach_the_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prom = pytest.importorskip("prometheus_client")
-    from specpolicy.adapters.metrics import MetricsObserver
+    from specpolicy.runtime.metrics import MetricsObserver
 
     reg = prom.CollectorRegistry()
     w = TraceWriter(tmp_path / "t.jsonl", flush_interval_s=10, max_pending=5)

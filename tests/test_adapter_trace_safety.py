@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.trace_writer import TraceWriter
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace
 

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.adapters.controller import StepController, StepRecord
-from specpolicy.adapters.trace_file import rank_path
-from specpolicy.adapters.trace_writer import TraceWriter
 from specpolicy.policies.static import StaticConfig, StaticPolicy
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.trace_file import rank_path
+from specpolicy.runtime.trace_writer import TraceWriter
 from specpolicy.stats import StepStats
 from specpolicy.trace import read_trace
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import ENV_POLICY, ENV_VARS, AdapterSettings
-from specpolicy.adapters.warm_start import FILE_FORMAT, WarmStart
 from specpolicy.errors import ConfigError
 from specpolicy.registry import make_policy, parse_config
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import ENV_POLICY, ENV_VARS, AdapterSettings
+from specpolicy.runtime.warm_start import FILE_FORMAT, WarmStart
 from specpolicy.stats import StepStats
 
 POLICY = {"name": "cost_model"}
@@ -32,12 +32,11 @@ def _runtime(path: Path, every: int = 4096, tp_agreement: str = "auto", **kw: An
 
 def _serve(rt: AdapterRuntime, steps: int, batch: int = 2) -> list[int]:
     out = []
-    ctl = rt.controller
     for i in range(steps):
         ids = [i // 5 + j for j in range(batch)]
-        k = rt.decide(ctl.next_stats(batch, 0, 500.0, ids))
+        step, k = rt.decide(rt.next_stats(batch, 0, 500.0, ids))
         out.append(k)
-        ctl.outcome(ctl.step, [min(k, 2)] * batch if k else None, 0.010 + 0.001 * k, request_ids=ids)
+        rt.outcome(step, [min(k, 2)] * batch if k else None, 0.010 + 0.001 * k, request_ids=ids)
     return out
 
 

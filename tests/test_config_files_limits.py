@@ -15,9 +15,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from specpolicy import ConfigError, parse_config
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.config_files import MAX_DEPTH, load_file
 from specpolicy.errors import MAX_ERROR_LINES, format_validation_error
+from specpolicy.runtime.settings import AdapterSettings
 
 
 @pytest.mark.parametrize("char", ["\x07", "\x00", "\x1b", "\ufffe"])

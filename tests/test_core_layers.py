@@ -1,8 +1,9 @@
 """The package's floors, read from its source: the core and the policies never import what sits above them.
 
 Floors, bottom up: the core value types, the policy contract and step-cost profiles; ``policies/``; the
-registry; then the simulator, the adapters and the CLI. An import inside a function counts for the policies
-(they must not reach up even lazily); the cycle check is run both ways.
+registry; the engine-agnostic runtime; then the simulator, the adapters and the CLI. An import inside a
+function counts for the policies (they must not reach up even lazily), and for the runtime and the simulator,
+which never name an adapter; the cycle check is run both ways.
 """
 
 from __future__ import annotations
@@ -60,13 +61,39 @@ def _under(module: str, *prefixes: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-UPPER = ("specpolicy.sim", "specpolicy.adapters", "specpolicy.cli", "specpolicy.commands")
+UPPER = (
+    "specpolicy.runtime",
+    "specpolicy.sim",
+    "specpolicy.adapters",
+    "specpolicy.cli",
+    "specpolicy.commands",
+)
 
 
 def test_the_policies_import_neither_the_registry_nor_the_simulator_nor_the_adapters() -> None:
     for module in MODULES:
         if _under(module, "specpolicy.policies"):
             bad = {m for m in _imports(module, eager_only=False) if _under(m, "specpolicy.registry", *UPPER)}
+            assert not bad, f"{module} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("floor", ["specpolicy.runtime", "specpolicy.sim"])
+def test_the_runtime_and_the_simulator_import_no_adapter(floor: str) -> None:
+    """Lazy and ``TYPE_CHECKING`` imports included: the simulator runs policies through the same runtime
+    the engines assemble, so neither may depend on an engine's adapter."""
+    members = [m for m in MODULES if _under(m, floor)]
+    assert len(members) > 3, floor
+    for module in members:
+        bad = {m for m in _imports(module, eager_only=False) if _under(m, "specpolicy.adapters")}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_the_runtime_sits_below_the_simulator_and_the_adapters() -> None:
+    """The runtime may use the registry (it builds the configured policy) but nothing above itself."""
+    for module in MODULES:
+        if _under(module, "specpolicy.runtime"):
+            above = ("specpolicy.sim", "specpolicy.adapters", "specpolicy.cli", "specpolicy.commands")
+            bad = {m for m in _imports(module, eager_only=False) if _under(m, *above)}
             assert not bad, f"{module} imports {sorted(bad)}"
 
 
@@ -103,3 +130,12 @@ def test_no_import_circle(eager_only: bool) -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+MAX_LINES = 450
+
+
+def test_no_module_is_over_450_lines() -> None:
+    """One idea per module: a module past this has more than one, and is split by idea."""
+    long = {m: n for m, (path, _) in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

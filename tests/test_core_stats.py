@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import StepStats
-from specpolicy.stats import clean_count, clean_float, mean_accepted_drafts
+from specpolicy.clean import clean_count, clean_float
+from specpolicy.stats import mean_accepted_drafts
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import ReportsEstimates, StepStats, available_policies, make_policy, parse_config
-from specpolicy.stats import mean_accepted_drafts, sample_sequence
+from specpolicy.clean import sample_sequence
+from specpolicy.stats import mean_accepted_drafts
 
 BATCH = 65_536
 #: Entries a policy may read per field per step: far below the batch, above any policy's sample.

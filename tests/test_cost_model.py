@@ -20,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import StepStats, make_policy
-from specpolicy.adapters.controller import StepController
 from specpolicy.errors import ConfigError
 from specpolicy.policies.cost_model import CostModelConfig, make_cost_model
 from specpolicy.policies.cost_model.table import CostCells
 from specpolicy.policy import Policy, ReportsEstimates
 from specpolicy.registry import parse_config
+from specpolicy.runtime.controller import StepController
 
 StepTime = Callable[[int, int], float]  # (batch, depth) -> seconds
 
@@ -239,7 +239,7 @@ def test_through_the_controller_each_time_is_billed_to_the_decision_that_ran_it(
     decided: dict[int, list[int]] = {4: [], 256: []}
     for n in range(4500):
         batch = cycle[n % 3]
-        k = ctl.decide(ctl.next_stats(batch, 0, 900.0 if batch == 4 else 300.0))
+        step, k = ctl.decide(ctl.next_stats(batch, 0, 900.0 if batch == 4 else 300.0))
         decided[batch].append(k)
         ran = min(k, 3)
         acc = None
@@ -250,7 +250,7 @@ def test_through_the_controller_each_time_is_billed_to_the_decision_that_ran_it(
                 while a < ran and rng.random() < 0.7:
                     a += 1
                 acc.append(a)
-        waiting.append((ctl.step, ran, acc, _knee(batch, ran) * math.exp(0.01 * rng.gauss(0.0, 1.0))))
+        waiting.append((step, ran, acc, _knee(batch, ran) * math.exp(0.01 * rng.gauss(0.0, 1.0))))
         if len(waiting) == lag:
             step, ran_, acc_, t = waiting.pop(0)
             ctl.outcome(step, acc_, t, num_steps=ran_)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpolicy.adapters.controller import StepController
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.errors import ConfigError
 from specpolicy.hints import HINT_KEY, BatchHints, BatchRule, HintBook, HintError, aggregate, parse_hint
 from specpolicy.mode import MAX_NUM_STEPS, SpecMode
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 
@@ -120,9 +120,11 @@ def test_controller_applies_the_rule_after_decide_and_counts() -> None:
     pol = Fixed(4)
     ctl = _controller(pol)
     hints = aggregate([0, 2])
-    assert ctl.decide(ctl.next_stats(4, 0, None)) == 4  # no hints: the policy's depth
-    assert ctl.decide(ctl.next_stats(4, 0, None, None, hints)) == 2  # 1 of 4 off (no majority); cap 2
-    assert ctl.decide(ctl.next_stats(3, 0, None, ["a", "b", "c"], aggregate([0, 0]))) == 0  # 2 of 3 off
+    assert ctl.decide(ctl.next_stats(4, 0, None)).num_steps == 4  # no hints: the policy's depth
+    # 1 of 4 off (no majority); cap 2
+    assert ctl.decide(ctl.next_stats(4, 0, None, None, hints)).num_steps == 2
+    # 2 of 3 off
+    assert ctl.decide(ctl.next_stats(3, 0, None, ["a", "b", "c"], aggregate([0, 0]))).num_steps == 0
     assert pol.seen[1].hints == (1, 1, 2, 2) and pol.seen[2].request_ids == ["a", "b", "c"]
     assert ctl.hint_counts() == {"steps_off": 1, "steps_capped": 1}
     assert ctl.steps_by_depth == {0: 1, 1: 0, 2: 1, 3: 0, 4: 1}
@@ -130,9 +132,10 @@ def test_controller_applies_the_rule_after_decide_and_counts() -> None:
 
 def test_a_cap_goes_to_the_deepest_depth_the_engine_runs() -> None:
     ctl = _controller(Fixed(3), allowed=[0, 3], default=3)
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))) == 0  # no depth in 1..2: off
+    # no depth in 1..2: off
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))).num_steps == 0
     ctl = _controller(Fixed(4), allowed=[0, 1, 3, 4])
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))) == 1
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))).num_steps == 1
 
 
 def test_hints_apply_to_the_default_when_the_policy_fails() -> None:
@@ -141,21 +144,21 @@ def test_hints_apply_to_the_default_when_the_policy_fails() -> None:
             raise RuntimeError("boom")
 
     ctl = _controller(Broken())
-    assert ctl.decide(ctl.next_stats(1, 0, None, None, aggregate([0]))) == 0
-    assert ctl.decide(ctl.next_stats(1, 0, None)) == 4
+    assert ctl.decide(ctl.next_stats(1, 0, None, None, aggregate([0]))).num_steps == 0
+    assert ctl.decide(ctl.next_stats(1, 0, None)).num_steps == 4
     assert ctl.errors == 2
 
 
 def test_per_request_rule_keeps_speculating_for_the_others() -> None:
     ctl = _controller(Fixed(4), rule=BatchRule(per_request=True))
-    assert ctl.decide(ctl.next_stats(3, 0, None, None, aggregate([0, 0]))) == 4
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))) == 0
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 2]))) == 2
+    assert ctl.decide(ctl.next_stats(3, 0, None, None, aggregate([0, 0]))).num_steps == 4
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))).num_steps == 0
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 2]))).num_steps == 2
 
 
 def test_malformed_hints_from_a_fast_stats_are_ignored() -> None:
     ctl = _controller(Fixed(3))
-    assert ctl.decide(StepStats.fast(2, hints="off")) == 3  # type: ignore[arg-type]
+    assert ctl.decide(StepStats.fast(2, hints="off")).num_steps == 3  # type: ignore[arg-type]
 
 
 def test_stats_validate_hints() -> None:
@@ -179,15 +182,14 @@ def test_settings_name_the_field_and_the_allowed_values() -> None:
 
 def test_metrics_mirror_the_hint_counters() -> None:
     prom = pytest.importorskip("prometheus_client")
-    from specpolicy.adapters.runtime import AdapterRuntime
+    from specpolicy.runtime.runtime import AdapterRuntime
 
     reg = prom.CollectorRegistry()
     rt = AdapterRuntime(AdapterSettings.build("static"), engine="test", engine_version="0", path="cpu",
                         allowed_steps=range(4), default_steps=3, metrics_registry=reg)
     rt.hints.admit("a", {HINT_KEY: "off"})
     rt.hints.admit("b", {HINT_KEY: "nope"})
-    ctl = rt.controller
-    rt.decide(ctl.next_stats(1, 0, None, None, aggregate([0])))
+    rt.decide(rt.next_stats(1, 0, None, None, aggregate([0])))
     rt.close()
 
     def value(event: str) -> float | None:
@@ -217,14 +219,15 @@ def test_bench_hints_stays_runnable(tmp_path: Any) -> None:
 def test_the_trace_records_the_batch_hints(tmp_path: Any) -> None:
     import json
 
-    from specpolicy.adapters.trace_writer import TraceWriter
+    from specpolicy.runtime.trace_writer import TraceWriter
     from specpolicy.trace import TraceRecord
 
     path = tmp_path / "t.jsonl"
     tw = TraceWriter(path)
     ctl = StepController(Fixed(3), allowed_steps=range(4), default_steps=3, observers=[tw])
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))) == 0
-    ctl.outcome(ctl.step, None, 0.01)
+    step, k = ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0])))
+    assert k == 0
+    ctl.outcome(step, None, 0.01)
     ctl.close()
     tw.close()
     line = json.loads(path.read_text().splitlines()[-1])

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy import MAX_NUM_STEPS, ConfigError, SpecMode, StepStats, make_policy, parse_config
-from specpolicy.adapters.controller import StepController
 from specpolicy.cli import main
 from specpolicy.policies.compose import Clamp, Gate, OnOffAtDepth, clamp_table
 from specpolicy.registry import get_entry
+from specpolicy.runtime.controller import StepController
 from specpolicy.sim.comparators import default_comparators
 
 _modes = st.integers(0, MAX_NUM_STEPS).map(SpecMode.of)
@@ -175,7 +175,8 @@ def test_a_fault_in_a_part_is_the_compositions_and_the_controller_contains_it(
     else:
         policy, ok = Gate(healthy, _part(plan, SpecMode.on(1))), 2
     controller = StepController(policy, allowed_steps=(0, 2, 4), default_steps=4)
-    got = [controller.decide(StepStats(1)) for _ in plan]  # logged once per kind of fault, never raised
+    # logged once per kind of fault, never raised
+    got = [controller.decide(StepStats(1)).num_steps for _ in plan]
     assert got == [ok if p == "ok" else 4 for p in plan]  # a faulty step runs the engine's default depth
     assert controller.errors == sum(p != "ok" for p in plan)
 
@@ -315,10 +316,10 @@ def test_cost_model_in_a_clamp_stops_asking_for_depths_the_clamp_maps_down() -> 
     ctl = StepController(policy, allowed_steps=(0, 3), default_steps=3)
     asked: list[int] = []
     for i in range(1500):
-        k = ctl.decide(ctl.next_stats(4, 0, 500.0))
+        step, k = ctl.decide(ctl.next_stats(4, 0, 500.0))
         asked.append(policy.requested_steps)
         t = 0.010 * (1.0 + 0.05 * k) * (1.0 + 1e-3 * (i % 5))
-        ctl.outcome(ctl.step, [min(k, 2)] * 4 if k else None, t)
+        ctl.outcome(step, [min(k, 2)] * 4 if k else None, t)
     tail = asked[-500:]
     assert set(tail) <= {0, 1, 2, 3}
 

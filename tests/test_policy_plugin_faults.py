@@ -195,7 +195,7 @@ def test_a_plugin_whose_config_is_not_a_policy_config_is_listed_as_broken(
 def test_a_plugin_whose_candidate_steps_are_unusable_is_a_config_error(
     site: Path, name: str, says: str
 ) -> None:
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     _odd_plugins(site)
     with pytest.raises(ConfigError, match=rf"{name}\.candidate_steps: .*{says}"):

@@ -9,10 +9,10 @@ import types
 import pytest
 
 from specpolicy import ConfigError
-from specpolicy.adapters.runtime import AdapterInstallError
 from specpolicy.adapters.vllm.checks import EngineFacts, check_engine, facts_from_vllm_config, preflight
 from specpolicy.adapters.vllm.config import settings_from, uses_specpolicy_scheduler
 from specpolicy.adapters.vllm.versions import UnsupportedVersion, check_version, version_key
+from specpolicy.runtime.runtime import AdapterInstallError
 
 FACTS = EngineFacts(
     version="0.33.0",

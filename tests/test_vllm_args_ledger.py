@@ -15,8 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.controller import StepController, StepRecord
 from specpolicy.adapters.vllm.ledger import StepLedger
+from specpolicy.runtime.controller import StepController
+from specpolicy.runtime.decision import StepRecord
 
 step_plan = st.lists(
     st.tuples(
@@ -53,8 +54,8 @@ class Recorder:
 
     def ledger(self, request_ids: bool = True) -> StepLedger:
         """A ledger on the production controller, this recorder as its policy and observer."""
-        ctl = StepController(self, allowed_steps=range(5), default_steps=0, observers=[self])
-        return StepLedger(ctl.decide, ctl, request_ids=request_ids)
+        self.controller = StepController(self, allowed_steps=range(5), default_steps=0, observers=[self])
+        return StepLedger(self.controller, request_ids=request_ids)
 
 
 def run(
@@ -153,8 +154,8 @@ def test_idle_time_before_a_step_is_not_counted() -> None:
     ledger.on_schedule("b", 1, 0, None, True, now=100.0)  # the engine idled for 100 s
     ledger.on_draft(2, 1)
     ledger.on_update("b", now=100.020)
-    assert ledger.known[0] == 2
-    step_time = ledger.known[3]
+    assert rec.controller.known[0] == 2
+    step_time = rec.controller.known[3]
     assert step_time is not None and abs(step_time - 0.020) < 1e-9
 
 
@@ -165,9 +166,9 @@ def test_an_output_that_never_comes_back_does_not_shift_the_accounting() -> None
     ledger.on_schedule("b", 1, 0, None, True, 1.0)
     ledger.on_draft(1, 1)
     ledger.on_update("b", 2.0)  # "lost" is dropped, "b" verified the drafts of depth 1
-    assert ledger.known[:3] == (1, [1], [1]) and ledger.in_flight == 0
+    assert rec.controller.known[:3] == (1, [1], [1]) and ledger.in_flight == 0
     ledger.on_update("unknown", 3.0)  # an empty step (nothing scheduled): ignored
-    assert ledger.known[:3] == (1, [1], [1])
+    assert rec.controller.known[:3] == (1, [1], [1])
 
 
 def test_request_ids_reach_the_policy_with_the_batch_and_with_its_verify() -> None:
@@ -187,4 +188,4 @@ def test_request_ids_reach_the_policy_with_the_batch_and_with_its_verify() -> No
     ledger.on_draft(2, 1, "r2")
     ledger.on_draft(2, 0)  # a result without an id: none for the step, rather than ids out of line
     ledger.on_update("c", 0.05)
-    assert ledger.known[1] == [1, 0] and ledger.known[8] is None
+    assert rec.controller.known[1] == [1, 0] and rec.controller.known[8] is None

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from specpolicy import ConfigError, parse_config
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.vllm.args import build_vllm_args
 from specpolicy.cli import main
+from specpolicy.runtime.settings import AdapterSettings
 
 
 def test_cost_model_defaults_follow_the_engine_depth(capsys: pytest.CaptureFixture[str]) -> None:

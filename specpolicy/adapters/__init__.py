@@ -1,1 +1,2 @@
-"""Engine adapters: one package per engine, plus the engine-agnostic step controller and observability."""
+"""Engine adapters: one package per engine. The engine-agnostic runtime they assemble is
+``specpolicy.runtime``."""

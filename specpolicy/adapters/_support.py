@@ -19,7 +19,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .runtime import AdapterInstallError
+from ..runtime.runtime import AdapterInstallError
 
 __all__ = [
     "Target",

@@ -14,11 +14,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from ..clean import clean_count
 from ..errors import FieldError
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..snapshot import SlotsState
-from ..stats import StepStats, clean_count
+from ..stats import StepStats
 
 __all__ = ["HysteresisConfig", "HysteresisPolicy", "ENTRY"]
 

@@ -17,11 +17,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ..clean import clean_count
 from ..errors import FieldError, short_repr
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..snapshot import SlotsState
-from ..stats import StepStats, clean_count
+from ..stats import StepStats
 
 __all__ = ["ScheduleConfig", "SchedulePolicy", "ENTRY", "table_from_draft_len_schedule"]
 

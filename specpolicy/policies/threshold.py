@@ -13,10 +13,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from ..clean import clean_count
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import PolicyConfig, PolicyEntry
 from ..snapshot import SlotsState
-from ..stats import StepStats, clean_count
+from ..stats import StepStats
 
 __all__ = ["ThresholdConfig", "ThresholdPolicy", "ENTRY"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .acceptance import logit, shifted
-from .workloads import RequestStream, Scenario
+from .scenario import RequestStream, Scenario
 
 __all__ = ["Request", "Arrivals", "RunningBatch"]
 

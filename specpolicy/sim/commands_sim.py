@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .hint_mix import parse_hint_mix
 from .run import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DECIDE_COST_US,
@@ -21,7 +22,7 @@ from .run import (
 from .scenario_options import add_arguments, from_args
 from .swap import PolicySwap
 from .warm import read_state
-from .workloads import WORKLOADS, parse_concurrency, parse_hint_mix
+from .workloads import WORKLOADS, parse_concurrency
 
 __all__ = ["register", "cmd_simulate", "cmd_tune"]
 

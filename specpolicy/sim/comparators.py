@@ -247,7 +247,15 @@ def measure_decide_cost_s(comp: Comparator, *, calls: int = 400, batch_size: int
         if last_k > 0:
             acc = [min(a, last_k) for a in pattern[i % 16][:b]]
         mean = None if acc is None else sum(acc) / len(acc)
-        stats = StepStats.fast(b, i % 3, 700.0 + i, last_k, acc, None, 0.008 + 0.001 * last_k, mean)
+        stats = StepStats.fast(
+            b,
+            i % 3,
+            700.0 + i,
+            last_num_steps=last_k,
+            accepted_draft_tokens=acc,
+            last_step_time_s=0.008 + 0.001 * last_k,
+            mean_accepted=mean,
+        )
         t0 = perf()
         mode = policy.decide(stats)
         dt = perf() - t0

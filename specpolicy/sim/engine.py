@@ -30,15 +30,15 @@ from typing import Literal, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..adapters.controller import StepController
 from ..hints import BatchHints, BatchRule
 from ..mode import MAX_NUM_STEPS, SpecMode
 from ..policy import Stateful
+from ..runtime.controller import StepController
 from ..stats import StepStats
 from .acceptance import accepted_drafts, hash_uniform
 from .batch import Arrivals, Request, RunningBatch
 from .metrics import Meter, RunResult, Timeline
-from .workloads import Scenario
+from .scenario import Scenario
 
 __all__ = ["SimProfile", "Decider", "DeciderSwap", "EngineConfig", "RunResult", "Timeline", "simulate"]
 
@@ -289,8 +289,7 @@ def simulate(
             ids = batch.rid.tolist()  # as an adapter passes the engine's request ids
             allow = None if hint_mix is None else hint_mix.allowances(seed, batch.rid)
             hints = None if allow is None else _batch_hints(allow)
-            k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids, hints))
-            decision = controller.step
+            decision, k = controller.decide(controller.next_stats(n_run, len(waiting), seq_mean, ids, hints))
             if k > max_k or k < 0:
                 clamped += 1
                 k = min(max(k, 0), max_k)

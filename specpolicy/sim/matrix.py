@@ -25,7 +25,7 @@ from .acceptance import AcceptanceModel, BetaAcceptance, BetaMixture
 from .comparators import policy_label
 from .report import Reference, Row, references, rows
 from .run import SimulationSpec, resolve_profile, run_simulation
-from .workloads import RequestShape, RequestStream
+from .scenario import RequestShape, RequestStream
 
 __all__ = [
     "POPULATIONS",

@@ -21,8 +21,9 @@ import numpy as np
 
 from .comparators import REFERENCE_KINDS
 from .run import RunOutcome, Simulation
+from .scenario import Scenario
 from .verdict import TIE, standings, verdict_lines
-from .workloads import WORKLOADS, Scenario
+from .workloads import WORKLOADS
 
 __all__ = ["Row", "Reference", "rows", "references", "to_json", "format_table", "REQUIRED_RUN_KEYS"]
 

@@ -30,10 +30,12 @@ from .comparators import (
     measure_decide_cost_s,
 )
 from .engine import DeciderSwap, EngineConfig, RunResult, SimProfile, simulate
+from .hint_mix import HintMix
 from .progress import ProgressBar
+from .scenario import RequestShape, Scenario
 from .swap import PolicySwap
 from .warm import takes_state
-from .workloads import HintMix, RequestShape, Scenario, load_workload
+from .workloads import load_workload
 
 __all__ = [
     "DEFAULT_PROFILE",

@@ -16,7 +16,7 @@ from typing import Any
 from ..config_files import loads_json_object
 from ..errors import ConfigError
 from .acceptance import AcceptanceModel, BetaAcceptance, BetaMixture
-from .workloads import RequestShape
+from .scenario import RequestShape
 
 __all__ = ["add_arguments", "parse_acceptance", "parse_component", "request_shape", "from_args"]
 

@@ -32,7 +32,7 @@ from .acceptance import AcceptanceModel
 from .comparators import Comparator, measure_decide_cost_s
 from .report import rows
 from .run import SimulationSpec, resolve_profile, run_simulation
-from .workloads import RequestShape
+from .scenario import RequestShape
 
 __all__ = ["Objective", "Param", "Trial", "TuneResult", "search_space", "tune", "parse_param_ranges"]
 

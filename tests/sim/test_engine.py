@@ -22,7 +22,8 @@ from specpolicy.sim.comparators import (
     default_comparators,
 )
 from specpolicy.sim.engine import EngineConfig, simulate
-from specpolicy.sim.workloads import Requests, Scenario, load_workload
+from specpolicy.sim.scenario import Requests, Scenario
+from specpolicy.sim.workloads import load_workload
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,9 @@ from test_engine import PROFILE, Recorder, _drain, _requests
 from specpolicy.errors import ConfigError
 from specpolicy.sim.comparators import PolicyDecider
 from specpolicy.sim.engine import EngineConfig, simulate
-from specpolicy.sim.workloads import HintMix, Scenario, load_workload, parse_hint_mix
+from specpolicy.sim.hint_mix import HintMix, parse_hint_mix
+from specpolicy.sim.scenario import Scenario
+from specpolicy.sim.workloads import load_workload
 
 
 def test_allowances_follow_the_fractions_and_the_request_number() -> None:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy.sim.acceptance import BetaAcceptance, BetaMixture, logit, shifted
-from specpolicy.sim.workloads import RequestShape, RequestStream, load_workload
+from specpolicy.sim.scenario import RequestShape, RequestStream
+from specpolicy.sim.workloads import load_workload
 
 params = st.floats(min_value=0.05, max_value=50.0, allow_nan=False)
 means = st.floats(min_value=0.02, max_value=0.98, allow_nan=False)

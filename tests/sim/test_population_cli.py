@@ -11,9 +11,9 @@ import pytest
 from specpolicy.cli import main
 from specpolicy.errors import ConfigError
 from specpolicy.sim.acceptance import BetaAcceptance, BetaMixture
+from specpolicy.sim.scenario import RequestShape
 from specpolicy.sim.scenario_options import parse_acceptance, request_shape
 from specpolicy.sim.tune import tune
-from specpolicy.sim.workloads import RequestShape
 
 FAST = [
     "--profile",

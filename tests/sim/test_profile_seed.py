@@ -70,7 +70,7 @@ _DURATION_S = {1: 200.0, 10: 300.0, 70: 600.0, 250: 900.0}
 def test_seed_calibration_through_the_simulator(concurrency: int) -> None:
     from specpolicy.sim.acceptance import BetaAcceptance
     from specpolicy.sim.engine import EngineConfig, simulate
-    from specpolicy.sim.workloads import Scenario
+    from specpolicy.sim.scenario import Scenario
 
     p = load_profile("seed-k25-tp8-pcie")
     a = p.acceptance

@@ -15,8 +15,8 @@ from specpolicy.registry import make_policy, parse_config
 from specpolicy.sim.comparators import Comparator, PolicyDecider, build_decider
 from specpolicy.sim.engine import EngineConfig, simulate
 from specpolicy.sim.run import SimulationSpec, resolve_profile, run_simulation
+from specpolicy.sim.scenario import Scenario
 from specpolicy.sim.warm import read_state
-from specpolicy.sim.workloads import Scenario
 
 FAST = ["--profile", "h200-llama8b", "--duration", "4", "--concurrency", "2", "--jobs", "1", "--no-progress"]
 

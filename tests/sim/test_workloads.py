@@ -11,14 +11,8 @@ import pytest
 from specpolicy.errors import ConfigError
 from specpolicy.sim import workloads
 from specpolicy.sim.acceptance import BetaAcceptance
-from specpolicy.sim.workloads import (
-    DEFAULT_SWEEP_LEVELS,
-    RequestShape,
-    RequestStream,
-    Scenario,
-    load_workload,
-    parse_concurrency,
-)
+from specpolicy.sim.scenario import RequestShape, RequestStream, Scenario
+from specpolicy.sim.workloads import DEFAULT_SWEEP_LEVELS, load_workload, parse_concurrency
 
 
 class Prof:

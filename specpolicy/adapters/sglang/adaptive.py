@@ -42,8 +42,8 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ...hints import BatchHints
-from ..runtime import AdapterRuntime
-from ..settings import AdapterSettings
+from ...runtime.runtime import AdapterRuntime
+from ...runtime.settings import AdapterSettings
 from .hints import RequestHints
 from .request_ids import request_ids
 
@@ -72,10 +72,9 @@ class SpecPolicyParams:
         self, runtime: AdapterRuntime, initial_steps: int, engine_candidates: list[int] | None = None
     ) -> None:
         self.runtime = runtime
-        self._controller = controller = runtime.controller
         self._decide = runtime.decide
-        self._next_stats = controller.next_stats
-        self._outcome = controller.outcome
+        self._next_stats = runtime.next_stats
+        self._outcome = runtime.outcome
         # the depths SGLang builds runtime states for: the policy's, unless the adapter runs some itself
         # (the 0.5.13+ adapter's decode step serves depth 0)
         steps = runtime.candidate_steps if engine_candidates is None else engine_candidates
@@ -126,8 +125,8 @@ class SpecPolicyParams:
             self.hints = None
             if self._hints_n != batch_size:
                 hints = None  # not the batch noted
-        k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids, hints))
-        self._inflight.append((self._controller.step, batch_size, gap, ids))
+        step, k = self._decide(self._next_stats(batch_size, self.num_waiting, self.mean_seq_len, ids, hints))
+        self._inflight.append((step, batch_size, gap, ids))
         return k
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
@@ -151,7 +150,7 @@ class SpecPolicyParams:
         # Feedback that matches no recorded round (a round whose result never came back): say nothing rather
         # than attribute it to the wrong depth.
         self._fed_t = None
-        self.runtime.controller.forget()
+        self.runtime.forget()
         return None
 
     # -- fed by the Scheduler.run_batch hook --

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError
-from ..runtime import AdapterInstallError, check_candidate_steps
-from ..settings import ENV_POLICY, AdapterSettings, bounds
+from ...runtime.runtime import AdapterInstallError, check_candidate_steps
+from ...runtime.settings import ENV_POLICY, AdapterSettings, bounds
 from .versions import check_version, installed_version, route_for
 
 __all__ = ["main", "prepare", "PreparedLaunch", "build_parser", "EXIT_CONFIG", "EXIT_REFUSED"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from ...errors import ConfigError
+from ...runtime.settings import AdapterSettings
 from .._support import refuse_or_warn
-from ..settings import AdapterSettings
 from .versions import UnsupportedVersion, check_version, installed_version, route_for
 
 __all__ = ["register"]

@@ -147,7 +147,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """One offline engine (in this process): generate greedily, time it, return tokens and tokens/s."""
     import sglang
 
-    from ..settings import AdapterSettings
+    from ...runtime.settings import AdapterSettings
     from .versions import installed_version, route_for
 
     kwargs: dict[str, Any] = {

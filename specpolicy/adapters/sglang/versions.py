@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from ...runtime.runtime import AdapterInstallError
 from .. import _support
-from ..runtime import AdapterInstallError
 from . import releases
 from .releases import Route
 

@@ -199,7 +199,7 @@ def build_vllm_args(
     section: dict[str, Any] = {"policy": _policy_section(given, config, notes)}
     if settings:
         section.update(settings)
-        from ..settings import AdapterSettings
+        from ...runtime.settings import AdapterSettings
 
         AdapterSettings.from_mapping(section)  # validate the extra fields now, not at server start-up
     return VllmArgs(

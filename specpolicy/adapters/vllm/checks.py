@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
+from ...runtime.runtime import AdapterInstallError, check_candidate_steps
+from ...runtime.settings import AdapterSettings
 from .._support import refuse_or_warn
-from ..runtime import AdapterInstallError, check_candidate_steps
-from ..settings import AdapterSettings
 from . import drafter_depth
 from .config import SECTION, settings_from
 from .versions import check_version, release

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...config_files import loads_json_object
 from ...errors import ConfigError
-from ..settings import ENV_CONFIG, ENV_POLICY, AdapterSettings
+from ...runtime.settings import ENV_CONFIG, ENV_POLICY, AdapterSettings
 
 __all__ = ["SECTION", "SCHEDULER_CLS", "settings_from", "uses_specpolicy_scheduler"]
 

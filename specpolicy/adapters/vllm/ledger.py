@@ -24,11 +24,10 @@ the ledger does not consult the policy for it and it is transparent to the accou
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple, Protocol
 
-from ...stats import StepStats
-from ..controller import StepController
+from ...runtime.decision import StepPath
 
 __all__ = ["StepLedger"]
 
@@ -59,14 +58,14 @@ class StepLedger:
     """Per-engine-core bookkeeping between ``schedule()`` and ``update_from_output()``.
 
     Args:
-        decide: the guarded decision (``AdapterRuntime.decide``): StepStats -> depth.
-        controller: the controller behind ``decide``: it numbers the decisions, builds their StepStats and
-            receives their outcomes.
+        path: the step path (the ``AdapterRuntime``): it builds each decision's StepStats, decides (the
+            decision's number with its depth) and receives the outcomes.
     """
 
     __slots__ = (
         "_decide",
-        "_controller",
+        "_next_stats",
+        "_outcome",
         "_pending",
         "_acc",
         "_drafted",
@@ -81,14 +80,14 @@ class StepLedger:
 
     def __init__(
         self,
-        decide: Callable[[StepStats], int],
-        controller: StepController,
+        path: StepPath,
         *,
         max_pending: int = 64,
         request_ids: bool = True,
     ) -> None:
-        self._decide = decide
-        self._controller = controller
+        self._decide = path.decide
+        self._next_stats = path.next_stats
+        self._outcome = path.outcome
         self._pending: deque[_Record] = deque()
         self._acc: list[int] = []
         self._drafted: list[int] = []
@@ -119,11 +118,11 @@ class StepLedger:
         its decoding requests, when known; ``hints`` theirs, when any has one)."""
         pending = self._pending
         if samples:
-            controller = self._controller
-            k = self._decide(controller.next_stats(batch_size, num_waiting, mean_seq_len, request_ids, hints))
+            stats = self._next_stats(batch_size, num_waiting, mean_seq_len, request_ids, hints)
+            step, k = self._decide(stats)
             pending.append(_new(_Record, (key, now, self._last_k, self._last_decision)))
             self._last_k = k
-            self._last_decision = controller.step
+            self._last_decision = step
         else:  # nothing is drafted for a later verify: keep the depth, verify and time nothing
             k = self._last_k
             pending.append(_new(_Record, (key, now, -1, None)))
@@ -169,11 +168,9 @@ class StepLedger:
         step_time = now - (t_prev if t_prev > rec.t_sched else rec.t_sched)
         if acc:
             deepest = max(drafted)
-            self._controller.outcome(
-                decision, acc, step_time, k if k >= deepest else deepest, drafted, None, ids
-            )
+            self._outcome(decision, acc, step_time, k if k >= deepest else deepest, drafted, None, ids)
         else:
-            self._controller.outcome(decision, None, step_time)
+            self._outcome(decision, None, step_time)
 
     def _pop(self, key: object) -> _Record | None:
         """The record of step ``key`` and every older one dropped (their outputs never came), or None."""
@@ -184,11 +181,6 @@ class StepLedger:
                     pending.popleft()
                 return rec
         return None
-
-    @property
-    def known(self) -> tuple[Any, ...]:
-        """The outcome fields (``last_num_steps`` .. ``last_batch_size``) the next decision will see."""
-        return self._controller.known
 
     @property
     def in_flight(self) -> int:

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from ...errors import ConfigError
-from ..settings import AdapterSettings
+from ...runtime.settings import AdapterSettings
 from .config import uses_specpolicy_scheduler
 
 __all__ = ["register", "check_engine_config"]

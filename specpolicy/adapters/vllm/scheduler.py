@@ -27,7 +27,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
-from ..runtime import AdapterRuntime
+from ...runtime.runtime import AdapterRuntime
 from .checks import preflight
 from .hints import RequestHints
 from .ledger import StepLedger
@@ -57,7 +57,7 @@ class CoreBridge:
 
     def __init__(self, runtime: AdapterRuntime, default_steps: int) -> None:
         self.runtime = runtime
-        self.ledger = StepLedger(runtime.decide, runtime.controller, request_ids=runtime.wants_request_ids)
+        self.ledger = StepLedger(runtime, request_ids=runtime.wants_request_ids)
         self.default_steps = default_steps
         self.errors = 0
         self._logged = False

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ...runtime.runtime import AdapterInstallError
 from .. import _support
-from ..runtime import AdapterInstallError
 
 __all__ = [
     "Release",

@@ -23,8 +23,8 @@ import logging
 import math
 from itertools import compress
 
+from ...clean import clean_float
 from ...profiles import StepCostModel
-from ...stats import clean_float
 from .table import CHANGE_RATIO, MAX_BATCH, BucketGrid, CostCells
 
 __all__ = ["PRIOR_STEP_COST", "StepCosts", "context_length"]

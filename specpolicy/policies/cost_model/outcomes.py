@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...clean import clean_count, clean_float, clean_sequence, sample_sequence
 from ...mode import MAX_NUM_STEPS
-from ...stats import StepStats, clean_count, clean_float, clean_sequence, sample_sequence
+from ...stats import StepStats
 from .costs import context_length
 from .estimates import Estimates
 from .table import MAX_BATCH

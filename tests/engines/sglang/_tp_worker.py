@@ -38,9 +38,9 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
     import torch.distributed as dist
 
     from specpolicy import registry as policy_mod
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
 
     policy_mod._registry().entries["timed_for_tests"] = PolicyEntry("timed_for_tests", TimedConfig, Timed)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -63,7 +63,7 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
     for step in range(6):
         # group rank 0 sees fast steps on even steps; the others always see slow ones
         t = 0.001 if (group_rank == 0 and step % 2 == 0) else 0.5
-        depths.append(rt.decide(StepStats(batch_size=8, last_step_time_s=t)))
+        depths.append(rt.decide(StepStats(batch_size=8, last_step_time_s=t)).num_steps)
     with open(out_file, "w") as fh:
         json.dump(
             {"group_rank": group_rank, "depths": depths, "mode": rt.mode, "policy_calls": rt.controller.step},
@@ -120,9 +120,9 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
     import torch.distributed as dist
 
     from specpolicy import registry as policy_mod
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
 
     mode, fault = spec.split(":")
     policy_mod._registry().entries["rankfault_for_tests"] = PolicyEntry(
@@ -151,7 +151,7 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
     depths, took = [], []
     for _ in range(40):
         t0 = time.perf_counter()
-        depths.append(rt.decide(StepStats(batch_size=8)))
+        depths.append(rt.decide(StepStats(batch_size=8)).num_steps)
         took.append(time.perf_counter() - t0)
         dist.barrier(group)  # the engine's own per-step collectives keep the ranks in step
     with open(out_file, "w") as fh:
@@ -168,11 +168,11 @@ def run_swap(rank: int, world: int, init_file: str, spec: str, out_file: str) ->
 
     import torch.distributed as dist
 
-    from specpolicy.adapters.control_file import write_control
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
-    from specpolicy.adapters.tp import BroadcastSync
     from specpolicy.registry import parse_config
+    from specpolicy.runtime.control_file import write_control
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
+    from specpolicy.runtime.tp import BroadcastSync
     from specpolicy.trace import iter_trace_lines
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -198,8 +198,9 @@ def run_swap(rank: int, world: int, init_file: str, spec: str, out_file: str) ->
     )
     depths = []
     for step in range(1, 21):
-        depths.append(rt.decide(rt.controller.next_stats(8, 0, 100.0)))
-        rt.controller.outcome(rt.controller.step, [1] * 8, 0.01)
+        decided, k = rt.decide(rt.next_stats(8, 0, 100.0))
+        depths.append(k)
+        rt.outcome(decided, [1] * 8, 0.01)
         if step == 5 and group_rank == 0:
             write_control(spec, parse_config({"name": "static", "num_steps": 6}))
         dist.barrier(group)  # the engine's own per-step collectives keep the ranks in step

@@ -37,8 +37,8 @@ def token_after(position: int, req_index: int) -> int:
 
 def legacy_runtime(policy: Any, *, launch_depth: int, path: str) -> Any:
     """The production legacy assembly (``make_runtime``) running ``policy``, with metrics off."""
-    from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.sglang.legacy.runtime import make_runtime
+    from specpolicy.runtime.settings import AdapterSettings
 
     settings = AdapterSettings.build("static", metrics=False)
     return make_runtime(settings, policy=policy, launch_depth=launch_depth, path=path)  # type: ignore[arg-type]

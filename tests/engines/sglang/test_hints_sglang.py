@@ -13,10 +13,10 @@ import pytest
 from conftest import SGLANG_VERSION
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.runtime import AdapterRuntime
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.targets import SUPPORTED_VERSIONS
 from specpolicy.hints import HINT_KEY
+from specpolicy.runtime.runtime import AdapterRuntime
+from specpolicy.runtime.settings import AdapterSettings
 
 
 class Seen:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from conftest import requires_version
 
-from specpolicy.adapters.runtime import AdapterInstallError
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import launch
+from specpolicy.runtime.runtime import AdapterInstallError
+from specpolicy.runtime.settings import AdapterSettings
 
 HERE = Path(__file__).parent
 EAGLE = ["--model-path", "m", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d"]

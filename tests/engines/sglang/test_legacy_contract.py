@@ -20,7 +20,6 @@ import torch
 from conftest import requires_version
 
 from specpolicy.adapters import _patch as patching
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang import legacy
 from specpolicy.adapters.sglang.legacy import hooks, scheduler_entry
 from specpolicy.adapters.sglang.legacy.gpu_timer import GpuStepTimer
@@ -31,6 +30,7 @@ from specpolicy.adapters.sglang.legacy.targets import (
     check_targets,
     release_tuple,
 )
+from specpolicy.runtime.settings import AdapterSettings
 
 LEGACY = requires_version(*SUPPORTED_VERSIONS)
 install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")  # the package shadows it

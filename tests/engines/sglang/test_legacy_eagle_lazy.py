@@ -413,7 +413,7 @@ def test_lazy_eagle_allocates_the_window_once_at_start_up(
     """draft_catch_up=lazy: a window of pool rows x W x the target's hidden width (EAGLE-3: three
     auxiliary layers), its bytes in the start-up label; auto is lazy with the default window, per_step keeps
     SGLang's per-step extend."""
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
 
@@ -435,7 +435,7 @@ def test_lazy_eagle_allocates_the_window_once_at_start_up(
 
 
 def test_lazy_standalone_keeps_no_hidden_states(names: FieldNames, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
 
@@ -523,7 +523,7 @@ def test_a_window_that_cannot_be_built_falls_back_to_the_per_step_extend_under_a
 ) -> None:
     """auto (the default) keeps the engine serving with SGLang's per-step extend and says why; an explicit
     lazy fails the start-up, where the install's refuse-or-warn setting takes over."""
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
 
@@ -577,7 +577,7 @@ def test_auto_shortens_the_window_to_the_free_memory_and_lazy_keeps_what_was_ask
 ) -> None:
     """10 pool rows x 48 wide (EAGLE-3 over 16) x bf16 = 960 bytes a position: 10% of 96,000 bytes holds
     10 positions, fewer than the 32 asked; an explicit ``lazy`` is not shortened (nor refused)."""
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
     monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)
@@ -590,7 +590,7 @@ def test_auto_shortens_the_window_to_the_free_memory_and_lazy_keeps_what_was_ask
 def test_auto_runs_the_per_step_extend_where_not_even_a_short_window_fits(
     names: FieldNames, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from specpolicy.adapters.settings import AdapterSettings
+    from specpolicy.runtime.settings import AdapterSettings
 
     install_mod = importlib.import_module("specpolicy.adapters.sglang.legacy.install")
     monkeypatch.setattr(install_mod, "build_decode_target", _fake_decode_target)

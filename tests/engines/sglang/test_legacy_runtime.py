@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.runtime import OnOffAtDepth, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 
@@ -121,15 +121,15 @@ def test_policy_failure_runs_the_launch_depth_and_is_counted() -> None:
     assert rt.begin_decode(2, 8) is False
     assert rt.begin_decode(2, 8) is False
     assert rt.begin_decode(2, 8) is True
-    assert rt.controller.errors == 2
-    assert rt.controller.steps_by_depth == {0: 1, 3: 2}
+    assert rt.runtime.controller.errors == 2
+    assert rt.runtime.controller.steps_by_depth == {0: 1, 3: 2}
 
 
 def test_forced_steps_do_not_ask_the_policy() -> None:
     pol = Scripted([])
     rt = _runtime(pol)
     assert rt.begin_decode(2, 8, forced_on=True) is False
-    assert pol.seen == [] and rt.controller.steps_by_depth[3] == 1
+    assert pol.seen == [] and rt.runtime.controller.steps_by_depth[3] == 1
 
 
 def test_launch_depth_must_be_positive() -> None:
@@ -168,8 +168,8 @@ def test_skip_iff_the_policy_said_off_and_stats_stay_valid(
         assert s.last_num_steps in (0, launch)
         if s.last_num_steps == 0:
             assert s.accepted_draft_tokens is None
-    assert sum(rt.controller.steps_by_depth.values()) == len(steps)
-    assert set(rt.controller.steps_by_depth) == {0, launch}
+    assert sum(rt.runtime.controller.steps_by_depth.values()) == len(steps)
+    assert set(rt.runtime.controller.steps_by_depth) == {0, launch}
 
 
 @pytest.mark.parametrize(

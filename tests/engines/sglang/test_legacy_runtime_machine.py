@@ -20,11 +20,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from specpolicy.adapters.controller import StepRecord
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag
 from specpolicy.adapters.sglang.legacy.runtime import Path, StepRuntime, make_runtime
 from specpolicy.mode import SpecMode
+from specpolicy.runtime.decision import StepRecord
+from specpolicy.runtime.settings import AdapterSettings
 from specpolicy.stats import StepStats
 
 SETTINGS = AdapterSettings.build("static", metrics=False)
@@ -210,7 +210,7 @@ class LegacyRuntimeMachine(RuleBasedStateMachine):
     def counters_add_up(self) -> None:
         if not hasattr(self, "rt"):
             return
-        rt, ctl = self.rt, self.rt.controller
+        rt, ctl = self.rt, self.rt.runtime.controller
         assert rt.decode_steps == len(self.depths) and rt.forced_steps == self.forced
         assert rt.skipped_steps == self.skipped == self.depths.count(0)
         assert set(ctl.steps_by_depth) <= {0, self.launch}

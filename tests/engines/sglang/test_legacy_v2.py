@@ -42,6 +42,7 @@ from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, OneTokenTarget  # noqa: E402
 from specpolicy.adapters.sglang.legacy.runtime import StepRuntime  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
+from specpolicy.runtime.decision import Decision  # noqa: E402
 
 PROMPTS = [5, 9, 2]
 FIRST = [11, 12, 13]
@@ -185,7 +186,7 @@ def test_off_step_through_run_batch_and_result_processing(names: FieldNames, wra
     assert [r.kv_committed_len for r in batch.reqs] == [n + 1 for n in PROMPTS]
     assert sched.spec_metrics == [(3, 0)]
     # Feedback reached the runtime through the scheduler: the step ran at depth 0, no acceptance data.
-    assert rt.controller.steps_by_depth[0] == 1
+    assert rt.runtime.controller.steps_by_depth[0] == 1
     stats_after = _next_stats(rt)
     assert stats_after.last_num_steps == 0 and stats_after.accepted_draft_tokens is None
 
@@ -222,15 +223,15 @@ def test_return_logprob_batches_always_speculate(names: FieldNames, wrapped: Any
     holder = SimpleNamespace(**{hooks.RT: rt})
     assert rt.begin_decode(3, 30, forced_on=True) is False
     assert draft(holder, None) == "tree" and calls == ["draft"]
-    assert rt.controller.steps_by_depth[STEPS] == 1
+    assert rt.runtime.controller.steps_by_depth[STEPS] == 1
 
 
 def _next_stats(rt: StepRuntime) -> Any:
     seen: list[Any] = []
 
-    def record(stats: Any) -> int:
+    def record(stats: Any) -> Decision:
         seen.append(stats)
-        return 0
+        return Decision(rt.current_step + 1, 0)
 
     rt.decide = record
     rt.begin_decode(3, 30)

@@ -88,10 +88,10 @@ def test_run_batch_hook_feeds_waiting_queue_and_context_lengths(tmp_path: Path) 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     from specpolicy import SpecMode, StepStats
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
     from specpolicy.adapters.sglang.v2 import step
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
 
     seen: list[StepStats] = []
 

@@ -1,4 +1,4 @@
-"""Rank agreement with real torch.distributed gloo processes on CPU (specpolicy.adapters.tp)."""
+"""Rank agreement with real torch.distributed gloo processes on CPU (specpolicy.runtime.tp)."""
 
 from __future__ import annotations
 

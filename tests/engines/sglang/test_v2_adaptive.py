@@ -25,10 +25,10 @@ from conftest import requires_version
 from test_v2_off_step import Engine, _single_process  # noqa: F401 - the fixture applies here too
 
 from specpolicy import SpecMode, StepStats
-from specpolicy.adapters.runtime import AdapterInstallError
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.errors import ConfigError
 from specpolicy.policy import PolicyConfig, PolicyEntry
+from specpolicy.runtime.runtime import AdapterInstallError
+from specpolicy.runtime.settings import AdapterSettings
 
 pytestmark = requires_version("0.5.17", "0.5.23")
 

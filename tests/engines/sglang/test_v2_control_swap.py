@@ -15,9 +15,9 @@ from conftest import requires_version
 from test_v2_adaptive import Served, _adaptive_config, _install, _installed, rule_policy  # noqa: F401
 from test_v2_off_step import _single_process  # noqa: F401 - the fixture applies here too
 
-from specpolicy.adapters.control_file import write_control
-from specpolicy.adapters.settings import AdapterSettings
 from specpolicy.registry import parse_config
+from specpolicy.runtime.control_file import write_control
+from specpolicy.runtime.settings import AdapterSettings
 
 pytestmark = requires_version("0.5.17", "0.5.23")
 

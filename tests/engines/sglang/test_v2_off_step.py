@@ -45,9 +45,9 @@ def _slot(row: int, p: int) -> int:
 
 
 def _params() -> Any:
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
 
     settings = AdapterSettings.build({"name": "static", "num_steps": 0}, metrics=False)
     rt = AdapterRuntime(
@@ -314,10 +314,10 @@ def test_the_worker_wrappers_route_each_decision_and_feed_acceptance_back() -> N
     """``forward_batch_generation``: depth 0 runs the off step (SGLang's own step never runs), any other
     depth catches the drafter up first and then runs SGLang's own step with the depth activated; the
     scheduler's ``on_verify_complete_cpu`` reaches the policy as that step's acceptance."""
-    from specpolicy.adapters.runtime import AdapterRuntime
-    from specpolicy.adapters.settings import AdapterSettings
     from specpolicy.adapters.sglang.adaptive import SpecPolicyParams
     from specpolicy.adapters.sglang.v2 import step
+    from specpolicy.runtime.runtime import AdapterRuntime
+    from specpolicy.runtime.settings import AdapterSettings
 
     e = Engine(eagle=False, prompts={1: 5, 2: 7})
     policy = _Script([0, 0, 3, 0, 3])

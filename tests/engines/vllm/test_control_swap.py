@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from _vllm_harness import FakeRunner, add_request, build_scheduler, drive
 
-from specpolicy.adapters.control_file import write_control
 from specpolicy.registry import parse_config
+from specpolicy.runtime.control_file import write_control
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

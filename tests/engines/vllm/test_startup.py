@@ -10,7 +10,7 @@ import pytest
 from _vllm_harness import K_MAX, FakeRunner, add_request, build_scheduler, drive, engine_args
 
 from specpolicy import ConfigError
-from specpolicy.adapters.runtime import AdapterInstallError
+from specpolicy.runtime.runtime import AdapterInstallError
 
 
 def _settings(**kw: Any) -> dict[str, Any]:

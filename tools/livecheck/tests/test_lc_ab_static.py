@@ -12,7 +12,7 @@ from specpolicy_gpucheck import DispatchConfig, DispatchPolicy
 from specpolicy_livecheck import ab_static
 from specpolicy_livecheck import sglang_check as gpu_check
 
-from specpolicy.adapters.settings import AdapterSettings
+from specpolicy.runtime.settings import AdapterSettings
 
 
 @pytest.mark.parametrize(

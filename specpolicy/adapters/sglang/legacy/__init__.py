@@ -15,7 +15,7 @@ Public API (called by ``specpolicy.adapters.sglang.plugin`` and ``.launch``):
     ``InstallError`` with the reason (``on_install_failure="refuse"``) or an error log and SGLang unchanged
     (``"warn"``). ``allow_untested`` lets other versions try the hook table of the code layout they have
     (``sglang.releases.layout_for``), loudly. Trace, metrics and rank agreement come from the shared
-    ``specpolicy.adapters.runtime.AdapterRuntime``.
+    ``specpolicy.runtime.runtime.AdapterRuntime``.
 
 ``prepare_launch(settings, server_args=None) -> LegacyLaunch``
     Call in the launching process, before starting SGLang. Validates the version and (if given) the parsed

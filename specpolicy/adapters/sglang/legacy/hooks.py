@@ -115,7 +115,7 @@ def v1_forward(orig: Callable[..., Any], names: FieldNames) -> Callable[..., Any
                 result = orig(self, batch, *args, **kwargs)
         finally:
             rt.skip = False  # ``rt.end_decode()``, inlined
-        rt.on_result(rt.controller.step, getattr(result, acc_field, None))
+        rt.on_result(rt.current_step, getattr(result, acc_field, None))
         return result
 
     return forward_batch_generation

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
+from ....runtime.settings import AdapterSettings
+from ....runtime.tp import BroadcastSync
 from ..._patch import HookPlan, apply
 from ..._support import installed_version
-from ...settings import AdapterSettings
-from ...tp import BroadcastSync
 from ..releases import layout_for, legacy_releases
 from . import hooks
 from .decode_target import build_decode_target

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...settings import AdapterSettings
+from ....runtime.settings import AdapterSettings
 from ..releases import layout_for, legacy_releases
 from .install import SUPPORTED_ALGORITHMS, InstallError, parallelism_problems, sglang_version
 from .scheduler_entry import run_scheduler_process

@@ -26,10 +26,11 @@ from typing import Any, Literal
 
 from ....policies.compose import OnOffAtDepth
 from ....policy import Policy
-from ...controller import MAX_OPEN, StepObserver
-from ...runtime import AdapterRuntime
-from ...settings import AdapterSettings
-from ...tp import DecisionSync
+from ....runtime.decision import StepObserver
+from ....runtime.pairing import MAX_OPEN
+from ....runtime.runtime import AdapterRuntime
+from ....runtime.settings import AdapterSettings
+from ....runtime.tp import DecisionSync
 from ..hints import RequestHints
 from .gpu_timer import GpuStepTimer
 
@@ -60,7 +61,7 @@ class StepRuntime:
     __slots__ = (
         "runtime",
         "decide",
-        "controller",
+        "current_step",
         "launch_depth",
         "path",
         "num_waiting",
@@ -95,7 +96,9 @@ class StepRuntime:
             raise ValueError(f"launch_depth must be >= 1 (a speculative worker), got {launch_depth}")
         self.runtime = runtime
         self.decide = runtime.decide
-        self.controller = runtime.controller
+        #: the number of the latest decision (decided, forced, or imposed by rank 0; 0: none yet): v2 results
+        #: carry it to ``on_result``
+        self.current_step = 0
         self.launch_depth = launch_depth
         self.path = path
         self.num_waiting = 0
@@ -111,13 +114,13 @@ class StepRuntime:
         self.gpu_timer = gpu_timer
         #: whether the policy reads request ids (the hooks collect them only then)
         self.wants_ids = runtime.wants_request_ids
-        self._outcome = self.controller.outcome
+        self._outcome = runtime.outcome
         #: reports decision ``step``'s outcome: the controller's own ``outcome`` (no call in between) unless
         #: the policy reads request ids
         self._report: Callable[[int, Sequence[int] | None, float | None], None] = (
             self._report_with_ids if self.wants_ids else self._outcome
         )
-        self._next_stats = self.controller.next_stats
+        self._next_stats = runtime.next_stats
         #: (step, request ids of its batch) of recent decisions, in slot ``step & _ID_SLOT``: each outcome
         #: is reported with the ids of the step it describes (v2 results come one step late).
         self._ids: list[tuple[int, Sequence[Hashable] | None] | None] = [None] * (_ID_SLOT + 1)
@@ -141,13 +144,12 @@ class StepRuntime:
         ``request_ids``: the batch's request ids in batch order (that of the accepted counts), or None.
         ``reqs``: the batch's requests, whose hints (read at their prefill) limit the depth.
         """
-        ctl = self.controller
         timer = self.gpu_timer
         if timer is not None:
-            timed_step = ctl.step - 1  # the step that started two starts ago
+            timed_step = self.current_step - 1  # the step that started two starts ago
             step_time = timer.start()
         else:
-            timed_step = ctl.step  # the step that started at the previous start
+            timed_step = self.current_step  # the step that started at the previous start
             now = self._clock()
             prev, self._t_prev = self._t_prev, now
             step_time = None if prev is None else now - prev
@@ -163,13 +165,15 @@ class StepRuntime:
         hints = self.request_hints.of_batch(reqs) if self._hint_live else None  # type: ignore[union-attr]
         stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids, hints)
         if forced_on:
-            ctl.force(stats, self.launch_depth)
+            step = self.runtime.force(stats, self.launch_depth).step
             self.forced_steps += 1
             skip = False
         else:
-            skip = self.decide(stats) == 0
+            step, k = self.decide(stats)
+            skip = k == 0
+        self.current_step = step
         if self.wants_ids:
-            self._ids[ctl.step & _ID_SLOT] = (ctl.step, request_ids)
+            self._ids[step & _ID_SLOT] = (step, request_ids)
         self.skip = skip
         return skip
 
@@ -179,18 +183,14 @@ class StepRuntime:
 
     @property
     def decode_steps(self) -> int:
-        """Decode steps begun: each is one controller decision (decided, forced, or imposed by rank 0)."""
-        return self.controller.step
+        """Decode steps begun: each is one controller decision (decided, forced, or imposed by rank 0), and
+        decisions are numbered from 1."""
+        return self.current_step
 
     @property
     def skipped_steps(self) -> int:
         """Decode steps that ran without speculation: the controller's count of depth-0 decisions."""
-        return self.controller.steps_by_depth.get(0, 0)
-
-    @property
-    def current_step(self) -> int:
-        """The decision number of the step being run (v2 results carry it to ``on_result``)."""
-        return self.controller.step
+        return self.runtime.controller.steps_by_depth.get(0, 0)
 
     def on_result(self, step: int, accepted_per_req: Sequence[int] | None) -> None:
         """Accepted drafts per request of the finished step ``step`` (v1: the step just run; v2: one late)."""
@@ -228,7 +228,7 @@ class StepRuntime:
             self._flush_accepted()
         old = self._timed
         if old is not None:  # its acceptance never came: the time alone
-            self.controller.outcome(old[0], None, old[1])
+            self._outcome(old[0], None, old[1])
         self._timed = (step, step_time_s)
 
     def on_non_decode(self, reqs: Sequence[Any] | None = None) -> None:
@@ -237,7 +237,7 @@ class StepRuntime:
         if reqs and self.request_hints is not None:
             self.request_hints.on_extend(reqs)
         self._t_prev = None
-        self._untimed_upto = self.controller.step
+        self._untimed_upto = self.current_step
         if self.gpu_timer is not None:
             self.gpu_timer.reset()
         if self._acc_step:

@@ -19,12 +19,12 @@ from typing import Any
 
 from ....errors import ConfigError
 from ....policies.compose import OnOffAtDepth
+from ....runtime.runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
+from ....runtime.settings import AdapterSettings
+from ....runtime.tp import BroadcastSync
 from ... import _patch as patching
 from ..._patch import HookPlan
 from ..._support import installed_version, refuse_or_warn
-from ...runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
-from ...settings import AdapterSettings
-from ...tp import BroadcastSync
 from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag

@@ -75,7 +75,7 @@ class AdapterSettings(BaseModel):
     ``on_install_failure``: ``refuse`` (default) stops the engine at start-up with the reason when the adapter
     cannot install its hooks (unsupported version, engine feature that disables the path); ``warn`` logs the
     reason loudly and lets the engine serve without specpolicy.
-    ``tp_agreement``: how tensor/data-parallel ranks agree on each step's depth (see ``adapters.tp``).
+    ``tp_agreement``: how tensor/data-parallel ranks agree on each step's depth (see ``runtime.tp``).
     ``off_step`` (legacy SGLang): ``decode`` (default) runs an off step as the target's plain decode with its
     own CUDA graphs; ``verify`` keeps the older one-token verify (also the fallback when decode cannot be
     built). ``draft_catch_up`` (legacy SGLang): ``lazy`` skips the drafter while off and brings its state up

@@ -16,7 +16,7 @@ and at most ``MAX_ESTIMATE_NAMES`` distinct names get a series: the first ones s
 ``estimates_dropped_total`` (estimate values not exported: beyond those names, or not numbers),
 ``trace_records_total{outcome}`` (the step trace's written and dropped-by-cause records),
 ``policy_swaps_total`` and ``policy_swaps_refused_total`` (policy changes through the control file, see
-``adapters.control_file``), ``engine_events_total{event}`` (what the adapter did inside the engine: steps
+``runtime.control_file``), ``engine_events_total{event}`` (what the adapter did inside the engine: steps
 forced to speculate, draft positions skipped and caught up, ...; running totals an adapter reports through
 ``engine_counts``), ``hints_total{event}`` (per-request hints: ``requests_off``, ``requests_capped``,
 ``bad``, ``request_steps_trimmed``, ``steps_off``, ``steps_capped``).
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..policy import Policy, ReportsEstimates
-from .controller import StepRecord
+from .decision import StepRecord
 
 __all__ = ["MAX_ESTIMATE_NAMES", "MetricsObserver", "metric_families", "DECIDE_BUCKETS"]
 

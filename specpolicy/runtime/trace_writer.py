@@ -4,7 +4,7 @@ It receives each step's record once, complete (the controller pairs decisions wi
 path only appends the record to a bounded deque (a few hundred nanoseconds); a daemon thread turns
 tuples into JSON lines, writes them and rotates the file (``FILE`` -> ``FILE.1`` -> ... ``FILE.N``) when it
 passes ``max_bytes``. Every file starts with a header line (engine, version, worker path, policy); ``note``
-adds an event line among the records (a policy change, ``adapters.control_file``).
+adds an event line among the records (a policy change, ``runtime.control_file``).
 
 Accounting is exact: every record offered is either written (all its bytes reached the file) or dropped with
 a cause (``DROP_CAUSES``), so after ``close()`` ``written + dropped == offered``; the first drop of each cause
@@ -14,14 +14,7 @@ is logged at once, and ``close()`` logs one summary line when anything was dropp
   disk costs dropped records, never unbounded memory or a slower step.
 - A record that cannot be serialised keeps its valid fields (the bad ones written as null and named in
   ``extra.invalid``); only when step, batch size or depth are unusable is it dropped, alone.
-- Writes go through ``os.write`` on an append-mode descriptor, so a full disk or a read-only directory loses
-  exactly the records whose bytes did not land (a partial last line is cut off again).
-- It never writes into a file it did not create: an existing file at the path (or at a backup's path) is
-  appended to only when its first line is a specpolicy trace header, and anything else (a mistyped
-  ``profile.json``) is refused, logged once and left as it is, its records counted as ``write_error``.
-- A file deleted under it (its directory removed) is noticed after each write (its link count is 0): the
-  directory and the file are created again and the lines rewritten there, so nothing is counted as written
-  that exists nowhere.
+- The file itself (``trace_disk``) holds exactly the lines counted as written.
 - After ``fork()`` the child's copy of the writer is closed and its queue emptied (``os.register_at_fork``):
   the trace belongs to the parent, and the parent's queued records are never written twice. The child's
   own records count as ``after_close``.
@@ -38,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -47,14 +39,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ..errors import short_repr, short_str
 from ..stats import StepStats
 from ..trace import TRACE_FORMAT
-from .controller import StepRecord
-from .trace_file import HEAD_BYTES, Partial, encode, is_header, not_a_trace, os_error, rank_path
+from .decision import StepRecord
+from .trace_disk import TraceDisk
+from .trace_file import encode, not_a_trace, rank_path
 
 __all__ = ["DROP_CAUSES", "TraceWriter"]
 
@@ -80,7 +72,7 @@ _RECORD_BYTES = 400
 _WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
 
 
-class TraceWriter:
+class TraceWriter(TraceDisk):
     """Buffered, rotating JSONL trace writer; one per engine process (rank).
 
     ``on_record`` queues a completed step record (its time null when the engine never reported one).
@@ -260,123 +252,6 @@ class TraceWriter:
                 mark = perf()
         self._write_lines(lines)
 
-    def _write_lines(self, lines: list[bytes]) -> None:
-        """Write whole lines, rotating at max_bytes; counts exactly what landed and what did not."""
-        i = j = 0
-        fresh = False  # just rotated: the next line goes in even if it alone is over max_bytes
-        retried = False  # lines already rewritten once after the file was deleted
-        try:
-            if lines and self._fd is None:
-                self._open_file()
-            while i < len(lines):
-                j, size = i, self._size
-                while j < len(lines) and (size + len(lines[j]) <= self.max_bytes or (j == i and fresh)):
-                    size += len(lines[j])
-                    j += 1
-                if j == i:
-                    self._rotate()
-                    fresh = True
-                    continue
-                self._write_chunk(lines[i:j])
-                if self._abandoned:  # close() has counted the rest; the file is no longer ours
-                    return
-                if self._deleted():  # the lines went to a file that exists nowhere: write them again
-                    self.written -= j - i
-                    self._close_fd()
-                    if retried:
-                        raise OSError(errno.ENOENT, "the trace file is deleted as soon as it is created")
-                    retried = True
-                    self._open_file()
-                    continue
-                i, fresh = j, False
-        except Partial as exc:
-            self._drop(self._writer_drops, "write_error", len(exc.lines) + len(lines) - j, exc.strerror or "")
-            self._close_fd()  # reopen on the next batch: the disk may have room again
-        except OSError as exc:
-            self._drop(self._writer_drops, "write_error", len(lines) - i, os_error(exc))
-            self._close_fd()
-
-    def _write_chunk(self, lines: list[bytes]) -> None:
-        fd = self._fd
-        assert fd is not None
-        data = b"".join(lines)
-        done = 0
-        try:
-            while done < len(data):
-                n = os.write(fd, data[done:])
-                if n <= 0:
-                    raise OSError(errno.EIO, "write returned 0")
-                done += n
-                if self._abandoned:  # close() gave up on this write and counted it dropped: take it back
-                    self._take_back(fd)
-                    return
-        except OSError as exc:
-            # count the lines that landed whole; cut off a partial one so the file stays line-aligned
-            whole, acc = 0, 0
-            for line in lines:
-                if acc + len(line) > done:
-                    break
-                acc += len(line)
-                whole += 1
-            if acc < done:
-                try:
-                    os.ftruncate(fd, self._size + acc)
-                except OSError:
-                    pass
-            self._size += acc
-            if not self._abandoned:
-                self.written += whole
-            raise Partial(lines[whole:], exc) from None
-        self._size += done
-        if not self._abandoned:
-            self.written += len(lines)
-
-    def _take_back(self, fd: int) -> None:
-        """Cut the file back to its size before the abandoned write, so it holds what the counts say."""
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, self._size)
-        self._close_fd()
-
-    def _open_file(self) -> None:
-        """Open the trace file for appending: a new or empty one gets the header; an existing one only when
-        it is a specpolicy trace (else OSError, counted as ``write_error``). A missing directory is created
-        again (it was removed while running)."""
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-        try:
-            fd = os.open(self.path, flags, 0o644)
-        except FileNotFoundError:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                head = (json.dumps(self.header, separators=(",", ":"), default=str) + "\n").encode()
-                os.write(fd, head)
-                size = len(head)
-            elif not is_header(os.pread(fd, HEAD_BYTES, 0)):
-                raise OSError(
-                    errno.EEXIST, not_a_trace(self.path) or f"{self.path} is not a specpolicy trace"
-                )
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd = fd
-        self._size = size
-
-    def _deleted(self) -> bool:
-        """Whether the open file has no name left (deleted, or its directory removed)."""
-        fd = self._fd
-        try:
-            return fd is not None and os.fstat(fd).st_nlink == 0
-        except OSError:
-            return False
-
-    def _paths(self) -> list[Path]:
-        """The file and its backups' paths."""
-        return [self.path] + [
-            self.path.with_name(f"{self.path.name}.{i}") for i in range(1, self.backups + 1)
-        ]
-
     def _after_fork_in_child(self) -> None:
         """The child's copy: closed, its queue (the parent's records) emptied, its counts its own."""
         self._forked = self._closed = self._stop = True
@@ -390,31 +265,6 @@ class TraceWriter:
         self.offered = self.written = self._inflight = self._bytes_in = self._bytes_out = 0
         self._drops = dict.fromkeys(DROP_CAUSES, 0)
         self._writer_drops = dict.fromkeys(DROP_CAUSES, 0)
-
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def _rotate(self) -> None:
-        self._close_fd()
-        if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-        else:
-            for p in self._paths()[1:]:  # a backup's place taken by another file: refuse, never replace it
-                problem = not_a_trace(p)
-                if problem:
-                    raise OSError(errno.EEXIST, problem)
-            for i in range(self.backups - 1, 0, -1):
-                src = self.path.with_name(f"{self.path.name}.{i}")
-                if src.exists():
-                    os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self.rotations += 1
-        self._open_file()
 
     def close(self) -> None:
         """Write what is queued and stop the thread.

@@ -10,7 +10,7 @@ content and counted, and the running policy stays. The file present at start-up 
 change made while the engine runs swaps the policy.
 
 With several ranks only rank 0 reads the file. The swap travels with rank 0's depth broadcast
-(``adapters.tp.AgreedDecider``): its flag rides on the step's depth and the policy follows over the same
+(``runtime.tp.AgreedDecider``): its flag rides on the step's depth and the policy follows over the same
 group, so every rank installs it at the same step. Without a group to broadcast over the file is not
 watched (the ranks could read it at different steps).
 """

@@ -27,7 +27,7 @@ from ..config_files import write_text_atomic
 from ..errors import short_repr, short_str
 from ..policy import Policy, Stateful
 from ..snapshot import StateError
-from .controller import StepRecord
+from .decision import StepRecord
 
 __all__ = ["FILE_FORMAT", "FILE_VERSION", "WarmStart", "gpu_name"]
 

@@ -21,7 +21,8 @@ from ..policy import Policy
 from ..registry import get_entry
 from ..stats import StepStats
 from .control_file import attach_control
-from .controller import StepController, StepObserver
+from .controller import StepController
+from .decision import Decision, StepObserver
 from .settings import AdapterSettings
 from .tp import AgreedDecider, DecisionSync, agreement_mode
 from .warm_start import WarmStart, gpu_name
@@ -51,8 +52,8 @@ def check_candidate_steps(policy_steps: Sequence[int], engine_steps: Sequence[in
 class AdapterRuntime:
     """Per-process policy runtime.
 
-    Per step an adapter calls ``decide(controller.next_stats(...))`` and, once the engine has reported how
-    that step went, ``controller.outcome(step, accepted, step_time_s)``.
+    The adapter's one handle (a ``StepPath``): per step it calls ``step, k = decide(next_stats(...))`` and,
+    once the engine has reported how that step went, ``outcome(step, accepted, step_time_s)``.
 
     Args:
         settings: the policy and adapter settings.
@@ -189,7 +190,15 @@ class AdapterRuntime:
         #: The depth to run this step, guarded and agreed across ranks: the controller's own ``decide`` when
         #: there is nothing to agree on (one rank), so the step pays for no extra call.
         agreed = None if world_size <= 1 else AgreedDecider(self.controller, self.mode, sync, world_size)
-        self.decide: Callable[[StepStats], int] = self.controller.decide if agreed is None else agreed.decide
+        self.decide: Callable[[StepStats], Decision] = (
+            self.controller.decide if agreed is None else agreed.decide
+        )
+        #: the controller's own methods, so that the step pays for no call in between
+        self.next_stats = self.controller.next_stats
+        self.outcome = self.controller.outcome
+        self.forget = self.controller.forget
+        #: records a depth the engine imposed on this rank (a step that must speculate); no policy is asked
+        self.force = self.controller.force
         #: policy changes without a restart (``settings.control_path``); None when off
         self.control = attach_control(self, given_wrap, agreed)
 

@@ -10,7 +10,7 @@ Each rank owns its own policy and StepController. Two ways to keep them in locks
   ranks over the scheduler's CPU (gloo) group: one 8-byte collective per decode step. The other ranks record
   the imposed depth (``StepController.force``) without calling their policy.
 
-A policy change (``adapters.control_file``) rides on the broadcast: rank 0 adds ``SWAP_FLAG`` to the depth
+A policy change (``runtime.control_file``) rides on the broadcast: rank 0 adds ``SWAP_FLAG`` to the depth
 of the step whose decision the new policy made, and sends the policy's JSON over the same group right
 after (``share_bytes``); the other ranks install it before recording that step, so every rank switches at
 the same step. Steps without a change carry the depth alone, as before.
@@ -33,6 +33,7 @@ from ..errors import short_str
 from ..policy import PolicyConfig
 from ..stats import StepStats
 from .controller import StepController
+from .decision import Decision
 
 log = logging.getLogger("specpolicy.adapter")
 
@@ -163,8 +164,8 @@ class AgreedDecider:
         """Rank 0: send ``payload`` (the policy just installed) with the coming decision's depth."""
         self._outgoing = payload
 
-    def decide(self, stats: StepStats) -> int:
-        """The depth this rank must run; identical on every rank of the group."""
+    def decide(self, stats: StepStats) -> Decision:
+        """This rank's decision; its depth is identical on every rank of the group."""
         if self.mode == "local":
             if self._hide_time and stats.last_step_time_s is not None:
                 stats = stats._replace(last_step_time_s=None)
@@ -172,13 +173,14 @@ class AgreedDecider:
         sync = self.sync
         assert sync is not None
         if sync.rank == 0:
-            k = self.controller.decide(stats)
+            decision = self.controller.decide(stats)
             if self._outgoing is None:
-                return sync.share(k)
+                sync.share(decision.num_steps)
+                return decision
             payload, self._outgoing = self._outgoing, None
-            sync.share(k + SWAP_FLAG)
+            sync.share(decision.num_steps + SWAP_FLAG)
             sync.share_bytes(payload)
-            return k
+            return decision
         k = sync.share(-1)
         if k >= SWAP_FLAG:
             k = self._receive(sync, k - SWAP_FLAG)

@@ -1,5 +1,5 @@
 """The ``control`` subcommand: change the policy of a running engine through its control file
-(``specpolicy.adapters.control_file``)."""
+(``specpolicy.runtime.control_file``)."""
 
 from __future__ import annotations
 
