@@ -91,13 +91,13 @@ def render_policies() -> str:
 
 
 def render_settings() -> str:
-    from specpolicy.adapters.settings import ENV_CONFIG, ENV_POLICY, ENV_VARS, AdapterSettings
+    from specpolicy.runtime.settings import ENV_CONFIG, ENV_POLICY, ENV_VARS, AdapterSettings
 
     env = {**ENV_VARS, "policy": ENV_POLICY}
     lines = [
         "# Adapter settings",
         "",
-        HEADER.format(what="`AdapterSettings` (`specpolicy/adapters/settings.py`)"),
+        HEADER.format(what="`AdapterSettings` (`specpolicy.runtime.settings.py`)"),
         "",
         "Every engine adapter reads these settings, validated before any engine import. Set them as",
         "environment variables of the serving process (each a field below), as `specpolicy-sglang` options,",

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import reference_docs as rd  # noqa: E402
 
-from specpolicy.adapters.settings import ENV_VARS, AdapterSettings  # noqa: E402
+from specpolicy.runtime.settings import ENV_VARS, AdapterSettings  # noqa: E402
 from specpolicy.cli import build_parser  # noqa: E402
 from specpolicy.policies import BUILTIN_ENTRIES  # noqa: E402
 
