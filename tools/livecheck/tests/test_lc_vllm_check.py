@@ -2,7 +2,7 @@
 
 The engine side is exercised with a fake ``vllm.LLM`` (``generate`` returns the oracle's chain, or a wrong
 token), and the stat logger with fake ``SchedulerStats``; the engine arguments are checked against vLLM's
-real config classes in ``test_gpu_vllm_args.py``.
+real config classes in ``test_lc_vllm_args.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The report's tables from a side-by-side run (``ab_static.py --paired``).
+"""The report's tables from a side-by-side run (``specpolicy-livecheck paired --paired``).
 
 The live check measures its speculative and speculation-free engines minutes apart, and the host's speed
 drifts by up to 1.65x over that time (results/2026-12-02-sglang-0.5.12.post1-run8/notes.md), so its goal
@@ -175,7 +175,7 @@ STEP = "Scheduler.run_batch"
 
 
 def host_per_step(by_c: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Per level, the median over the batches timed by ``ab_static.py --host-timers-dir`` of each engine
+    """Per level, the median over the batches timed by ``paired --host-timers-dir`` of each engine
     method's host time per scheduler step, in microseconds: where two engines' steps differ on the host."""
     out: dict[str, dict[str, float]] = {}
     for c, rows in sorted(by_c.items(), key=_level):
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("paired_json", type=Path, help="ab-paired.json written by ab_static.py --paired")
+    ap.add_argument("paired_json", type=Path, help="ab-paired.json written by paired --paired")
     ap.add_argument(
         "--key",
         required=True,

@@ -28,7 +28,7 @@ profiles of ``static-0``, ``never`` and ``static`` at ``--profile`` concurrencie
 over 40 steps: where the off step's time goes, whether the drafter still runs at K=0); then
 ``--doctor-smoke`` if the budget allows. Results go to ``OUT/vllm-check.json`` (written after each stage)
 and ``OUT/report-vllm.json`` (the report's shape: ``perf`` keyed by path, policy -> concurrency -> median
-tok/s, ``perf_spread``, ...). Usage on the GPU host (bundle installed by ``vllm_probe.py``)::
+tok/s, ``perf_spread``, ...). Usage on the GPU host (bundle installed by ``vllm-probe``)::
 
     PYTHONPATH=/tmp/vsite:tools/livecheck/src python3 -m specpolicy_livecheck vllm \
         --work /tmp/gc --out $OUT --budget-s 560
@@ -920,7 +920,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         rp.add_argument("raw", type=Path)
         rp.add_argument("--report", type=Path, required=True)
         rp.add_argument("--device")
-        rp.add_argument("--doctor", type=Path, help="doctor-vllm.json of a later call (vllm_check.py doctor)")
+        rp.add_argument("--doctor", type=Path, help="doctor-vllm.json of a later call (vllm doctor)")
         ra = rp.parse_args(argv[1:])
         raw = json.loads(ra.raw.read_text())
         if ra.doctor:
