@@ -15,7 +15,7 @@ from _benchmarks import load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpolicy.policies.cost_model.probes import AUDIT_STEPS, ProbeSchedule
+from specpolicy.policies.cost_model.probes import AUDIT_SHARE, AUDIT_STEPS, AUDIT_WINDOW, ProbeSchedule
 
 bench = load("bench_recovery")
 
@@ -117,3 +117,59 @@ def test_an_alarm_audits_every_other_bucket_at_once() -> None:
     assert sched.take(1, 0, 101) == 2 and sched.stamp[1][2] == 101
     sched.raise_alarm(4, 2, 150)  # the same wave, found again: bucket 1 answered already
     assert not sched.alarm[1] >> 2 & 1 and sched.alarm[3] >> 2 & 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    factor=st.floats(2.0, 20.0),
+    entries=st.integers(1, 5),
+    buckets=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_slow_first_entries_into_a_depth_do_not_keep_it_out(
+    factor: float, entries: int, buckets: int, seed: int
+) -> None:
+    """The first entries into a good depth (the steps after each switch into it) run 2-20x slow, over one
+    bucket or a batch moving over up to eight: a speculative depth again within the bound of the last slow
+    entry (the first hardening round measured 9,592 steps at 10x over three entries, a later one 97,408)."""
+    ep = bench.Episode("outliers", factor, entries, buckets, after=BOUND + 4 * bench.WINDOW, seed=seed)
+    rec = int(bench.run(ep).recovery)
+    assert 0 <= rec <= BOUND, (factor, entries, buckets, seed, rec)
+
+
+@settings(max_examples=50)
+@given(
+    cheap_at=st.integers(0, 50_000),
+    prices=st.lists(st.floats(0.0, 1000.0), min_size=1, max_size=40),
+    spacing=st.integers(1, AUDIT_STEPS),
+)
+def test_a_slowdowns_dear_audits_never_space_the_audits_out(
+    cheap_at: int, prices: list[float], spacing: int
+) -> None:
+    """However dear the audits during a slowdown (up to ``AUDIT_WINDOW - AUDIT_STEPS`` steps after a cheap
+    audit, they are at most ``AUDIT_STEPS`` apart), the spacing stays ``AUDIT_STEPS``: the least of the
+    window's prices is the cheap one. (The least of the last four let four dear audits of a slowdown
+    longer than 2,700 steps space the next one out past the bound.)"""
+    sched = ProbeSchedule(2, 4, 0.002, 4096)
+    sched.price_audit(0.0, cheap_at)
+    step = cheap_at
+    for p in prices:
+        step += spacing
+        if step - cheap_at > AUDIT_WINDOW - AUDIT_STEPS:
+            break
+        sched.price_audit(p, step)
+        assert sched.audit_gap == AUDIT_STEPS, (p, step - cheap_at)
+
+
+def test_audits_measured_dear_in_steady_state_are_spaced_by_their_price() -> None:
+    """Past the window, dear audits (a lazy drafter's catch-up, 8 steps each) are spaced so that they cost
+    ``AUDIT_SHARE`` of the steps; one cheap audit brings the spacing back."""
+    sched = ProbeSchedule(2, 4, 0.002, 4096)
+    step = 0
+    for _ in range(20):
+        step += sched.audit_gap
+        sched.price_audit(8.0, step)
+    assert sched.audit_gap == int(8.0 / AUDIT_SHARE)
+    assert len(sched.prices) <= 32
+    sched.price_audit(0.5, step + sched.audit_gap)
+    assert sched.audit_gap == AUDIT_STEPS

@@ -208,7 +208,7 @@ class Outcomes(Estimates):
                 w[5] = other + 1
             return
         self.s.audit_watch = None
-        self.s.probes.price_audit((total + t) / ref - (n + 1))
+        self.s.probes.price_audit((total + t) / ref - (n + 1), self.s.step)
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the

@@ -145,9 +145,16 @@ class CostModelPolicy(Refresh):
                 timed = audit and not probes.alarm[b] >> pi & 1  # an ordinary audit, not an alarm's
                 probe = probes.take(b, vis, step, n_probe)
                 if probe >= 0:
-                    if timed and s.agg_n and s.agg_k == self._arms[cur]:
+                    if timed:
                         # its cost is measured: its steps and the one back, against the running depth's
-                        s.audit_watch = [self._arms[probe], n_probe, s.agg_t / s.agg_n, 0.0, 0, 0]
+                        # steady step (the run being measured; right after a fold flushed it, the
+                        # bucket's prediction, which audits are planned at)
+                        if s.agg_n and s.agg_k == self._arms[cur]:
+                            ref = s.agg_t / s.agg_n
+                        else:
+                            ref = s.choice.t[b][cur]
+                        if ref > 0.0:
+                            s.audit_watch = [self._arms[probe], n_probe, ref, 0.0, 0, 0]
                     cur = s.probe_run = probe
                     s.probe_left = n_probe - 1
                     back = step + n_probe + 1

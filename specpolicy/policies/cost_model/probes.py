@@ -41,11 +41,17 @@ LONG_PROBE_LOSS = 0.4
 #: long a stale estimate can keep the policy on the wrong side.
 AUDIT_STEPS = 672
 #: The share of the steps audits may cost where they are dear (a resume that pays a lazy drafter's
-#: catch-up), by what the least of the last ``AUDIT_PRICES`` audits took; their spacing then grows up to
-#: ``AUDIT_MAX_STEPS``. A slowdown makes only the audits during it dear: the least of four forgets them.
-AUDIT_SHARE = 0.004
+#: catch-up), by what the least of the audits of the last ``AUDIT_WINDOW`` steps (at least the last
+#: ``AUDIT_PRICES``) took; their spacing then grows up to ``AUDIT_MAX_STEPS``. With ``probe_budget``'s
+#: 0.2%, probing costs at most 0.5% in steady state. A slowdown makes only the audits during it dear: the
+#: window is longer than the longest slowdown the bound in steps covers (5,000 steps) plus one spacing, so
+#: it still holds a cheap audit from before when the slowdown ends, and the spacing stays ``AUDIT_STEPS``.
+AUDIT_SHARE = 0.003
 AUDIT_PRICES = 4
+AUDIT_WINDOW = 6144
 AUDIT_MAX_STEPS = 8192
+#: The most audit prices kept (a bound on memory whatever the spacing).
+AUDIT_KEPT = 32
 #: "Never": a visit count no bucket reaches.
 FAR = 1 << 62
 _NEVER = -(10**9)
@@ -67,6 +73,7 @@ class ProbeSchedule:
         "audit_at",
         "audit_gap",
         "prices",
+        "priced",
         "audits",
         "wave",
         "last",
@@ -100,6 +107,8 @@ class ProbeSchedule:
         self.audit_at = _NEVER
         self.audit_gap = AUDIT_STEPS
         self.prices = [0.0]
+        #: the step of each price (the first: the start, an audit assumed free)
+        self.priced = [0]
         self.audits = 0
         #: per depth index: the step of its last alarm wave (``raise_alarm``)
         self.wave = [_NEVER] * n_arms
@@ -229,15 +238,18 @@ class ProbeSchedule:
             return -1
         return j
 
-    def price_audit(self, cost: float) -> None:
-        """What an audit was measured to cost, in steps of the running depth beyond as many steady ones:
-        the spacing of audits becomes ``AUDIT_STEPS`` or, where the least of the last ``AUDIT_PRICES``
-        costs more than ``AUDIT_STEPS * AUDIT_SHARE``, that over ``AUDIT_SHARE`` (at most
-        ``AUDIT_MAX_STEPS``)."""
-        prices = self.prices
+    def price_audit(self, cost: float, now: int) -> None:
+        """What an audit was measured to cost at step ``now``, in steps of the running depth beyond as
+        many steady ones: the spacing of audits becomes ``AUDIT_STEPS`` or, where the least of those of
+        the last ``AUDIT_WINDOW`` steps (at least the last ``AUDIT_PRICES``) costs more than
+        ``AUDIT_STEPS * AUDIT_SHARE``, that over ``AUDIT_SHARE`` (at most ``AUDIT_MAX_STEPS``)."""
+        prices, priced = self.prices, self.priced
+        if len(priced) != len(prices):  # a state saved without the steps: begin again, audits free
+            prices[:], priced[:] = [0.0], [now]
         prices.append(cost if cost > 0.0 else 0.0)
-        if len(prices) > AUDIT_PRICES:
-            del prices[0]
+        priced.append(now)
+        while len(prices) > AUDIT_PRICES and (now - priced[0] > AUDIT_WINDOW or len(prices) > AUDIT_KEPT):
+            del prices[0], priced[0]
         gap = min(prices) / AUDIT_SHARE
         self.audit_gap = AUDIT_STEPS if not gap > AUDIT_STEPS else min(int(gap), AUDIT_MAX_STEPS)
         if self.audit_at > _NEVER:

@@ -230,4 +230,4 @@ CLASSES: Classes = {
     Choice: frozenset(),
     ProbeSchedule: frozenset(),
 }
-LOOSE: Classes = {LoopState: frozenset({"batch_sample"}), ProbeSchedule: frozenset({"prices"})}
+LOOSE: Classes = {LoopState: frozenset({"batch_sample"}), ProbeSchedule: frozenset({"prices", "priced"})}
