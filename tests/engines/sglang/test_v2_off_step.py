@@ -66,7 +66,7 @@ class Engine:
 
         from specpolicy.adapters.sglang.legacy.decode_target import DecodeTarget
         from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag
-        from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow
+        from specpolicy.adapters.hidden_window import HiddenWindow
         from specpolicy.adapters.sglang.v2 import step
 
         algo = SpeculativeAlgorithm.from_string("EAGLE" if eagle else "STANDALONE")

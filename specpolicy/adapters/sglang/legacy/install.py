@@ -23,7 +23,7 @@ from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
-from .hidden_window import HiddenWindow
+from ...hidden_window import HiddenWindow
 from .off_path import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, StepRuntime, make_runtime

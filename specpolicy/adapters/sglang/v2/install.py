@@ -28,7 +28,7 @@ from ...tp import BroadcastSync
 from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
-from ..legacy.hidden_window import HiddenWindow
+from ...hidden_window import HiddenWindow
 from ..legacy.install import InstallInfo, fitted_window
 from ..legacy.swap import KEEP, swapped
 from . import step
