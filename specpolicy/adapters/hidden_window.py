@@ -1,4 +1,4 @@
-"""The target's hidden states of the last ``W`` off positions, kept on the GPU for an EAGLE drafter's catch-up.
+"""The target's hidden states of the last ``W`` off positions, kept on the GPU for an EAGLE catch-up.
 
 An EAGLE / EAGLE-3 drafter reads, at each position ``p``, the token of ``p+1`` and the target's hidden state
 at ``p`` (EAGLE-3: its auxiliary layers, concatenated). An off step's decode forward already computes that
@@ -73,7 +73,7 @@ class HiddenWindow:
 
     def put(self, flat: Any, hidden: Any) -> None:
         """Keep ``hidden`` at rows ``flat`` of ``buf`` seen as ``(W * rows) x width`` (row ``column * rows +
-        pool_row``; a device int64 tensor): one ``index_copy_``, for a caller that picks the columns itself."""
+        pool_row``; a device int64 tensor): one ``index_copy_``, for a caller choosing the columns."""
         if hidden.shape[-1] != self.width or hidden.dtype != self.dtype:
             if int(hidden.shape[0]) == 0:
                 return

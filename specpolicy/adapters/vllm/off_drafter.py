@@ -35,7 +35,22 @@ from .._patch import HookPlan, apply
 from .config import uses_specpolicy_scheduler
 from .versions import release
 
-__all__ = ["SlotLag", "Extension", "extend_batch", "lag_passes", "STATE", "needed", "hook_plan", "install"]
+__all__ = [
+    "SlotLag",
+    "Extension",
+    "Fed",
+    "extend_batch",
+    "extended",
+    "lag_passes",
+    "pass_args",
+    "arg",
+    "STATE",
+    "needed",
+    "new_lag",
+    "hook_plan",
+    "targets",
+    "install",
+]
 
 log = logging.getLogger("vllm.specpolicy")
 
@@ -53,8 +68,9 @@ TARGETS: tuple[str, ...] = (
     f"{_SPECULATOR}.add_request",
 )
 
-# propose's positional parameters after input_batch, as vLLM's model runner passes them
-_NUM_REJECTED, _DUMMY_RUN, _NUM_SPEC = 5, 11, 15
+# indices of propose's parameters after input_batch in ``args`` (vLLM's model runner passes the first ten
+# by position, the rest by name)
+LAST_HIDDEN, AUX_HIDDEN, NUM_REJECTED, DUMMY_RUN, NUM_SPEC = 2, 3, 5, 11, 15
 
 
 class SlotLag:
@@ -111,8 +127,25 @@ class Extension:
     own: np.ndarray
 
 
+@dataclasses.dataclass(frozen=True)
+class Fed:
+    """The tokens an ``Extension`` feeds, one entry each, on the device: its batch row, whether it is a
+    missed position (else one of the row's own query tokens), its position, and the batch token it is
+    (own tokens; a missed one gives its row's first query token)."""
+
+    row: Any
+    lag: Any
+    pos: Any
+    src: Any
+
+
 def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
-    """``batch`` (vLLM's ``InputBatch``) with each row's query replaced by the positions ``ext`` names.
+    """``batch`` (vLLM's ``InputBatch``) with each row's query replaced by the positions ``ext`` names."""
+    return extended(batch, ext, tokens)[0]
+
+
+def extended(batch: Any, ext: Extension, tokens: Any) -> tuple[Any, Fed]:
+    """``extend_batch``'s batch, and which token each fed one is (``Fed``).
 
     Tokens of missed positions come from ``tokens`` (the token history, by request-state slot and
     position), the others from the batch. Sequence lengths end at each row's last fed position, so the
@@ -141,14 +174,15 @@ def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
     device = batch.input_ids.device
     packed = torch.from_numpy(np.concatenate([row, offset, src, is_lag.astype(np.int64), new_qsl]))
     row_d, offset_d, src_d, lag_d, qsl_d = packed.to(device, non_blocking=True).split([total] * 4 + [n + 1])
+    lag_b = lag_d.bool()
     first = batch.positions[batch.query_start_loc[:n].long()]
     lag_pos = first[row_d] + offset_d
-    positions = torch.where(lag_d.bool(), lag_pos, batch.positions[src_d])
+    positions = torch.where(lag_b, lag_pos, batch.positions[src_d])
     history = tokens[batch.idx_mapping[row_d].long(), lag_pos.clamp(min=0)]
-    input_ids = torch.where(lag_d.bool(), history.to(batch.input_ids.dtype), batch.input_ids[src_d])
+    input_ids = torch.where(lag_b, history.to(batch.input_ids.dtype), batch.input_ids[src_d])
     cut = q - ext.own + ext.back - ext.count  # positions after the last one fed, per row
     cut_d = torch.from_numpy(cut).to(batch.seq_lens.device, non_blocking=True)
-    return dataclasses.replace(
+    out = dataclasses.replace(
         batch,
         num_scheduled_tokens=lens.astype(batch.num_scheduled_tokens.dtype),
         num_tokens=total,
@@ -163,6 +197,7 @@ def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
         is_padding=torch.zeros(total, dtype=torch.bool, device=device),
         max_query_len=None,
     )
+    return out, Fed(row_d, lag_b, positions, src_d)
 
 
 def lag_passes(missed: np.ndarray, budget: int) -> list[Extension]:
@@ -192,9 +227,21 @@ def lag_passes(missed: np.ndarray, budget: int) -> list[Extension]:
 
 
 def needed(version: str | None) -> bool:
-    """Whether the tested release ``version`` gets the hook."""
+    """Whether the tested release ``version`` gets the hook (for a draft model, an EAGLE drafter or both)."""
     row = release(version)
-    return row is not None and row.mrv2_off_drafter
+    return row is not None and (row.mrv2_off_drafter or row.mrv2_off_eagle)
+
+
+def new_lag(runner: Any, speculator: Any) -> SlotLag | None:
+    """The bookkeeping for ``speculator``'s off steps (None: a drafter the hook leaves to vLLM)."""
+    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
+
+    from . import off_eagle
+
+    tokens = runner.req_states.all_token_ids.gpu
+    if isinstance(speculator, StandaloneARSpeculator):
+        return SlotLag(speculator.max_num_reqs, tokens)
+    return off_eagle.new_lag(runner, speculator, tokens)
 
 
 def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,26 +252,27 @@ def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
             setattr(self, _ACTIVE, active)
         speculator = getattr(self, "speculator", None)
         if active and speculator is not None and STATE not in speculator.__dict__:
-            setattr(speculator, STATE, SlotLag(speculator.max_num_reqs, self.req_states.all_token_ids.gpu))
+            setattr(speculator, STATE, new_lag(self, speculator))
         return orig(self, scheduler_output, *args, **kwargs)
 
     return execute_model
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, default: Any) -> Any:
+def arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, default: Any) -> Any:
+    """propose's parameter ``name``, at ``args[index]`` when passed by position."""
     return args[index] if len(args) > index else kwargs.get(name, default)
 
 
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         lag: SlotLag | None = self.__dict__.get(STATE)
-        if lag is None or _arg(args, kwargs, _DUMMY_RUN - 1, "dummy_run", False):
+        if lag is None or arg(args, kwargs, DUMMY_RUN, "dummy_run", False):
             return orig(self, input_batch, *args, **kwargs)
         if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
             return orig(self, input_batch, *args, **kwargs)
         n = input_batch.num_reqs
         slots = input_batch.idx_mapping_np[:n]
-        depth = _arg(args, kwargs, _NUM_SPEC - 1, "num_speculative_tokens", None)
+        depth = arg(args, kwargs, NUM_SPEC, "num_speculative_tokens", None)
         if depth == 0 and input_batch.num_draft_tokens == 0:
             qsl = input_batch.query_start_loc_np
             lag.skip(slots, (qsl[1 : n + 1] - qsl[:n]).astype(np.int64))
@@ -238,21 +286,23 @@ def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
         if int(missed.sum()) + input_batch.num_tokens <= self.max_num_tokens:
             merged = extend_batch(input_batch, Extension(missed, missed, q), lag.tokens)
             return orig(self, merged, *args, **kwargs)
-        rest = list(args)
-        rest[_NUM_REJECTED - 1] = args[_NUM_REJECTED - 1].new_zeros(args[_NUM_REJECTED - 1].shape)
-        own_kwargs = {k: v for k, v in kwargs.items() if k != "num_speculative_tokens"}
+        rest, own_kwargs = pass_args(args, kwargs)
         for ext in lag_passes(missed, self.max_num_tokens):
             lag.own_passes += 1
-            orig(
-                self,
-                extend_batch(input_batch, ext, lag.tokens),
-                *rest,
-                **own_kwargs,
-                num_speculative_tokens=0,
-            )
+            orig(self, extend_batch(input_batch, ext, lag.tokens), *rest, **own_kwargs)
         return orig(self, input_batch, *args, **kwargs)
 
     return propose
+
+
+def pass_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """propose's arguments for a catch-up pass of its own: nothing rejected (every position it feeds is
+    committed), depth 0 (it only writes the drafter's KV)."""
+    rest = list(args)
+    rest[NUM_REJECTED] = args[NUM_REJECTED].new_zeros(args[NUM_REJECTED].shape)
+    own_kwargs = {k: v for k, v in kwargs.items() if k != "num_speculative_tokens"}
+    own_kwargs["num_speculative_tokens"] = 0
+    return rest, own_kwargs
 
 
 def speculator_add_request(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -265,20 +315,41 @@ def speculator_add_request(orig: Callable[..., Any]) -> Callable[..., Any]:
     return add_request
 
 
-def hook_plan() -> HookPlan:
-    """(class, method, wrapper factory) of every vLLM method the hook wraps."""
+def hook_plan(version: str | None = None) -> HookPlan:
+    """(class, method, wrapper factory) of every vLLM method the hook wraps on ``version`` (None: all)."""
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
     from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
-    return [
-        (GPUModelRunner, "execute_model", runner_execute_model),
-        (StandaloneARSpeculator, "propose", speculator_propose),
-        (StandaloneARSpeculator, "add_request", speculator_add_request),
-    ]
+    from . import off_eagle
+
+    row = release(version)
+    plan: HookPlan = [(GPUModelRunner, "execute_model", runner_execute_model)]
+    if row is None or row.mrv2_off_drafter:
+        plan += [
+            (StandaloneARSpeculator, "propose", speculator_propose),
+            (StandaloneARSpeculator, "add_request", speculator_add_request),
+        ]
+    if row is None or row.mrv2_off_eagle:
+        plan += off_eagle.hook_plan(speculator_add_request)
+    return plan
+
+
+def targets(version: str | None) -> tuple[str, ...]:
+    """The vLLM names the hook wraps on ``version``."""
+    from . import off_eagle
+
+    row = release(version)
+    if row is None:
+        return TARGETS + off_eagle.TARGETS
+    return (
+        TARGETS[:1]
+        + (TARGETS[1:] if row.mrv2_off_drafter else ())
+        + (off_eagle.TARGETS if row.mrv2_off_eagle else ())
+    )
 
 
 def install(version: str | None) -> list[str]:
     """Wrap the methods where ``version`` gets the hook (idempotent); the names wrapped."""
     if not needed(version):
         return []
-    return apply(hook_plan())
+    return apply(hook_plan(version))

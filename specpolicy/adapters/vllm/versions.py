@@ -46,7 +46,8 @@ class Release:
     batch size it covers; 0.26 looks graphs up by token count first, and a depth-0 batch whose token count
     falls short of a deeper depth's rounded graph size runs without a graph. ``mrv2_off_drafter``: whether
     the plugin installs ``off_drafter``'s hook there (0.34's draft-model drafter runs no forward at depth 0
-    and catches up on resume).
+    and catches up on resume); ``mrv2_off_eagle``: the same for the EAGLE / EAGLE-3 / MTP drafter
+    (``off_eagle``, part of the same hook).
     """
 
     version: str
@@ -55,6 +56,7 @@ class Release:
     v1_runner: bool = True
     mrv2_graphs_per_depth: bool = False
     mrv2_off_drafter: bool = False
+    mrv2_off_eagle: bool = False
 
 
 #: The releases the adapter is tested against, oldest first.
@@ -71,6 +73,7 @@ RELEASES: tuple[Release, ...] = (
         v1_runner=False,
         mrv2_graphs_per_depth=True,
         mrv2_off_drafter=True,
+        mrv2_off_eagle=True,
     ),
 )
 SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)

@@ -34,9 +34,9 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 
 from specpolicy.adapters import _patch as patching  # noqa: E402
+from specpolicy.adapters.hidden_window import HiddenWindow  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
-from specpolicy.adapters.hidden_window import HiddenWindow  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402

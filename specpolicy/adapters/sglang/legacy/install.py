@@ -16,6 +16,7 @@ from typing import Any
 from ....errors import ConfigError
 from ..._patch import HookPlan, apply
 from ..._support import installed_version
+from ...hidden_window import HiddenWindow
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
 from ..releases import layout_for, legacy_releases
@@ -23,7 +24,6 @@ from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
-from ...hidden_window import HiddenWindow
 from .off_path import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, StepRuntime, make_runtime

@@ -22,13 +22,13 @@ from ....policies.compose import OnOffAtDepth
 from ... import _patch as patching
 from ..._patch import HookPlan
 from ..._support import installed_version, refuse_or_warn
+from ...hidden_window import HiddenWindow
 from ...runtime import AdapterInstallError, AdapterRuntime, check_candidate_steps
 from ...settings import AdapterSettings
 from ...tp import BroadcastSync
 from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
-from ...hidden_window import HiddenWindow
 from ..legacy.install import InstallInfo, fitted_window
 from ..legacy.swap import KEEP, swapped
 from . import step

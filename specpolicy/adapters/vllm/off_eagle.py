@@ -1,0 +1,243 @@
+"""Depth-0 steps without vLLM's EAGLE / EAGLE-3 / MTP drafter, and the exact catch-up on resume.
+
+On the V2 model runner these drafters (``EagleSpeculator``, ``MTPSpeculator``, both
+``TargetDependentARSpeculator``) start every ``propose`` with one forward over the step's query positions: at
+position ``p`` the drafter reads the token of ``p + 1`` (the target's input shifted by one, the sampled token
+last) and the target's hidden state at ``p`` (EAGLE-3: its auxiliary layers, which the drafter combines), and
+writes its KV at ``p``. vLLM runs that forward at depth 0 too, only to keep the KV in step. Here an off step
+(depth 0, no drafts verified) runs no drafter forward: the target's hidden states of the step's positions go
+into a ``HiddenWindow`` (``W`` positions per request-state slot, position ``p`` in column ``p % W``), and
+``off_drafter.SlotLag`` counts the positions each slot missed. The next ``propose`` that drafts feeds each
+request its missed positions ahead of the step's own (``off_drafter.extended``; the tokens from the runner's
+token history, the hidden states from the window), in the step's own first pass: the drafter's KV, its hidden
+state and its proposals are then exactly an always-on drafter's. A request that finishes while off never pays.
+
+That pass is longer than the target's batch, so its attention metadata and slot mappings are the
+drafter's own (``can_reuse_target_attn_metadata`` off for the call), as vLLM builds them under
+micro-batching. A request whose missed positions and query would not fit the window (a prefill chunk
+longer than ``W`` while off, or ``W`` off steps in a row) forces a catch-up of the whole batch in that step,
+at depth 0 (``EagleLag.forced``). Beyond the drafter's token budget the missed positions go first in passes
+of their own; there each chunk is followed by one more position, whose input (the sampled token) is not
+its committed one, and which the next chunk or the step's own pass rewrites.
+
+The first depth-0 step after a speculative one verifies drafts whose accepted count only the GPU knows yet:
+it runs vLLM's first pass. Dummy runs, adaptive verification, multimodal drafters, prefill context
+parallelism and sliding-window KV groups keep vLLM's own path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..hidden_window import HiddenWindow
+from ..settings import AdapterSettings
+from .config import settings_from
+from .off_drafter import (
+    AUX_HIDDEN,
+    DUMMY_RUN,
+    LAST_HIDDEN,
+    NUM_SPEC,
+    STATE,
+    Extension,
+    SlotLag,
+    arg,
+    extended,
+    lag_passes,
+    pass_args,
+)
+
+__all__ = ["EagleLag", "TARGETS", "CLASSES", "new_lag", "eagle_passes", "hook_plan"]
+
+log = logging.getLogger("vllm.specpolicy")
+
+_SD = "vllm.v1.worker.gpu.spec_decode"
+#: The drafters the hook drives (exact classes: a subclass may read more of the target than hidden states).
+CLASSES: tuple[str, ...] = (f"{_SD}.eagle.speculator.EagleSpeculator", f"{_SD}.mtp.speculator.MTPSpeculator")
+_BASE = f"{_SD}.target_dependent_ar.speculator.TargetDependentARSpeculator"
+#: The vLLM names the hook wraps or reads.
+TARGETS: tuple[str, ...] = (
+    f"{_BASE}.propose",
+    f"{_BASE}.add_request",
+    f"{_BASE}.can_reuse_target_attn_metadata",
+    *CLASSES,
+)
+_REUSE = "can_reuse_target_attn_metadata"
+_DEFAULT_WINDOW = int(AdapterSettings.model_fields["draft_catch_up_window"].default)
+
+
+class EagleLag(SlotLag):
+    """``SlotLag`` plus the window of the target's hidden states of the missed positions (allocated at the
+    first off step, at the width the target hands the drafter) and the catch-ups an overflow forced."""
+
+    __slots__ = ("size", "window", "forced")
+
+    def __init__(self, max_num_reqs: int, tokens: Any, size: int) -> None:
+        super().__init__(max_num_reqs, tokens)
+        self.size = size
+        self.window: HiddenWindow | None = None
+        self.forced = 0
+
+    def fits(self, slots: np.ndarray, query_lens: np.ndarray) -> bool:
+        """Whether every row's missed positions and this step's fit the window."""
+        return bool(np.all(self.missed[slots] + query_lens <= self.size))
+
+    def record(self, batch: Any, slots: np.ndarray, query_lens: np.ndarray, hidden: Any) -> None:
+        """Keep the hidden states of the batch's query positions (``hidden``: one row per token): one copy."""
+        import torch
+
+        if self.window is None:
+            width, rows = int(hidden.shape[-1]), len(self.missed)
+            self.window = HiddenWindow(
+                rows=rows, window=self.size, width=width, dtype=hidden.dtype, device=hidden.device
+            )
+            log.info(
+                "specpolicy: hidden-state window for the EAGLE catch-up: %d positions x %d slots, %.0f MiB",
+                self.size,
+                len(self.missed),
+                self.window.nbytes / 2**20,
+            )
+        t = batch.num_tokens
+        slot_tok = torch.from_numpy(np.repeat(slots, query_lens).astype(np.int64))
+        slot_d = slot_tok.to(hidden.device, non_blocking=True)
+        flat = (batch.positions[:t] % self.size) * self.window.rows + slot_d
+        self.window.put(flat, hidden[:t])
+
+
+def new_lag(runner: Any, speculator: Any, tokens: Any) -> EagleLag | None:
+    """An ``EagleLag`` for a drafter of ``CLASSES`` the catch-up covers; None for any other."""
+    cls = type(speculator)
+    if f"{cls.__module__}.{cls.__qualname__}" not in CLASSES:
+        return None
+    tables = getattr(speculator, "block_tables", None)
+    if (
+        getattr(speculator, "pcp_manager", None) is not None
+        or getattr(speculator, "supports_mm_inputs", False)
+        or getattr(tables, "has_sliding_window_groups", False)
+    ):
+        log.info("specpolicy: the EAGLE drafter runs its first pass at depth 0 (a configuration it needs)")
+        return None
+    try:
+        settings = settings_from(runner.vllm_config.additional_config)
+    except Exception:  # checked at start-up already; the worker keeps serving
+        settings = None
+    size = settings.draft_catch_up_window if settings is not None else _DEFAULT_WINDOW
+    return EagleLag(speculator.max_num_reqs, tokens, size)
+
+
+def eagle_passes(missed: np.ndarray, budget: int) -> list[Extension]:
+    """``off_drafter.lag_passes`` within ``budget`` tokens, each chunk followed by one more position (the
+    next missed one, or the row's first query token): the drafter's input at a pass's last position is the
+    sampled token, so that position is rewritten by the next pass."""
+    n = missed.shape[0]
+    out = []
+    for ext in lag_passes(missed, budget - n):
+        more = (ext.count > 0) & (ext.count < ext.back)
+        own = np.where(ext.count == ext.back, 1, ext.own)
+        out.append(Extension(back=ext.back, count=ext.count + more, own=own))
+    return out
+
+
+def _hidden(args: tuple[Any, ...]) -> Any:
+    """The target's hidden states propose gets, as the window keeps them (EAGLE-3: the auxiliary layers,
+    concatenated, before the drafter combines them)."""
+    import torch
+
+    aux = args[AUX_HIDDEN]
+    return torch.cat(aux, dim=-1) if aux else args[LAST_HIDDEN]
+
+
+def _fed(
+    self: Any, orig: Callable[..., Any], lag: EagleLag, batch: Any, ext: Extension, args: Any, kw: Any
+) -> Any:
+    """Run ``orig`` over ``batch`` extended by ``ext``, with the missed positions' hidden states from the
+    window, and the drafter's own attention metadata and slot mappings for the longer batch."""
+    import torch
+
+    assert lag.window is not None
+    merged, fed = extended(batch, ext, lag.tokens)
+    hidden = _hidden(args)
+    flat = (fed.pos % lag.size) * lag.window.rows + batch.idx_mapping[fed.row].long()
+    kept = lag.window.take(flat).to(hidden.dtype)
+    inputs = torch.where(fed.lag[:, None], kept, hidden[fed.src])
+    rest = list(args)
+    if args[AUX_HIDDEN]:
+        rest[AUX_HIDDEN] = [inputs]
+    else:
+        rest[LAST_HIDDEN] = inputs
+    self.block_tables.compute_slot_mappings(
+        merged.idx_mapping, merged.query_start_loc, merged.positions, merged.num_tokens
+    )
+    own = _REUSE in self.__dict__
+    before = self.__dict__.get(_REUSE)
+    setattr(self, _REUSE, False)
+    try:
+        return orig(self, merged, *rest, **kw)
+    finally:
+        if own:
+            setattr(self, _REUSE, before)
+        else:
+            delattr(self, _REUSE)
+
+
+def _catch_up(
+    self: Any, orig: Callable[..., Any], lag: EagleLag, batch: Any, missed: np.ndarray, args: Any, kw: Any
+) -> Any:
+    """The step's first pass with every row's missed positions fed first (in passes of their own where
+    they do not fit the drafter's token budget together with the step's tokens)."""
+    if not missed.any():
+        return orig(self, batch, *args, **kw)
+    n = batch.num_reqs
+    qsl = batch.query_start_loc_np
+    q = (qsl[1 : n + 1] - qsl[:n]).astype(np.int64)
+    if int(missed.sum()) + batch.num_tokens <= self.max_num_tokens:
+        return _fed(self, orig, lag, batch, Extension(missed, missed, q), args, kw)
+    rest, own_kw = pass_args(args, kw)
+    try:
+        passes = eagle_passes(missed, self.max_num_tokens)
+    except ValueError as exc:  # fewer than two tokens per row: the drafter's state stays behind
+        log.warning("specpolicy: the EAGLE catch-up does not fit the token budget (%s)", exc)
+        passes = []
+    for ext in passes:
+        lag.own_passes += 1
+        _fed(self, orig, lag, batch, ext, tuple(rest), own_kw)
+    return orig(self, batch, *args, **kw)
+
+
+def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        lag = self.__dict__.get(STATE)
+        if not isinstance(lag, EagleLag) or arg(args, kwargs, DUMMY_RUN, "dummy_run", False):
+            return orig(self, input_batch, *args, **kwargs)
+        if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
+            return orig(self, input_batch, *args, **kwargs)
+        n = input_batch.num_reqs
+        slots = input_batch.idx_mapping_np[:n]
+        depth = arg(args, kwargs, NUM_SPEC, "num_speculative_tokens", None)
+        if depth == 0 and input_batch.num_draft_tokens == 0:
+            qsl = input_batch.query_start_loc_np
+            q = (qsl[1 : n + 1] - qsl[:n]).astype(np.int64)
+            if not lag.fits(slots, q):  # the window would overwrite positions still missed: catch up now
+                lag.forced += 1
+                return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
+            lag.record(input_batch, slots, q, _hidden(args))
+            lag.skip(slots, q)
+            drafts = self.draft_tokens[:n]
+            drafts.fill_(-1)
+            return drafts
+        return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
+
+    return propose
+
+
+def hook_plan(add_request: Callable[[Callable[..., Any]], Callable[..., Any]]) -> list[Any]:
+    """The EAGLE part of ``off_drafter.hook_plan`` (``add_request``: its slot-reset wrapper, shared)."""
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import TargetDependentARSpeculator
+
+    return [
+        (TargetDependentARSpeculator, "propose", speculator_propose),
+        (TargetDependentARSpeculator, "add_request", add_request),
+    ]
