@@ -64,13 +64,14 @@ _SPECULATOR = f"{_GPU}.spec_decode.standalone_ar.speculator.StandaloneARSpeculat
 #: The vLLM names the hook wraps.
 TARGETS: tuple[str, ...] = (
     f"{_RUNNER}.execute_model",
+    f"{_RUNNER}.add_requests",
     f"{_SPECULATOR}.propose",
-    f"{_SPECULATOR}.add_request",
 )
 
 # indices of propose's parameters after input_batch in ``args`` (vLLM's model runner passes the first ten
 # by position, the rest by name)
-LAST_HIDDEN, AUX_HIDDEN, NUM_REJECTED, DUMMY_RUN, NUM_SPEC = 2, 3, 5, 11, 15
+ATTN_METADATA, SLOT_MAPPINGS, LAST_HIDDEN, AUX_HIDDEN = 0, 1, 2, 3
+NUM_REJECTED, DUMMY_RUN, NUM_SPEC = 5, 11, 15
 
 
 class SlotLag:
@@ -305,14 +306,20 @@ def pass_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any],
     return rest, own_kwargs
 
 
-def speculator_add_request(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def add_request(self: Any, req_index: int) -> Any:
-        lag: SlotLag | None = self.__dict__.get(STATE)
-        if lag is not None:
-            lag.reset(req_index)
-        return orig(self, req_index)
+def runner_add_requests(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def add_requests(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, scheduler_output, *args, **kwargs)
+        speculator = getattr(self, "speculator", None)
+        lag: SlotLag | None = getattr(speculator, "__dict__", {}).get(STATE)
+        if lag is not None:  # a new request took these slots: its drafter runs over its whole prefill
+            index = self.req_states.req_id_to_index
+            for new in scheduler_output.scheduled_new_reqs:
+                slot = index.get(new.req_id)
+                if slot is not None:
+                    lag.reset(slot)
+        return out
 
-    return add_request
+    return add_requests
 
 
 def hook_plan(version: str | None = None) -> HookPlan:
@@ -323,14 +330,14 @@ def hook_plan(version: str | None = None) -> HookPlan:
     from . import off_eagle
 
     row = release(version)
-    plan: HookPlan = [(GPUModelRunner, "execute_model", runner_execute_model)]
+    plan: HookPlan = [
+        (GPUModelRunner, "execute_model", runner_execute_model),
+        (GPUModelRunner, "add_requests", runner_add_requests),
+    ]
     if row is None or row.mrv2_off_drafter:
-        plan += [
-            (StandaloneARSpeculator, "propose", speculator_propose),
-            (StandaloneARSpeculator, "add_request", speculator_add_request),
-        ]
+        plan.append((StandaloneARSpeculator, "propose", speculator_propose))
     if row is None or row.mrv2_off_eagle:
-        plan += off_eagle.hook_plan(speculator_add_request)
+        plan += off_eagle.hook_plan()
     return plan
 
 
@@ -342,8 +349,8 @@ def targets(version: str | None) -> tuple[str, ...]:
     if row is None:
         return TARGETS + off_eagle.TARGETS
     return (
-        TARGETS[:1]
-        + (TARGETS[1:] if row.mrv2_off_drafter else ())
+        TARGETS[:2]
+        + (TARGETS[2:] if row.mrv2_off_drafter else ())
         + (off_eagle.TARGETS if row.mrv2_off_eagle else ())
     )
 

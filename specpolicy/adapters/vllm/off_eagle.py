@@ -12,13 +12,13 @@ request its missed positions ahead of the step's own (``off_drafter.extended``; 
 token history, the hidden states from the window), in the step's own first pass: the drafter's KV, its hidden
 state and its proposals are then exactly an always-on drafter's. A request that finishes while off never pays.
 
-That pass is longer than the target's batch, so its attention metadata and slot mappings are the
-drafter's own (``can_reuse_target_attn_metadata`` off for the call), as vLLM builds them under
-micro-batching. A request whose missed positions and query would not fit the window (a prefill chunk
-longer than ``W`` while off, or ``W`` off steps in a row) forces a catch-up of the whole batch in that step,
-at depth 0 (``EagleLag.forced``). Beyond the drafter's token budget the missed positions go first in passes
-of their own; there each chunk is followed by one more position, whose input (the sampled token) is not
-its committed one, and which the next chunk or the step's own pass rewrites.
+That pass is longer than the target's batch, so it gets attention metadata and slot mappings of its own, built
+through the model state's ``prepare_attn`` for the drafter's layers, as vLLM 0.34 builds them under
+micro-batching (the draft prefill otherwise takes the target's). A request whose missed positions and query
+would not fit the window (a prefill chunk longer than ``W`` while off, or ``W`` off steps in a row) forces a
+catch-up of the whole batch in that step, at depth 0 (``EagleLag.forced``). Beyond the drafter's token budget
+the missed positions go first in passes of their own; there each chunk is followed by one more position, whose
+input (the sampled token) is not its committed one, and which the next chunk or the step's own pass rewrites.
 
 The first depth-0 step after a speculative one verifies drafts whose accepted count only the GPU knows yet:
 it runs vLLM's first pass. Dummy runs, adaptive verification, multimodal drafters, prefill context
@@ -37,10 +37,12 @@ from ..hidden_window import HiddenWindow
 from ..settings import AdapterSettings
 from .config import settings_from
 from .off_drafter import (
+    ATTN_METADATA,
     AUX_HIDDEN,
     DUMMY_RUN,
     LAST_HIDDEN,
     NUM_SPEC,
+    SLOT_MAPPINGS,
     STATE,
     Extension,
     SlotLag,
@@ -61,11 +63,9 @@ _BASE = f"{_SD}.target_dependent_ar.speculator.TargetDependentARSpeculator"
 #: The vLLM names the hook wraps or reads.
 TARGETS: tuple[str, ...] = (
     f"{_BASE}.propose",
-    f"{_BASE}.add_request",
-    f"{_BASE}.can_reuse_target_attn_metadata",
+    "vllm.v1.worker.gpu.attn_utils.build_slot_mappings_by_layer",
     *CLASSES,
 )
-_REUSE = "can_reuse_target_attn_metadata"
 _DEFAULT_WINDOW = int(AdapterSettings.model_fields["draft_catch_up_window"].default)
 
 
@@ -168,19 +168,26 @@ def _fed(
         rest[AUX_HIDDEN] = [inputs]
     else:
         rest[LAST_HIDDEN] = inputs
-    self.block_tables.compute_slot_mappings(
-        merged.idx_mapping, merged.query_start_loc, merged.positions, merged.num_tokens
+    rest[ATTN_METADATA], rest[SLOT_MAPPINGS] = _drafter_attention(self, merged)
+    return orig(self, merged, *rest, **kw)
+
+
+def _drafter_attention(self: Any, batch: Any) -> tuple[Any, Any]:
+    """Attention metadata and slot mappings of the drafter's layers for ``batch`` (the draft prefill
+    otherwise takes the target's, made for the target's shorter batch). A catch-up batch is never
+    uniform, so it never replays a FULL graph: the metadata is the eager / piecewise one."""
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.worker.gpu import attn_utils
+
+    tables = self.block_tables
+    slots = tables.compute_slot_mappings(
+        batch.idx_mapping, batch.query_start_loc, batch.positions, batch.num_tokens
     )
-    own = _REUSE in self.__dict__
-    before = self.__dict__.get(_REUSE)
-    setattr(self, _REUSE, False)
-    try:
-        return orig(self, merged, *rest, **kw)
-    finally:
-        if own:
-            setattr(self, _REUSE, before)
-        else:
-            delattr(self, _REUSE)
+    blocks = tuple(t[: batch.num_reqs_after_padding] for t in tables.input_block_tables)
+    metadata = self.model_state.prepare_attn(
+        batch, CUDAGraphMode.NONE, blocks, slots, self.attn_groups, self.kv_cache_config
+    )
+    return metadata, attn_utils.build_slot_mappings_by_layer(slots, self.kv_cache_config)
 
 
 def _catch_up(
@@ -233,11 +240,8 @@ def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     return propose
 
 
-def hook_plan(add_request: Callable[[Callable[..., Any]], Callable[..., Any]]) -> list[Any]:
-    """The EAGLE part of ``off_drafter.hook_plan`` (``add_request``: its slot-reset wrapper, shared)."""
+def hook_plan() -> list[Any]:
+    """The EAGLE part of ``off_drafter.hook_plan``."""
     from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import TargetDependentARSpeculator
 
-    return [
-        (TargetDependentARSpeculator, "propose", speculator_propose),
-        (TargetDependentARSpeculator, "add_request", add_request),
-    ]
+    return [(TargetDependentARSpeculator, "propose", speculator_propose)]

@@ -167,6 +167,14 @@ def speculator(make_config: Any, model_dirs: Any, monkeypatch: pytest.MonkeyPatc
     _patch.unwrap_all()
 
 
+def reset_slot(spec: Any, slot: int) -> None:
+    """What the model runner does when a new request takes ``slot`` (the hook's ``runner_add_requests``:
+    the slot's missed count cleared; tested below)."""
+    lag = spec.__dict__.get(off_drafter.STATE)
+    if lag is not None:
+        lag.reset(slot)
+
+
 # ------------------------------------------------------------------ the target side: requests and steps
 @dataclasses.dataclass
 class Req:
@@ -202,7 +210,7 @@ class Engine:
     def add(self, rid: str, slot: int, prompt: int, seed: int) -> None:
         self.reqs[rid] = Req(slot, truth(seed), prompt)
         self.tokens[slot] = -7
-        self.spec.add_request(slot)
+        reset_slot(self.spec, slot)
 
     def finish(self, rid: str) -> None:
         r = self.reqs.pop(rid)
@@ -514,9 +522,35 @@ def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
             assert speculator.__dict__[off_drafter.STATE] is lag  # kept across steps
 
 
+def test_a_new_request_clears_its_slots_missed_positions(speculator: Any) -> None:
+    """``add_requests`` (after vLLM's own, which assigns the slots) clears the count of every slot a new
+    request took, and only those; without the bookkeeping it does nothing."""
+    import types
+
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    lag = off_drafter.SlotLag(speculator.max_num_reqs, None)
+    lag.missed[:4] = [5, 6, 7, 8]
+    runner = object.__new__(GPUModelRunner)
+    runner.speculator = speculator
+    runner.req_states = types.SimpleNamespace(req_id_to_index={})
+
+    def assign(self: Any, so: Any) -> str:
+        self.req_states.req_id_to_index.update({"x": 2, "y": 0})
+        return "added"
+
+    wrapped = off_drafter.runner_add_requests(assign)
+    so = types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id="x")])
+    assert wrapped(runner, so) == "added"  # no bookkeeping yet
+    setattr(speculator, off_drafter.STATE, lag)
+    assert wrapped(runner, so) == "added"
+    assert lag.missed[:4].tolist() == [5, 6, 0, 8]
+
+
 def test_the_plugin_installs_the_hook_and_the_contract_lists_its_names(restore_engine_args: None) -> None:
     _needs_triton()
     import vllm.plugins
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
     from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
     from specpolicy.adapters.vllm.contract import check_targets, targets_for
@@ -526,7 +560,7 @@ def test_the_plugin_installs_the_hook_and_the_contract_lists_its_names(restore_e
     try:
         vllm.plugins.load_general_plugins()
         assert StandaloneARSpeculator.propose.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
-        assert "add_request" in StandaloneARSpeculator.__dict__
+        assert GPUModelRunner.add_requests.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
     finally:
         _patch.unwrap_all()
     assert set(off_drafter.TARGETS) <= set(targets_for(RELEASE.version))

@@ -29,7 +29,7 @@ import pytest
 from _vllm_harness import RELEASE
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_off_drafter import PRIME, ROW, Req, SlotTable, truth
+from test_off_drafter import PRIME, ROW, Req, SlotTable, reset_slot, truth
 
 from specpolicy.adapters import _patch
 from specpolicy.adapters.vllm import off_drafter, off_eagle
@@ -142,19 +142,27 @@ class Table(SlotTable):
         )
 
 
+def _importable() -> None:
+    """0.34's drafter modules import Triton (not its kernels) at import; 0.33's take vLLM's placeholder."""
+    try:
+        import vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator  # noqa: F401
+    except (ImportError, AttributeError) as exc:
+        pytest.skip(f"vLLM's V2 drafter modules do not import here: {exc}")
+
+
 @pytest.fixture
 def speculator(make_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    pytest.importorskip("triton", reason="0.34's drafter modules import Triton (not its kernels) at import")
+    _importable()
     import torch
     from vllm.config import set_current_vllm_config
+    from vllm.v1.worker.gpu import attn_utils
     from vllm.v1.worker.gpu.spec_decode import init_speculator
-    from vllm.v1.worker.gpu.spec_decode import speculator as base
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
     from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar
 
     vc = make_config()  # the harness's EAGLE-3 drafter
     monkeypatch.setattr(tdar, "prepare_prefill_inputs", _prepare_prefill_inputs)
-    monkeypatch.setattr(base, "build_slot_mappings_by_layer", lambda sm, cfg: {"draft": sm[0]})
+    monkeypatch.setattr(attn_utils, "build_slot_mappings_by_layer", lambda sm, cfg: {"draft": sm[0]})
     with set_current_vllm_config(vc):
         spec = init_speculator(vc, torch.device("cpu"), None)
         assert type(spec) is EagleSpeculator
@@ -197,7 +205,7 @@ class Engine:
         self.reqs[rid] = Req(slot, truth(seed), prompt)
         self.seeds[rid] = seed
         self.tokens[slot] = -7
-        self.spec.add_request(slot)
+        reset_slot(self.spec, slot)
 
     def finish(self, rid: str) -> None:
         r = self.reqs.pop(rid)
@@ -352,7 +360,6 @@ def test_off_steps_run_no_drafter_forward_and_the_resume_catches_up_exactly(
     assert lag.caught_up_positions + eng.dropped == lag.skipped_positions
     assert lag.window is not None and lag.window.width == speculator.hidden_size * (LAYERS if aux else 1)
     assert speculator.model_state.built > 0  # the catch-up's longer batch got the drafter's own metadata
-    assert "can_reuse_target_attn_metadata" not in speculator.__dict__  # restored after each catch-up
 
 
 def test_without_the_catch_up_the_drafters_state_differs(
@@ -460,7 +467,6 @@ def test_the_plugin_wraps_the_eagle_drafter_and_the_contract_lists_its_names(
     try:
         vllm.plugins.load_general_plugins()
         assert TargetDependentARSpeculator.propose.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
-        assert "add_request" in TargetDependentARSpeculator.__dict__
     finally:
         _patch.unwrap_all()
     assert set(off_eagle.TARGETS) <= set(targets_for(RELEASE.version))
