@@ -44,6 +44,9 @@ __all__ = [
     "lag_passes",
     "pass_args",
     "arg",
+    "Step",
+    "step_of",
+    "no_drafts",
     "STATE",
     "needed",
     "new_lag",
@@ -264,28 +267,53 @@ def arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, de
     return args[index] if len(args) > index else kwargs.get(name, default)
 
 
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """What a propose wrapper reads of a step: its rows' request-state slots and query lengths, and whether
+    it is an off step (depth 0, no drafts verified: every query token is committed)."""
+
+    slots: np.ndarray
+    query_lens: np.ndarray
+    off: bool
+
+
+def step_of(
+    speculator: Any, lag: Any, batch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Step | None:
+    """The step ``propose`` is called for; None where vLLM's own runs unchanged (no bookkeeping, a dummy
+    run, or adaptive verification, which reads the drafter's confidences every step)."""
+    if lag is None or arg(args, kwargs, DUMMY_RUN, "dummy_run", False):
+        return None
+    if getattr(speculator, "enable_adaptive_verification", False):
+        return None
+    n = batch.num_reqs
+    qsl = batch.query_start_loc_np
+    depth = arg(args, kwargs, NUM_SPEC, "num_speculative_tokens", None)
+    q = (qsl[1 : n + 1] - qsl[:n]).astype(np.int64)
+    return Step(batch.idx_mapping_np[:n], q, depth == 0 and batch.num_draft_tokens == 0)
+
+
+def no_drafts(speculator: Any, n: int) -> Any:
+    """What propose returns at depth 0: every draft -1."""
+    drafts = speculator.draft_tokens[:n]
+    drafts.fill_(-1)
+    return drafts
+
+
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         lag: SlotLag | None = self.__dict__.get(STATE)
-        if lag is None or arg(args, kwargs, DUMMY_RUN, "dummy_run", False):
+        step = step_of(self, lag, input_batch, args, kwargs)
+        if lag is None or step is None:
             return orig(self, input_batch, *args, **kwargs)
-        if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
-            return orig(self, input_batch, *args, **kwargs)
-        n = input_batch.num_reqs
-        slots = input_batch.idx_mapping_np[:n]
-        depth = arg(args, kwargs, NUM_SPEC, "num_speculative_tokens", None)
-        if depth == 0 and input_batch.num_draft_tokens == 0:
-            qsl = input_batch.query_start_loc_np
-            lag.skip(slots, (qsl[1 : n + 1] - qsl[:n]).astype(np.int64))
-            drafts = self.draft_tokens[:n]
-            drafts.fill_(-1)
-            return drafts
-        missed = lag.take(slots)
+        if step.off:
+            lag.skip(step.slots, step.query_lens)
+            return no_drafts(self, input_batch.num_reqs)
+        missed = lag.take(step.slots)
         if not missed.any():
             return orig(self, input_batch, *args, **kwargs)
-        q = (input_batch.query_start_loc_np[1 : n + 1] - input_batch.query_start_loc_np[:n]).astype(np.int64)
         if int(missed.sum()) + input_batch.num_tokens <= self.max_num_tokens:
-            merged = extend_batch(input_batch, Extension(missed, missed, q), lag.tokens)
+            merged = extend_batch(input_batch, Extension(missed, missed, step.query_lens), lag.tokens)
             return orig(self, merged, *args, **kwargs)
         rest, own_kwargs = pass_args(args, kwargs)
         for ext in lag_passes(missed, self.max_num_tokens):

@@ -39,17 +39,16 @@ from .config import settings_from
 from .off_drafter import (
     ATTN_METADATA,
     AUX_HIDDEN,
-    DUMMY_RUN,
     LAST_HIDDEN,
-    NUM_SPEC,
     SLOT_MAPPINGS,
     STATE,
     Extension,
     SlotLag,
-    arg,
     extended,
     lag_passes,
+    no_drafts,
     pass_args,
+    step_of,
 )
 
 __all__ = ["EagleLag", "TARGETS", "CLASSES", "new_lag", "eagle_passes", "hook_plan"]
@@ -217,24 +216,17 @@ def _catch_up(
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         lag = self.__dict__.get(STATE)
-        if not isinstance(lag, EagleLag) or arg(args, kwargs, DUMMY_RUN, "dummy_run", False):
+        step = step_of(self, lag, input_batch, args, kwargs) if isinstance(lag, EagleLag) else None
+        if not isinstance(lag, EagleLag) or step is None:
             return orig(self, input_batch, *args, **kwargs)
-        if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
-            return orig(self, input_batch, *args, **kwargs)
-        n = input_batch.num_reqs
-        slots = input_batch.idx_mapping_np[:n]
-        depth = arg(args, kwargs, NUM_SPEC, "num_speculative_tokens", None)
-        if depth == 0 and input_batch.num_draft_tokens == 0:
-            qsl = input_batch.query_start_loc_np
-            q = (qsl[1 : n + 1] - qsl[:n]).astype(np.int64)
+        slots, q = step.slots, step.query_lens
+        if step.off:
             if not lag.fits(slots, q):  # the window would overwrite positions still missed: catch up now
                 lag.forced += 1
                 return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
             lag.record(input_batch, slots, q, _hidden(args))
             lag.skip(slots, q)
-            drafts = self.draft_tokens[:n]
-            drafts.fill_(-1)
-            return drafts
+            return no_drafts(self, input_batch.num_reqs)
         return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
 
     return propose

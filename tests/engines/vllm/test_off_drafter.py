@@ -189,6 +189,67 @@ def truth(seed: int, n: int = 200) -> list[int]:
     return [(seed * 37 + i * 11) % 200 + 3 for i in range(n)]
 
 
+@dataclasses.dataclass
+class TargetStep:
+    """One target step over every request: vLLM's ``InputBatch``, each row's query length and rejected
+    drafts, and each request's query positions."""
+
+    batch: Any
+    qlens: list[int]
+    rejected: list[int]
+    queries: dict[str, list[int]]
+
+
+def target_step(spec: Any, reqs: dict[str, Req], accept: int, tokens: Any, last_sampled: Any) -> TargetStep:
+    """A prefill runs the whole prompt; a decode verifies the previous step's drafts, of which the first
+    ``accept`` are right (a rejected draft is a wrong token). The token history and the sampled tokens are
+    updated as the runner's are."""
+    import torch
+    from vllm.v1.worker.gpu.input_batch import InputBatch
+
+    ids, pos, qlens, rej, seq, queries = [], [], [], [], [], {}
+    for rid, r in reqs.items():
+        if r.length == 0:  # prefill: the whole prompt, the target samples the next token
+            q = list(range(r.prompt))
+            toks = r.truth[: r.prompt]
+            a, new = 0, r.prompt + 1
+        else:
+            start = r.length - 1
+            a = min(accept, r.drafts)
+            q = list(range(start, start + 1 + r.drafts))
+            toks = [r.truth[start]] + [r.truth[p] if k < a else 1 for k, p in enumerate(q[1:])]
+            new = r.length + a + 1
+        ids += toks
+        pos += q
+        queries[rid] = q
+        qlens.append(len(q))
+        rej.append(len(q) - 1 - a if r.length else 0)
+        seq.append(q[-1] + 1)
+        r.length = new
+        tokens[r.slot, :new] = torch.tensor(r.truth[:new], dtype=torch.int32)
+        last_sampled[r.slot] = r.truth[new - 1]
+    n = len(qlens)
+    base = InputBatch.make_dummy(n, sum(qlens), spec.input_buffers)
+    qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
+    slots = np.array([r.slot for r in reqs.values()], dtype=np.intp)
+    batch = dataclasses.replace(
+        base,
+        req_ids=list(reqs),
+        idx_mapping=torch.from_numpy(slots.astype(np.int64)),
+        idx_mapping_np=slots,
+        num_scheduled_tokens=np.array(qlens, dtype=np.int32),
+        num_draft_tokens=sum(r.drafts for r in reqs.values()),
+        query_start_loc=torch.from_numpy(qsl.copy()),
+        query_start_loc_np=qsl,
+        seq_lens=torch.tensor(seq, dtype=torch.int32),
+        seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
+        input_ids=torch.tensor(ids, dtype=torch.int32),
+        positions=torch.tensor(pos, dtype=torch.int64),
+        decode_graph_eligible=False,
+    )
+    return TargetStep(batch, qlens, rej, queries)
+
+
 class Engine:
     """Drives ``propose`` as vLLM's model runner does after each target step, with scripted acceptance."""
 
@@ -222,49 +283,10 @@ class Engine:
         """One target step over every request, then ``propose`` at ``depth``; of the previous step's drafts
         the first ``steps % 3`` are accepted (a rejected draft is a wrong token)."""
         import torch
-        from vllm.v1.worker.gpu.input_batch import InputBatch
 
-        ids, pos, qlens, rej, seq = [], [], [], [], []
-        accept = len(self.forwards) % 3
-        for r in self.reqs.values():
-            if r.length == 0:  # prefill: the whole prompt, the target samples the next token
-                q = list(range(r.prompt))
-                toks = r.truth[: r.prompt]
-                a, new = 0, r.prompt + 1
-            else:
-                start = r.length - 1
-                a = min(accept, r.drafts)
-                q = list(range(start, start + 1 + r.drafts))
-                toks = [r.truth[start]] + [r.truth[p] if k < a else 1 for k, p in enumerate(q[1:])]
-                new = r.length + a + 1
-            ids += toks
-            pos += q
-            qlens.append(len(q))
-            rej.append(len(q) - 1 - a if r.length else 0)
-            seq.append(q[-1] + 1)
-            r.length = new
-            self.tokens[r.slot, :new] = torch.tensor(r.truth[:new], dtype=torch.int32)
-            self.last_sampled[r.slot] = r.truth[new - 1]
-        n = len(qlens)
         spec = self.spec
-        base = InputBatch.make_dummy(n, sum(qlens), spec.input_buffers)
-        qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
-        slots = np.array([r.slot for r in self.reqs.values()], dtype=np.intp)
-        batch = dataclasses.replace(
-            base,
-            req_ids=list(self.reqs),
-            idx_mapping=torch.from_numpy(slots.astype(np.int64)),
-            idx_mapping_np=slots,
-            num_scheduled_tokens=np.array(qlens, dtype=np.int32),
-            num_draft_tokens=sum(r.drafts for r in self.reqs.values() if r.length),
-            query_start_loc=torch.from_numpy(qsl.copy()),
-            query_start_loc_np=qsl,
-            seq_lens=torch.tensor(seq, dtype=torch.int32),
-            seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
-            input_ids=torch.tensor(ids, dtype=torch.int32),
-            positions=torch.tensor(pos, dtype=torch.int64),
-            decode_graph_eligible=False,
-        )
+        step = target_step(spec, self.reqs, len(self.forwards) % 3, self.tokens, self.last_sampled)
+        batch, n, qlens, rej = step.batch, step.batch.num_reqs, step.qlens, step.rejected
         before = spec.model.forwards
         drafts = spec.propose(
             batch,

@@ -20,7 +20,6 @@ position, every proposal and the drafter's hidden state after every drafting ste
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +28,7 @@ import pytest
 from _vllm_harness import RELEASE
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_off_drafter import PRIME, ROW, Req, SlotTable, reset_slot, truth
+from test_off_drafter import PRIME, ROW, Req, SlotTable, reset_slot, target_step, truth
 
 from specpolicy.adapters import _patch
 from specpolicy.adapters.vllm import off_drafter, off_eagle
@@ -214,59 +213,26 @@ class Engine:
             self.dropped += int(lag.missed[r.slot])
 
     def step(self, depth: int) -> None:
+        """One target step (of the previous drafts, alternately none and one accepted), then ``propose``."""
         import torch
-        from vllm.v1.worker.gpu.input_batch import InputBatch
 
         spec = self.spec
-        ids, pos, qlens, rej, seq, hid = [], [], [], [], [], []
-        accept = len(self.forwards) % 2
-        for rid, r in self.reqs.items():
-            if r.length == 0:
-                q = list(range(r.prompt))
-                toks = r.truth[: r.prompt]
-                a, new = 0, r.prompt + 1
-            else:
-                start = r.length - 1
-                a = min(accept, r.drafts)
-                q = list(range(start, start + 1 + r.drafts))
-                toks = [r.truth[start]] + [r.truth[p] if k < a else 1 for k, p in enumerate(q[1:])]
-                new = r.length + a + 1
-            ids += toks
-            pos += q
-            qlens.append(len(q))
-            rej.append(len(q) - 1 - a if r.length else 0)
-            seq.append(q[-1] + 1)
-            layers = LAYERS if self.aux else 1
-            hid += [
-                sum((hidden(self.seeds[rid], p, spec.hidden_size, k) for k in range(layers)), []) for p in q
-            ]
-            r.length = new
-            self.tokens[r.slot, :new] = torch.tensor(r.truth[:new], dtype=torch.int32)
-            self.last_sampled[r.slot] = r.truth[new - 1]
-        n, t = len(qlens), sum(qlens)
-        qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
-        slots = np.array([r.slot for r in self.reqs.values()], dtype=np.intp)
-        batch = dataclasses.replace(
-            InputBatch.make_dummy(n, t, spec.input_buffers),
-            req_ids=list(self.reqs),
-            idx_mapping=torch.from_numpy(slots.astype(np.int64)),
-            idx_mapping_np=slots,
-            num_scheduled_tokens=np.array(qlens, dtype=np.int32),
-            num_draft_tokens=sum(r.drafts for r in self.reqs.values()),
-            query_start_loc=torch.from_numpy(qsl.copy()),
-            query_start_loc_np=qsl,
-            seq_lens=torch.tensor(seq, dtype=torch.int32),
-            seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
-            input_ids=torch.tensor(ids, dtype=torch.int32),
-            positions=torch.tensor(pos, dtype=torch.int64),
-            decode_graph_eligible=False,
-        )
+        step = target_step(spec, self.reqs, len(self.forwards) % 2, self.tokens, self.last_sampled)
+        batch, n, t = step.batch, step.batch.num_reqs, step.batch.num_tokens
+        layers = LAYERS if self.aux else 1
+        width = spec.hidden_size
+        hid = [
+            sum((hidden(self.seeds[rid], p, width, k) for k in range(layers)), [])
+            for rid, q in step.queries.items()
+            for p in q
+        ]
         target = torch.tensor(hid, dtype=torch.float32)
         aux = list(target.split(spec.hidden_size, dim=-1)) if self.aux else None
         last = torch.zeros(t, spec.hidden_size) if self.aux else target
+        slots = batch.idx_mapping_np
         target_slots = {
             "draft": torch.tensor(
-                [int(slots[i]) * ROW + p for i in range(n) for p in pos[qsl[i] : qsl[i + 1]]]
+                [int(slots[i]) * ROW + p for i, q in enumerate(step.queries.values()) for p in q]
             )
         }
         before = spec.model.forwards
@@ -277,7 +243,7 @@ class Engine:
             last,
             aux,
             torch.ones(n, dtype=torch.int32),
-            torch.tensor(rej, dtype=torch.int32),
+            torch.tensor(step.rejected, dtype=torch.int32),
             self.last_sampled,
             torch.zeros(spec.max_num_reqs, dtype=torch.int32),
             torch.zeros(spec.max_num_reqs),
