@@ -7,8 +7,8 @@ last) and the target's hidden state at ``p`` (EAGLE-3: its auxiliary layers, whi
 writes its KV at ``p``. vLLM runs that forward at depth 0 too, only to keep the KV in step. Here an off step
 (depth 0, no drafts verified) runs no drafter forward: the target's hidden states of the step's positions go
 into a ``HiddenWindow`` (``W`` positions per request-state slot, position ``p`` in column ``p % W``), and
-``off_drafter.SlotLag`` counts the positions each slot missed. The next ``propose`` that drafts feeds each
-request its missed positions ahead of the step's own (``off_drafter.extended``; the tokens from the runner's
+``catch_up.SlotLag`` counts the positions each slot missed. The next ``propose`` that drafts feeds each
+request its missed positions ahead of the step's own (``catch_up.extended``; the tokens from the runner's
 token history, the hidden states from the window), in the step's own first pass: the drafter's KV, its hidden
 state and its proposals are then exactly an always-on drafter's. A request that finishes while off never pays.
 
@@ -35,8 +35,7 @@ import numpy as np
 
 from ..hidden_window import HiddenWindow
 from ..settings import AdapterSettings
-from .config import settings_from
-from .off_drafter import (
+from .catch_up import (
     ATTN_METADATA,
     AUX_HIDDEN,
     LAST_HIDDEN,
@@ -50,6 +49,7 @@ from .off_drafter import (
     pass_args,
     step_of,
 )
+from .config import settings_from
 
 __all__ = ["EagleLag", "TARGETS", "CLASSES", "new_lag", "eagle_passes", "hook_plan"]
 
@@ -117,7 +117,10 @@ def new_lag(runner: Any, speculator: Any, tokens: Any) -> EagleLag | None:
         or getattr(speculator, "supports_mm_inputs", False)
         or getattr(tables, "has_sliding_window_groups", False)
     ):
-        log.info("specpolicy: the EAGLE drafter runs its first pass at depth 0 (a configuration it needs)")
+        log.info(
+            "specpolicy: the EAGLE drafter runs its first pass at depth 0 here (multimodal inputs, prefill "
+            "context parallelism or sliding-window KV groups, which the catch-up does not cover)"
+        )
         return None
     try:
         settings = settings_from(runner.vllm_config.additional_config)
@@ -128,7 +131,7 @@ def new_lag(runner: Any, speculator: Any, tokens: Any) -> EagleLag | None:
 
 
 def eagle_passes(missed: np.ndarray, budget: int) -> list[Extension]:
-    """``off_drafter.lag_passes`` within ``budget`` tokens, each chunk followed by one more position (the
+    """``catch_up.lag_passes`` within ``budget`` tokens, each chunk followed by one more position (the
     next missed one, or the row's first query token): the drafter's input at a pass's last position is the
     sampled token, so that position is rewritten by the next pass."""
     n = missed.shape[0]
