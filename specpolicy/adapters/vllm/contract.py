@@ -41,7 +41,8 @@ def targets_for(version: str | None) -> tuple[str, ...]:
     row = release(version)
     if row is None:
         return TARGETS
-    hooks = tuple(t for h in (drafter_depth, off_drafter) if h.needed(version) for t in h.TARGETS)
+    hooks = drafter_depth.TARGETS if drafter_depth.needed(version) else ()
+    hooks += off_drafter.targets(version) if off_drafter.needed(version) else ()
     return tuple(t for t in TARGETS if t not in row.absent) + tuple(dict.fromkeys(hooks))
 
 

@@ -24,23 +24,30 @@ drafter with vLLM's adaptive verification, which records the drafter's confidenc
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .._patch import HookPlan, apply
+from .catch_up import STATE, Extension, SlotLag, extend_batch, lag_passes, no_drafts, pass_args, step_of
 from .config import uses_specpolicy_scheduler
 from .versions import release
 
-__all__ = ["SlotLag", "Extension", "extend_batch", "lag_passes", "STATE", "needed", "hook_plan", "install"]
+__all__ = [
+    "STATE",
+    "SlotLag",
+    "Extension",
+    "extend_batch",
+    "lag_passes",
+    "needed",
+    "new_lag",
+    "hook_plan",
+    "targets",
+    "install",
+]
 
 log = logging.getLogger("vllm.specpolicy")
 
-#: On the speculator: its ``SlotLag`` (present only on an engine running the specpolicy scheduler).
-STATE = "_specpolicy_lag"
 _ACTIVE = "_specpolicy_off_drafter"  # on the runner: whether its engine runs the specpolicy scheduler
 
 _GPU = "vllm.v1.worker.gpu"
@@ -49,152 +56,27 @@ _SPECULATOR = f"{_GPU}.spec_decode.standalone_ar.speculator.StandaloneARSpeculat
 #: The vLLM names the hook wraps.
 TARGETS: tuple[str, ...] = (
     f"{_RUNNER}.execute_model",
+    f"{_RUNNER}.add_requests",
     f"{_SPECULATOR}.propose",
-    f"{_SPECULATOR}.add_request",
 )
-
-# propose's positional parameters after input_batch, as vLLM's model runner passes them
-_NUM_REJECTED, _DUMMY_RUN, _NUM_SPEC = 5, 11, 15
-
-
-class SlotLag:
-    """Positions each request-state slot's drafter missed, counted on the host (one add per off step).
-
-    ``tokens`` is the runner's token history (``[max_num_reqs, max_model_len]``, committed tokens by
-    position). The counters are what metrics report: steps skipped, positions skipped and caught up, and
-    forwards the catch-up ran on its own (``lag_passes``; a catch-up inside the step's first pass adds none).
-    """
-
-    __slots__ = (
-        "missed",
-        "tokens",
-        "skipped_steps",
-        "skipped_positions",
-        "caught_up_positions",
-        "own_passes",
-    )
-
-    def __init__(self, max_num_reqs: int, tokens: Any) -> None:
-        self.missed = np.zeros(max_num_reqs, dtype=np.int64)
-        self.tokens = tokens
-        self.skipped_steps = 0
-        self.skipped_positions = 0
-        self.caught_up_positions = 0
-        self.own_passes = 0
-
-    def skip(self, slots: np.ndarray, query_lens: np.ndarray) -> None:
-        """A step ran no drafter forward over these slots' queries (the slots of one batch are distinct)."""
-        self.missed[slots] += query_lens
-        self.skipped_steps += 1
-        self.skipped_positions += int(query_lens.sum())
-
-    def take(self, slots: np.ndarray) -> np.ndarray:
-        """The missed counts of a batch's slots, now to be caught up (cleared here)."""
-        m: np.ndarray = self.missed[slots].copy()
-        self.missed[slots] = 0
-        self.caught_up_positions += int(m.sum())
-        return m
-
-    def reset(self, slot: int) -> None:
-        """A new request took ``slot``: its drafter runs over its whole prefill."""
-        self.missed[slot] = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Extension:
-    """Per row of a batch: feed ``count`` missed positions starting ``back`` positions before the row's
-    first query position, then the first ``own`` tokens of its query (``own <= query length``; with
-    ``own > 0``, ``count == back``: the positions fed are consecutive)."""
-
-    back: np.ndarray
-    count: np.ndarray
-    own: np.ndarray
-
-
-def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
-    """``batch`` (vLLM's ``InputBatch``) with each row's query replaced by the positions ``ext`` names.
-
-    Tokens of missed positions come from ``tokens`` (the token history, by request-state slot and
-    position), the others from the batch. Sequence lengths end at each row's last fed position, so the
-    attention sees every earlier position as context. Indices are built on the host and cross to the device
-    in one copy; nothing waits for the GPU.
-    """
-    import torch
-
-    n = batch.num_reqs
-    qsl = batch.query_start_loc_np[: n + 1].astype(np.int64)
-    q = qsl[1:] - qsl[:-1]
-    gap = (ext.own > 0) & (ext.count != ext.back)
-    if np.any(ext.own > q) or np.any(ext.count > ext.back) or np.any(ext.count + ext.own == 0) or gap.any():
-        raise ValueError(
-            "extension must feed each row consecutive positions, at least one, within its query and history"
-        )
-    lens = ext.count + ext.own
-    new_qsl = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=new_qsl[1:])
-    total = int(new_qsl[-1])
-    row = np.repeat(np.arange(n), lens)
-    j = np.arange(total) - new_qsl[row]
-    is_lag = j < ext.count[row]
-    offset = np.where(is_lag, j - ext.back[row], 0)  # from the row's first query position
-    src = np.where(is_lag, qsl[row], qsl[row] + j - ext.count[row])  # the batch token fed (own part)
-    device = batch.input_ids.device
-    packed = torch.from_numpy(np.concatenate([row, offset, src, is_lag.astype(np.int64), new_qsl]))
-    row_d, offset_d, src_d, lag_d, qsl_d = packed.to(device, non_blocking=True).split([total] * 4 + [n + 1])
-    first = batch.positions[batch.query_start_loc[:n].long()]
-    lag_pos = first[row_d] + offset_d
-    positions = torch.where(lag_d.bool(), lag_pos, batch.positions[src_d])
-    history = tokens[batch.idx_mapping[row_d].long(), lag_pos.clamp(min=0)]
-    input_ids = torch.where(lag_d.bool(), history.to(batch.input_ids.dtype), batch.input_ids[src_d])
-    cut = q - ext.own + ext.back - ext.count  # positions after the last one fed, per row
-    cut_d = torch.from_numpy(cut).to(batch.seq_lens.device, non_blocking=True)
-    return dataclasses.replace(
-        batch,
-        num_scheduled_tokens=lens.astype(batch.num_scheduled_tokens.dtype),
-        num_tokens=total,
-        num_tokens_after_padding=total,
-        query_start_loc=qsl_d.to(batch.query_start_loc.dtype),
-        query_start_loc_np=new_qsl.astype(batch.query_start_loc_np.dtype),
-        seq_lens=batch.seq_lens - cut_d.to(batch.seq_lens.dtype),
-        seq_lens_cpu_upper_bound=batch.seq_lens_cpu_upper_bound - torch.from_numpy(cut).to(torch.int32),
-        decode_graph_eligible=False,
-        input_ids=input_ids,
-        positions=positions,
-        is_padding=torch.zeros(total, dtype=torch.bool, device=device),
-        max_query_len=None,
-    )
-
-
-def lag_passes(missed: np.ndarray, budget: int) -> list[Extension]:
-    """Catch-up passes of their own for ``missed`` positions per row, at most ``budget`` tokens each.
-
-    Each pass feeds every row at least one position: a chunk of its missed positions, or, once those are
-    done, its first query token (recomputed from exact KV, and rewritten by the step's own first pass). A
-    chunk's last position is followed by a scratch write of the drafter (its "correction" slot), which the
-    next chunk, or the step's own pass, overwrites.
-    """
-    n = missed.shape[0]
-    if budget < n:
-        raise ValueError(f"budget {budget} below the batch's {n} rows")
-    done = np.zeros(n, dtype=np.int64)
-    passes: list[Extension] = []
-    while np.any(done < missed):
-        left = missed - done
-        room = budget - n  # one token per row is always there
-        take = np.zeros(n, dtype=np.int64)
-        for i in np.flatnonzero(left):
-            extra = min(int(left[i]) - 1, room)
-            take[i] = 1 + extra
-            room -= extra
-        passes.append(Extension(back=missed - done, count=take, own=(take == 0).astype(np.int64)))
-        done += take
-    return passes
 
 
 def needed(version: str | None) -> bool:
-    """Whether the tested release ``version`` gets the hook."""
+    """Whether the tested release ``version`` gets the hook (for a draft model, an EAGLE drafter or both)."""
     row = release(version)
-    return row is not None and row.mrv2_off_drafter
+    return row is not None and (row.mrv2_off_drafter or row.mrv2_off_eagle)
+
+
+def new_lag(runner: Any, speculator: Any) -> SlotLag | None:
+    """The bookkeeping for ``speculator``'s off steps (None: a drafter the hook leaves to vLLM)."""
+    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
+
+    from . import off_eagle
+
+    tokens = runner.req_states.all_token_ids.gpu
+    if isinstance(speculator, StandaloneARSpeculator):
+        return SlotLag(speculator.max_num_reqs, tokens)
+    return off_eagle.new_lag(runner, speculator, tokens)
 
 
 def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,80 +87,87 @@ def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
             setattr(self, _ACTIVE, active)
         speculator = getattr(self, "speculator", None)
         if active and speculator is not None and STATE not in speculator.__dict__:
-            setattr(speculator, STATE, SlotLag(speculator.max_num_reqs, self.req_states.all_token_ids.gpu))
+            setattr(speculator, STATE, new_lag(self, speculator))
         return orig(self, scheduler_output, *args, **kwargs)
 
     return execute_model
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, default: Any) -> Any:
-    return args[index] if len(args) > index else kwargs.get(name, default)
-
-
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         lag: SlotLag | None = self.__dict__.get(STATE)
-        if lag is None or _arg(args, kwargs, _DUMMY_RUN - 1, "dummy_run", False):
+        step = step_of(self, lag, input_batch, args, kwargs)
+        if lag is None or step is None:
             return orig(self, input_batch, *args, **kwargs)
-        if getattr(self, "enable_adaptive_verification", False):  # it reads every step's draft confidences
-            return orig(self, input_batch, *args, **kwargs)
-        n = input_batch.num_reqs
-        slots = input_batch.idx_mapping_np[:n]
-        depth = _arg(args, kwargs, _NUM_SPEC - 1, "num_speculative_tokens", None)
-        if depth == 0 and input_batch.num_draft_tokens == 0:
-            qsl = input_batch.query_start_loc_np
-            lag.skip(slots, (qsl[1 : n + 1] - qsl[:n]).astype(np.int64))
-            drafts = self.draft_tokens[:n]
-            drafts.fill_(-1)
-            return drafts
-        missed = lag.take(slots)
+        if step.off:
+            lag.skip(step.slots, step.query_lens)
+            return no_drafts(self, input_batch.num_reqs)
+        missed = lag.take(step.slots)
         if not missed.any():
             return orig(self, input_batch, *args, **kwargs)
-        q = (input_batch.query_start_loc_np[1 : n + 1] - input_batch.query_start_loc_np[:n]).astype(np.int64)
         if int(missed.sum()) + input_batch.num_tokens <= self.max_num_tokens:
-            merged = extend_batch(input_batch, Extension(missed, missed, q), lag.tokens)
+            merged = extend_batch(input_batch, Extension(missed, missed, step.query_lens), lag.tokens)
             return orig(self, merged, *args, **kwargs)
-        rest = list(args)
-        rest[_NUM_REJECTED - 1] = args[_NUM_REJECTED - 1].new_zeros(args[_NUM_REJECTED - 1].shape)
-        own_kwargs = {k: v for k, v in kwargs.items() if k != "num_speculative_tokens"}
+        rest, own_kwargs = pass_args(args, kwargs)
         for ext in lag_passes(missed, self.max_num_tokens):
             lag.own_passes += 1
-            orig(
-                self,
-                extend_batch(input_batch, ext, lag.tokens),
-                *rest,
-                **own_kwargs,
-                num_speculative_tokens=0,
-            )
+            orig(self, extend_batch(input_batch, ext, lag.tokens), *rest, **own_kwargs)
         return orig(self, input_batch, *args, **kwargs)
 
     return propose
 
 
-def speculator_add_request(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def add_request(self: Any, req_index: int) -> Any:
-        lag: SlotLag | None = self.__dict__.get(STATE)
-        if lag is not None:
-            lag.reset(req_index)
-        return orig(self, req_index)
+def runner_add_requests(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def add_requests(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, scheduler_output, *args, **kwargs)
+        speculator = getattr(self, "speculator", None)
+        lag: SlotLag | None = getattr(speculator, "__dict__", {}).get(STATE)
+        if lag is not None:  # a new request took these slots: its drafter runs over its whole prefill
+            index = self.req_states.req_id_to_index
+            for new in scheduler_output.scheduled_new_reqs:
+                slot = index.get(new.req_id)
+                if slot is not None:
+                    lag.reset(slot)
+        return out
 
-    return add_request
+    return add_requests
 
 
-def hook_plan() -> HookPlan:
-    """(class, method, wrapper factory) of every vLLM method the hook wraps."""
+def hook_plan(version: str | None = None) -> HookPlan:
+    """(class, method, wrapper factory) of every vLLM method the hook wraps on ``version`` (None: all)."""
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
     from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
-    return [
+    from . import off_eagle
+
+    row = release(version)
+    plan: HookPlan = [
         (GPUModelRunner, "execute_model", runner_execute_model),
-        (StandaloneARSpeculator, "propose", speculator_propose),
-        (StandaloneARSpeculator, "add_request", speculator_add_request),
+        (GPUModelRunner, "add_requests", runner_add_requests),
     ]
+    if row is None or row.mrv2_off_drafter:
+        plan.append((StandaloneARSpeculator, "propose", speculator_propose))
+    if row is None or row.mrv2_off_eagle:
+        plan += off_eagle.hook_plan()
+    return plan
+
+
+def targets(version: str | None) -> tuple[str, ...]:
+    """The vLLM names the hook wraps on ``version``."""
+    from . import off_eagle
+
+    row = release(version)
+    if row is None:
+        return TARGETS + off_eagle.TARGETS
+    return (
+        TARGETS[:2]
+        + (TARGETS[2:] if row.mrv2_off_drafter else ())
+        + (off_eagle.TARGETS if row.mrv2_off_eagle else ())
+    )
 
 
 def install(version: str | None) -> list[str]:
     """Wrap the methods where ``version`` gets the hook (idempotent); the names wrapped."""
     if not needed(version):
         return []
-    return apply(hook_plan())
+    return apply(hook_plan(version))

@@ -8,8 +8,8 @@ scheduler repeats in the engine core). A bad configuration raises with the field
 process starts. Nothing happens when the engine does not use the specpolicy scheduler.
 
 On a release whose V2 drafter ignores the per-step depth, ``register`` also installs ``drafter_depth``'s hook,
-and where the release's row says so, ``off_drafter``'s (no draft-model forward at depth 0); the worker
-processes load the plugins before they build the model runner, so they are in place there.
+and where the release's row says so, ``off_drafter``'s (no draft-model or EAGLE forward at depth 0); the
+worker processes load the plugins before they build the model runner, so they are in place there.
 
 vLLM loads plugins once per process but may import this module in many processes; ``register`` is idempotent.
 """
@@ -58,7 +58,7 @@ def register() -> None:
 
 _HOOK_MISSING = {
     "drafter_depth": "its drafter drafts num_speculative_tokens tokens whatever the policy's depth",
-    "off_drafter": "its draft-model drafter still runs its first pass at depth 0",
+    "off_drafter": "its draft-model and EAGLE drafters still run their first pass at depth 0",
 }
 
 

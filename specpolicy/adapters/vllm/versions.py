@@ -46,7 +46,8 @@ class Release:
     batch size it covers; 0.26 looks graphs up by token count first, and a depth-0 batch whose token count
     falls short of a deeper depth's rounded graph size runs without a graph. ``mrv2_off_drafter``: whether
     the plugin installs ``off_drafter``'s hook there (0.34's draft-model drafter runs no forward at depth 0
-    and catches up on resume).
+    and catches up on resume); ``mrv2_off_eagle``: the same for the EAGLE / EAGLE-3 / MTP drafter
+    (``off_eagle``, part of the same hook; 0.33 and 0.34).
     """
 
     version: str
@@ -55,6 +56,7 @@ class Release:
     v1_runner: bool = True
     mrv2_graphs_per_depth: bool = False
     mrv2_off_drafter: bool = False
+    mrv2_off_eagle: bool = False
 
 
 #: The releases the adapter is tested against, oldest first.
@@ -64,13 +66,14 @@ RELEASES: tuple[Release, ...] = (
         absent=("vllm.v1.core.sched.output.SchedulerOutput.skip_drafts",),
         mrv2_drafts_k=False,
     ),
-    Release("0.33.0", mrv2_graphs_per_depth=True),
+    Release("0.33.0", mrv2_graphs_per_depth=True, mrv2_off_eagle=True),
     Release(
         "0.34.0",
         absent=("vllm.config.vllm.VllmConfig.use_v2_model_runner",),
         v1_runner=False,
         mrv2_graphs_per_depth=True,
         mrv2_off_drafter=True,
+        mrv2_off_eagle=True,
     ),
 )
 SUPPORTED: tuple[str, ...] = tuple(r.version for r in RELEASES)

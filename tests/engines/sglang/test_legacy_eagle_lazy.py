@@ -34,9 +34,9 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from test_legacy_off_decode import PROMPTS, STEPS  # noqa: E402
 
 from specpolicy.adapters import _patch as patching  # noqa: E402
+from specpolicy.adapters.hidden_window import HiddenWindow  # noqa: E402
 from specpolicy.adapters.sglang.legacy import hooks  # noqa: E402
 from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag  # noqa: E402
-from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow  # noqa: E402
 from specpolicy.adapters.sglang.legacy.off_path import OffPath  # noqa: E402
 from specpolicy.adapters.sglang.legacy.one_token import FieldNames, sizes_only_target  # noqa: E402
 from specpolicy.policies.static import StaticConfig, StaticPolicy  # noqa: E402
@@ -507,7 +507,7 @@ def test_window_rejects_more_than_it_holds_and_reallocates_for_another_width(
         h.gather(5, [0], [4])
     with pytest.raises(ValueError, match="rows, window, width >= 1"):
         HiddenWindow(rows=0, window=3, width=4, dtype=torch.float32, device="cpu")
-    with caplog.at_level("WARNING", logger="specpolicy.sglang.legacy"):
+    with caplog.at_level("WARNING", logger="specpolicy.adapters"):
         h.write(1, torch.tensor([1]), torch.ones(1, 6))
     assert h.resized and tuple(h.buf.shape) == (3, 2, 6) and "reallocated" in caplog.text
     assert h.gather(1, [1], [1]).tolist() == [[1.0] * 6]

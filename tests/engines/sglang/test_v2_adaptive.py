@@ -61,7 +61,7 @@ def _installed(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _window() -> Any:
-    from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow
+    from specpolicy.adapters.hidden_window import HiddenWindow
 
     return HiddenWindow(rows=64, window=16, width=vs.HIDDEN, dtype=torch.float32, device="cpu")
 

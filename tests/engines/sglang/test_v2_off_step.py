@@ -64,9 +64,9 @@ class Engine:
         from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+        from specpolicy.adapters.hidden_window import HiddenWindow
         from specpolicy.adapters.sglang.legacy.decode_target import DecodeTarget
         from specpolicy.adapters.sglang.legacy.draft_lag import DraftLag
-        from specpolicy.adapters.sglang.legacy.hidden_window import HiddenWindow
         from specpolicy.adapters.sglang.v2 import step
 
         algo = SpeculativeAlgorithm.from_string("EAGLE" if eagle else "STANDALONE")

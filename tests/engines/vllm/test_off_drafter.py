@@ -167,6 +167,14 @@ def speculator(make_config: Any, model_dirs: Any, monkeypatch: pytest.MonkeyPatc
     _patch.unwrap_all()
 
 
+def reset_slot(spec: Any, slot: int) -> None:
+    """What the model runner does when a new request takes ``slot`` (the hook's ``runner_add_requests``:
+    the slot's missed count cleared; tested below)."""
+    lag = spec.__dict__.get(off_drafter.STATE)
+    if lag is not None:
+        lag.reset(slot)
+
+
 # ------------------------------------------------------------------ the target side: requests and steps
 @dataclasses.dataclass
 class Req:
@@ -179,6 +187,67 @@ class Req:
 
 def truth(seed: int, n: int = 200) -> list[int]:
     return [(seed * 37 + i * 11) % 200 + 3 for i in range(n)]
+
+
+@dataclasses.dataclass
+class TargetStep:
+    """One target step over every request: vLLM's ``InputBatch``, each row's query length and rejected
+    drafts, and each request's query positions."""
+
+    batch: Any
+    qlens: list[int]
+    rejected: list[int]
+    queries: dict[str, list[int]]
+
+
+def target_step(spec: Any, reqs: dict[str, Req], accept: int, tokens: Any, last_sampled: Any) -> TargetStep:
+    """A prefill runs the whole prompt; a decode verifies the previous step's drafts, of which the first
+    ``accept`` are right (a rejected draft is a wrong token). The token history and the sampled tokens are
+    updated as the runner's are."""
+    import torch
+    from vllm.v1.worker.gpu.input_batch import InputBatch
+
+    ids, pos, qlens, rej, seq, queries = [], [], [], [], [], {}
+    for rid, r in reqs.items():
+        if r.length == 0:  # prefill: the whole prompt, the target samples the next token
+            q = list(range(r.prompt))
+            toks = r.truth[: r.prompt]
+            a, new = 0, r.prompt + 1
+        else:
+            start = r.length - 1
+            a = min(accept, r.drafts)
+            q = list(range(start, start + 1 + r.drafts))
+            toks = [r.truth[start]] + [r.truth[p] if k < a else 1 for k, p in enumerate(q[1:])]
+            new = r.length + a + 1
+        ids += toks
+        pos += q
+        queries[rid] = q
+        qlens.append(len(q))
+        rej.append(len(q) - 1 - a if r.length else 0)
+        seq.append(q[-1] + 1)
+        r.length = new
+        tokens[r.slot, :new] = torch.tensor(r.truth[:new], dtype=torch.int32)
+        last_sampled[r.slot] = r.truth[new - 1]
+    n = len(qlens)
+    base = InputBatch.make_dummy(n, sum(qlens), spec.input_buffers)
+    qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
+    slots = np.array([r.slot for r in reqs.values()], dtype=np.intp)
+    batch = dataclasses.replace(
+        base,
+        req_ids=list(reqs),
+        idx_mapping=torch.from_numpy(slots.astype(np.int64)),
+        idx_mapping_np=slots,
+        num_scheduled_tokens=np.array(qlens, dtype=np.int32),
+        num_draft_tokens=sum(r.drafts for r in reqs.values()),
+        query_start_loc=torch.from_numpy(qsl.copy()),
+        query_start_loc_np=qsl,
+        seq_lens=torch.tensor(seq, dtype=torch.int32),
+        seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
+        input_ids=torch.tensor(ids, dtype=torch.int32),
+        positions=torch.tensor(pos, dtype=torch.int64),
+        decode_graph_eligible=False,
+    )
+    return TargetStep(batch, qlens, rej, queries)
 
 
 class Engine:
@@ -202,7 +271,7 @@ class Engine:
     def add(self, rid: str, slot: int, prompt: int, seed: int) -> None:
         self.reqs[rid] = Req(slot, truth(seed), prompt)
         self.tokens[slot] = -7
-        self.spec.add_request(slot)
+        reset_slot(self.spec, slot)
 
     def finish(self, rid: str) -> None:
         r = self.reqs.pop(rid)
@@ -214,49 +283,10 @@ class Engine:
         """One target step over every request, then ``propose`` at ``depth``; of the previous step's drafts
         the first ``steps % 3`` are accepted (a rejected draft is a wrong token)."""
         import torch
-        from vllm.v1.worker.gpu.input_batch import InputBatch
 
-        ids, pos, qlens, rej, seq = [], [], [], [], []
-        accept = len(self.forwards) % 3
-        for r in self.reqs.values():
-            if r.length == 0:  # prefill: the whole prompt, the target samples the next token
-                q = list(range(r.prompt))
-                toks = r.truth[: r.prompt]
-                a, new = 0, r.prompt + 1
-            else:
-                start = r.length - 1
-                a = min(accept, r.drafts)
-                q = list(range(start, start + 1 + r.drafts))
-                toks = [r.truth[start]] + [r.truth[p] if k < a else 1 for k, p in enumerate(q[1:])]
-                new = r.length + a + 1
-            ids += toks
-            pos += q
-            qlens.append(len(q))
-            rej.append(len(q) - 1 - a if r.length else 0)
-            seq.append(q[-1] + 1)
-            r.length = new
-            self.tokens[r.slot, :new] = torch.tensor(r.truth[:new], dtype=torch.int32)
-            self.last_sampled[r.slot] = r.truth[new - 1]
-        n = len(qlens)
         spec = self.spec
-        base = InputBatch.make_dummy(n, sum(qlens), spec.input_buffers)
-        qsl = np.concatenate([[0], np.cumsum(qlens)]).astype(np.int32)
-        slots = np.array([r.slot for r in self.reqs.values()], dtype=np.intp)
-        batch = dataclasses.replace(
-            base,
-            req_ids=list(self.reqs),
-            idx_mapping=torch.from_numpy(slots.astype(np.int64)),
-            idx_mapping_np=slots,
-            num_scheduled_tokens=np.array(qlens, dtype=np.int32),
-            num_draft_tokens=sum(r.drafts for r in self.reqs.values() if r.length),
-            query_start_loc=torch.from_numpy(qsl.copy()),
-            query_start_loc_np=qsl,
-            seq_lens=torch.tensor(seq, dtype=torch.int32),
-            seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
-            input_ids=torch.tensor(ids, dtype=torch.int32),
-            positions=torch.tensor(pos, dtype=torch.int64),
-            decode_graph_eligible=False,
-        )
+        step = target_step(spec, self.reqs, len(self.forwards) % 3, self.tokens, self.last_sampled)
+        batch, n, qlens, rej = step.batch, step.batch.num_reqs, step.qlens, step.rejected
         before = spec.model.forwards
         drafts = spec.propose(
             batch,
@@ -514,9 +544,35 @@ def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
             assert speculator.__dict__[off_drafter.STATE] is lag  # kept across steps
 
 
+def test_a_new_request_clears_its_slots_missed_positions(speculator: Any) -> None:
+    """``add_requests`` (after vLLM's own, which assigns the slots) clears the count of every slot a new
+    request took, and only those; without the bookkeeping it does nothing."""
+    import types
+
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    lag = off_drafter.SlotLag(speculator.max_num_reqs, None)
+    lag.missed[:4] = [5, 6, 7, 8]
+    runner = object.__new__(GPUModelRunner)
+    runner.speculator = speculator
+    runner.req_states = types.SimpleNamespace(req_id_to_index={})
+
+    def assign(self: Any, so: Any) -> str:
+        self.req_states.req_id_to_index.update({"x": 2, "y": 0})
+        return "added"
+
+    wrapped = off_drafter.runner_add_requests(assign)
+    so = types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id="x")])
+    assert wrapped(runner, so) == "added"  # no bookkeeping yet
+    setattr(speculator, off_drafter.STATE, lag)
+    assert wrapped(runner, so) == "added"
+    assert lag.missed[:4].tolist() == [5, 6, 0, 8]
+
+
 def test_the_plugin_installs_the_hook_and_the_contract_lists_its_names(restore_engine_args: None) -> None:
     _needs_triton()
     import vllm.plugins
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
     from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
     from specpolicy.adapters.vllm.contract import check_targets, targets_for
@@ -526,7 +582,7 @@ def test_the_plugin_installs_the_hook_and_the_contract_lists_its_names(restore_e
     try:
         vllm.plugins.load_general_plugins()
         assert StandaloneARSpeculator.propose.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
-        assert "add_request" in StandaloneARSpeculator.__dict__
+        assert GPUModelRunner.add_requests.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
     finally:
         _patch.unwrap_all()
     assert set(off_drafter.TARGETS) <= set(targets_for(RELEASE.version))

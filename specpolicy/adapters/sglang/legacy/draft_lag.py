@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .hidden_window import HiddenWindow
+from ...hidden_window import HiddenWindow
 
 __all__ = ["DraftLag", "CatchUpPlan", "ExtendInputs", "tokens_between"]
 

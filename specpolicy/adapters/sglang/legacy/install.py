@@ -18,12 +18,12 @@ from ....runtime.settings import AdapterSettings
 from ....runtime.tp import BroadcastSync
 from ..._patch import HookPlan, apply
 from ..._support import installed_version
+from ...hidden_window import HiddenWindow
 from ..releases import layout_for, legacy_releases
 from . import hooks
 from .decode_target import build_decode_target
 from .draft_lag import DraftLag
 from .gpu_timer import GpuStepTimer
-from .hidden_window import HiddenWindow
 from .off_path import OffPath
 from .one_token import FieldNames, build_one_token_target, sizes_only_target
 from .runtime import PATH_LABELS, StepRuntime, make_runtime

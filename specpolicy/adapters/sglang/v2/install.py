@@ -25,10 +25,10 @@ from ....runtime.tp import BroadcastSync
 from ... import _patch as patching
 from ..._patch import HookPlan
 from ..._support import installed_version, refuse_or_warn
+from ...hidden_window import HiddenWindow
 from ..adaptive import SpecPolicyParams, overlap_on, resolve_settings, tp_info
 from ..legacy.decode_target import DecodeTarget
 from ..legacy.draft_lag import DraftLag
-from ..legacy.hidden_window import HiddenWindow
 from ..legacy.install import InstallInfo, fitted_window
 from ..legacy.swap import KEEP, swapped
 from . import step

@@ -1,4 +1,4 @@
-"""The target's hidden states of the last ``W`` off steps, kept on the GPU for an EAGLE drafter's catch-up.
+"""The target's hidden states of the last ``W`` off positions, kept on the GPU for an EAGLE catch-up.
 
 An EAGLE / EAGLE-3 drafter reads, at each position ``p``, the token of ``p+1`` and the target's hidden state
 at ``p`` (EAGLE-3: its auxiliary layers, concatenated). An off step's decode forward already computes that
@@ -15,6 +15,10 @@ Per off step the write is one ``index_copy_`` (one kernel) into a column view ma
 decode forward's hidden states are the CUDA graph's output buffer, which the next replay overwrites, so
 one copy out of it is the least an off step can do. Reads (``flat_index`` on the host, ``take`` on the
 device) happen once per catch-up. Nothing waits for the GPU.
+
+SGLang numbers the columns by off step (every running request is in every decode batch there); vLLM's
+adapter numbers them by position (``put``: position ``p`` of a request lives in column ``p % W``), since a
+request's off positions there include prefill chunks of many tokens.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 __all__ = ["HiddenWindow"]
 
-log = logging.getLogger("specpolicy.sglang.legacy")
+log = logging.getLogger("specpolicy.adapters")
 
 
 class HiddenWindow:
@@ -66,6 +70,15 @@ class HiddenWindow:
         if pool_rows.dtype != self._int64:
             pool_rows = pool_rows.long()
         self.cols[(step - 1) % self.window].index_copy_(0, pool_rows, hidden)
+
+    def put(self, flat: Any, hidden: Any) -> None:
+        """Keep ``hidden`` at rows ``flat`` of ``buf`` seen as ``(W * rows) x width`` (row ``column * rows +
+        pool_row``; a device int64 tensor): one ``index_copy_``, for a caller choosing the columns."""
+        if hidden.shape[-1] != self.width or hidden.dtype != self.dtype:
+            if int(hidden.shape[0]) == 0:
+                return
+            self._resize(int(hidden.shape[-1]), hidden.dtype)
+        self.buf.view(-1, self.width).index_copy_(0, flat, hidden)
 
     def flat_index(
         self, now: int, pool_rows: Sequence[int], missing: Sequence[int]
