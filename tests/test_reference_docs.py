@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import reference_docs as rd  # noqa: E402
 
-from specpolicy.runtime.settings import ENV_VARS, AdapterSettings  # noqa: E402
 from specpolicy.cli import build_parser  # noqa: E402
 from specpolicy.policies import BUILTIN_ENTRIES  # noqa: E402
+from specpolicy.runtime.settings import ENV_VARS, AdapterSettings  # noqa: E402
 
 
 def test_the_checked_in_pages_are_what_the_code_gives() -> None:

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.settings import AdapterSettings
 from ..hidden_window import HiddenWindow
-from ..settings import AdapterSettings
 from .catch_up import (
     ATTN_METADATA,
     AUX_HIDDEN,
