@@ -22,10 +22,14 @@ status=0
 FAST=0
 if [ "${1:-}" = "--fast" ]; then FAST=1; shift; fi
 JOBS=${SPECPOLICY_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+# The core suite, the longest group, is spread over pytest-xdist workers (a dev tool) where there are cores
+# for it: all of them for the fast loop, two beside the other groups.
+xdist() { [ "$1" -ge 2 ] && "$PY" -c "import xdist" 2>/dev/null && echo "-n $1 --benchmark-disable"; }
 
 if [ $FAST = 1 ]; then
   echo "== core tests, fast: not slow, not network ($($PY --version))"
-  "$PY" -m pytest -q -p no:cacheprovider --junitxml="$REPORTS/core.xml" \
+  # shellcheck disable=SC2046
+  "$PY" -m pytest -q -p no:cacheprovider --junitxml="$REPORTS/core.xml" $(xdist "$JOBS") \
     tests --ignore=tests/engines --ignore=tests/gpu -m "not slow and not network" "$@"
   rc=$?
   [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
@@ -97,7 +101,8 @@ group() {
 
 CORE_READS=""
 case " $ENGINES " in *" sglang-0.5.23 "*) CORE_READS=sglang-0.5.23;; esac
-group core "core tests ($($PY --version))" "$CORE_READS" "$PY" \
+# shellcheck disable=SC2046
+group core "core tests ($($PY --version))" "$CORE_READS" "$PY" $(xdist $((JOBS < 2 ? JOBS : 2))) \
   tests --ignore=tests/engines --ignore=tests/gpu -m "not network" "$@"
 
 if [ "${SPECPOLICY_OFFLINE:-0}" != "1" ]; then

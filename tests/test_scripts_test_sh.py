@@ -52,7 +52,8 @@ def _fake_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     (tree / "scripts" / "engine-envs.sh").write_text(
         'if [ "${1:-}" = --list ]; then echo sglang-x; exit 0; fi\n'
         f'echo "build $*" >> {log}\n'
-        f'for i in $(seq 300); do grep -q -- "-m pytest.*--ignore=tests/gpu" {log} && break; sleep 0.1; done\n'
+        f'for i in $(seq 300); do grep -q -- "-m pytest.*--ignore=tests/gpu" {log} && break\n'
+        "  sleep 0.1\ndone\n"
         f'mkdir -p "$SPECPOLICY_ENV_DIR/sglang-x/bin"\n'
         f'cp {_fake_python(tmp_path)} "$SPECPOLICY_ENV_DIR/sglang-x/bin/python"\n'
         f'touch "$SPECPOLICY_ENV_DIR/sglang-x/.complete"\necho "built" >> {log}\n'
@@ -83,7 +84,8 @@ def test_the_groups_run_while_the_envs_build_and_an_engine_group_after_its_env(t
     engine = next(i for r, i in runs.items() if r.startswith("/engines/sglang"))
     # the core group started while the env was building; the engine group once it was built
     assert steps.index("build sglang-x") < core < steps.index("built") < engine
-    assert any(r.endswith("/gpu") for r in runs) and any("--ignore=tests/engines -m network" in r for r in runs)
+    assert any(r.endswith("/gpu") for r in runs)
+    assert any("--ignore=tests/engines -m network" in r for r in runs)
     out = proc.stdout.splitlines()
     # each group's output under its title, and the summary: one line per group in name order, then the total
     assert {line for line in out if line.startswith("== ") and "tests" in line} >= {
@@ -105,6 +107,23 @@ def test_one_job_runs_one_group_at_a_time(tmp_path: Path) -> None:
     _test_sh(tree, {**env, "SPECPOLICY_TEST_JOBS": "1", "SPECPOLICY_SKIP_ENGINES": "1"})
     marks = [s for s in log.read_text().splitlines() if s in ("start", "end")]
     assert marks == ["start", "end"] * 3  # core, network, harness: never two at once
+
+
+def test_the_core_suite_is_spread_over_two_workers_only_where_xdist_and_two_jobs_are(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    fake.write_text(FAKE_PY.replace("[ \"$1\" = \"-m\" ] && exit 0", "[ \"$1\" = \"-m\" ] && exit 0\n"
+                                    "[ \"$*\" = \"-c import xdist\" ] && exit 0", 1))
+    quiet = {**env, "SPECPOLICY_SKIP_ENGINES": "1", "SPECPOLICY_OFFLINE": "1"}
+    for jobs, workers in (("4", " -n 2 --benchmark-disable tests "), ("1", None)):
+        log.write_text("")
+        _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": jobs})
+        core, harness = sorted(_pytest_runs(log), key=lambda r: "tests/gpu" in r)
+        assert ("-n " in core) == (workers is not None) and "-n " not in harness
+        assert workers is None or workers in core
+    log.write_text("")
+    _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": "3"}, "--fast")
+    assert " -n 3 --benchmark-disable tests " in _pytest_runs(log)[0]
 
 
 def test_offline_leaves_out_the_network_group(tmp_path: Path) -> None:
@@ -149,7 +168,8 @@ def test_an_env_build_prints_progress_while_it_runs(tmp_path: Path) -> None:
     fake_uv.write_text(
         "#!/usr/bin/env bash\n"
         'if [ "$1" = venv ]; then v="${*: -1}"; mkdir -p "$v/bin"; '
-        "printf '#!/usr/bin/env bash\\nexit 0\\n' > \"$v/bin/python\"; chmod +x \"$v/bin/python\"; exit 0; fi\n"
+        "printf '#!/usr/bin/env bash\\nexit 0\\n' > \"$v/bin/python\"\n"
+        'chmod +x "$v/bin/python"; exit 0; fi\n'
         "sleep 1\n"
     )
     fake_uv.chmod(0o755)
