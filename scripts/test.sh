@@ -43,6 +43,14 @@ fi
 echo "== installing specpolicy (editable) with its dev tools and build tools"
 $PY -m pip install -q -e ".[dev]" "setuptools>=77" wheel 2>&1 | grep -vE "is ignored|root' user" || true
 
+# The build and the groups run in the background, where an interrupt does not reach them: it stops them here.
+stop() {
+  local p
+  for p in $(jobs -p); do pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done
+  exit 130
+}
+trap stop INT TERM
+
 ENV_DIR=${SPECPOLICY_ENV_DIR:-$ROOT/.venvs}
 export SPECPOLICY_ENV_DIR=$ENV_DIR
 ENGINES=""

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,41 @@ def test_the_core_suite_is_spread_over_two_workers_only_where_xdist_and_two_jobs
     log.write_text("")
     _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": "3"}, "--fast")
     assert " -n 3 --benchmark-disable tests " in _pytest_runs(log)[0]
+
+
+def test_an_interrupt_stops_the_groups_running_in_the_background(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    # each pytest run logs its pid and runs for a minute
+    fake.write_text(FAKE_PY.replace('  exit 0\nfi', '  echo "pid $$" >> "$FAKE_LOG"; exec sleep 60\nfi', 1))
+    quiet = {**env, "SPECPOLICY_TEST_JOBS": "2", "SPECPOLICY_SKIP_ENGINES": "1", "SPECPOLICY_OFFLINE": "1"}
+    proc = subprocess.Popen(["bash", str(tree / "scripts" / "test.sh")], env=quiet,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            lines = log.read_text().splitlines() if log.exists() else []
+            pids = [int(s.split()[1]) for s in lines if s.startswith("pid ")]
+            if len(pids) == 2:
+                break
+            time.sleep(0.1)
+        assert len(pids) == 2  # core and harness at once
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        for _ in range(100):
+            if not any(_alive(p) for p in pids):
+                break
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_offline_leaves_out_the_network_group(tmp_path: Path) -> None:
