@@ -120,7 +120,7 @@ def test_the_core_suite_is_spread_over_two_workers_only_where_xdist_and_two_jobs
     for jobs, workers in (("4", " -n 2 --benchmark-disable tests "), ("1", None)):
         log.write_text("")
         _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": jobs})
-        core, harness = sorted(_pytest_runs(log), key=lambda r: "tests/gpu" in r)
+        core, harness = sorted(_pytest_runs(log), key=lambda r: r.endswith(" tests/gpu"))
         assert ("-n " in core) == (workers is not None) and "-n " not in harness
         assert workers is None or workers in core
     log.write_text("")
