@@ -60,7 +60,9 @@ def _fake_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
         f'cp {_fake_python(tmp_path)} "$SPECPOLICY_ENV_DIR/sglang-x/bin/python"\n'
         f'touch "$SPECPOLICY_ENV_DIR/sglang-x/.complete"\necho "built" >> {log}\n'
     )
-    env = dict(os.environ, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
+    # the caller's knobs (a run of the test command with SPECPOLICY_OFFLINE=1, say) stay out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECPOLICY_", "UV"))}
+    env = dict(env, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
                SPECPOLICY_ENV_DIR=str(tmp_path / "envs"))
     return tree, log, env
 
