@@ -4,9 +4,11 @@
 # Each venv gets the CPU build of torch 2.13.0 and the engine installed with --no-deps plus the short list of
 # pure-Python packages its speculative, scheduler and config modules import (docs/testing.md explains why).
 # Everything runs under a constraints file that pins torch and blocks torchvision/torchaudio, so no
-# dependency can ever pull a CUDA build. Usage: scripts/engine-envs.sh [ENGINE ...]  (default: all);
-# scripts/engine-envs.sh --list prints the engines. Venvs land in ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an
-# existing complete venv is reused.
+# dependency can ever pull a CUDA build. The installer is uv (pinned, fetched once into $ENV_DIR/.uv unless
+# $UV names one): it downloads each wheel once into its cache and hard-links it into every venv, so torch's
+# 700 MB are unpacked once for all the venvs, not once each. Usage: scripts/engine-envs.sh [ENGINE ...]
+# (default: all); scripts/engine-envs.sh --list prints the engines. Venvs land in
+# ${SPECPOLICY_ENV_DIR:-.venvs}/<engine>; an existing complete venv is reused.
 #
 # One environment per tested release: a release added to adapters/sglang/releases.py (or vllm/versions.py)
 # gets its NODEPS and EXTRA lines here; tests/test_adapter_releases.py checks the two lists agree.
@@ -49,15 +51,30 @@ mkdir -p "$ENV_DIR"
 CONSTRAINTS="$ENV_DIR/constraints.txt"
 printf 'torch==2.13.0\ntorchvision==0.0.0\ntorchaudio==0.0.0\n' > "$CONSTRAINTS"
 
-# pip's resolver reports every dependency the --no-deps engines declare but do not get (CUDA torch, ...):
-# scripts/pip-quiet.sh keeps those lines out of the output, counted in $CONFLICTS, and shows everything else.
-CONFLICTS=$(mktemp)
+UV_VERSION=0.13.8
+if [ -z "${UV:-}" ]; then
+  UV="$ENV_DIR/.uv/bin/uv"
+  if [ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
+    echo "[engine-envs] installing uv $UV_VERSION into $ENV_DIR/.uv"
+    rm -rf "$ENV_DIR/.uv"
+    "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$ENV_DIR/.uv" \
+      "uv==$UV_VERSION" 2>&1 | grep -v "is ignored" >&2 || true
+    [ -x "$UV" ] || { echo "[engine-envs] could not install uv $UV_VERSION" >&2; exit 1; }
+  fi
+fi
+# uv reads no pip configuration: the find-links pip is given (where a machine keeps its CPU torch file) are
+# passed on, so torch==2.13.0 comes from the file pip would take. No bytecode is compiled at install (uv
+# would compile the whole site-packages, about a minute a venv): Python writes it for the modules the tests
+# import, on first import (scripts/test.sh lets it, where PYTHONDONTWRITEBYTECODE is set).
+FIND_LINKS=${PIP_FIND_LINKS:-$("$PY" -m pip config get global.find-links 2>/dev/null || true)}
+LINKS=()
+for l in $FIND_LINKS; do LINKS+=(--find-links "$l"); done
+
 PHASE=$(mktemp)
 HEARTBEAT=""
-trap 'rm -f "$CONFLICTS" "$PHASE"; [ -z "$HEARTBEAT" ] || kill "$HEARTBEAT" 2>/dev/null' EXIT
-export SPECPOLICY_PIP_CONFLICTS=$CONFLICTS
-# A build is minutes of pip with nothing to show: one line every SPECPOLICY_HEARTBEAT_S seconds (default
-# 20) says which env, which step and how long so far.
+trap 'rm -f "$PHASE"; [ -z "$HEARTBEAT" ] || kill "$HEARTBEAT" 2>/dev/null' EXIT
+# A build is a while of uv with nothing to show: one line every SPECPOLICY_HEARTBEAT_S seconds (default 20)
+# says which env, which step and how long so far.
 HEARTBEAT_S=${SPECPOLICY_HEARTBEAT_S:-20}
 
 phase() { echo "$1" > "$PHASE"; echo "[engine-envs] $2: $1"; }
@@ -73,21 +90,21 @@ build() {
   HEARTBEAT=$!
   rm -rf "$venv"
   phase "venv" "$name"
-  "$PY" -m venv "$venv"
-  local pip=(bash "$ROOT/scripts/pip-quiet.sh" "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS")
+  "$UV" venv -q --python "$PY" "$venv"
+  local uv=(env VIRTUAL_ENV="$venv" "$UV" pip install -q -c "$CONSTRAINTS" "${LINKS[@]}")
   phase "installing torch 2.13.0 (CPU)" "$name"
-  "${pip[@]}" torch==2.13.0
+  "${uv[@]}" torch==2.13.0
   phase "installing ${NODEPS[$name]} (--no-deps)" "$name"
   # shellcheck disable=SC2086
-  "${pip[@]}" --no-deps ${NODEPS[$name]}
+  "${uv[@]}" --no-deps ${NODEPS[$name]}
   phase "installing the engine's Python dependencies" "$name"
   # shellcheck disable=SC2086
-  "${pip[@]}" ${EXTRA[$name]} prometheus_client
+  "${uv[@]}" ${EXTRA[$name]} prometheus_client
   # specpolicy itself, editable, with its test tools (no engine extras: the engine is already here).
   phase "installing specpolicy (editable), pytest, hypothesis" "$name"
-  "${pip[@]}" -e "$ROOT" pytest hypothesis
+  "${uv[@]}" -e "$ROOT" pytest hypothesis
   kill "$HEARTBEAT" 2>/dev/null || true; wait "$HEARTBEAT" 2>/dev/null || true; HEARTBEAT=""
-  if "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') and not torch.cuda.is_available() else 1)"; then
+  if "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') and torch.version.cuda is None else 1)"; then
     touch "$venv/.complete"
     echo "[engine-envs] $name: ready in $((SECONDS - t0)) s, $(du -sh "$venv" | cut -f1)"
   else
@@ -101,8 +118,3 @@ for t in "${targets[@]}"; do
   [ -n "${NODEPS[$t]:-}" ] || { echo "unknown engine env '$t'; known: ${ALL[*]}" >&2; exit 2; }
   build "$t"
 done
-if [ -s "$CONFLICTS" ]; then
-  echo "[engine-envs] not shown: $(wc -l < "$CONFLICTS") dependency conflicts pip reported, such as" \
-    "'$(head -n 1 "$CONFLICTS")': expected, the engines are installed with --no-deps on the CPU build of" \
-    "torch on purpose (docs/testing.md)"
-fi

@@ -1,13 +1,16 @@
-"""The test command (scripts/test.sh) and the engine-env build: envs before the tests that use them, a
-progress line while an env builds, and a summary that keeps the expected per-release skips apart."""
+"""The test command (scripts/test.sh) and the engine-env build: the groups run while the envs build, a group
+that reads an env after that env, a progress line while an env builds, and a summary that keeps the expected
+per-release skips apart."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,8 @@ def _fake_python(tmp: Path) -> Path:
 
 def _fake_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     """A copy of the test command whose engine-env build only logs (one env, sglang-x) and whose Python only
-    logs pip and pytest: the command's steps, in order, in the log."""
+    logs pip and pytest: the command's steps, in order, in the log. The build ends only once the core group
+    has started (or after 30 s), so the log shows whether the groups run while the envs build."""
     tree = tmp_path / "repo"
     (tree / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "test.sh", tree / "scripts")
@@ -49,10 +53,16 @@ def _fake_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     log = tmp_path / "log"
     (tree / "scripts" / "engine-envs.sh").write_text(
         'if [ "${1:-}" = --list ]; then echo sglang-x; exit 0; fi\n'
-        f'echo "build $*" >> {log}\nmkdir -p "$SPECPOLICY_ENV_DIR/sglang-x/bin"\n'
+        f'echo "build $*" >> {log}\n'
+        f'for i in $(seq 300); do grep -q -- "-m pytest.*--ignore=tests/engines -m not" {log} && break\n'
+        "  sleep 0.1\ndone\n"
+        f'mkdir -p "$SPECPOLICY_ENV_DIR/sglang-x/bin"\n'
         f'cp {_fake_python(tmp_path)} "$SPECPOLICY_ENV_DIR/sglang-x/bin/python"\n'
+        f'touch "$SPECPOLICY_ENV_DIR/sglang-x/.complete"\necho "built" >> {log}\n'
     )
-    env = dict(os.environ, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
+    # the caller's knobs (a run of the test command with SPECPOLICY_OFFLINE=1, say) stay out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECPOLICY_", "UV"))}
+    env = dict(env, PYTHON=str(_fake_python(tmp_path)), FAKE_LOG=str(log),
                SPECPOLICY_ENV_DIR=str(tmp_path / "envs"))
     return tree, log, env
 
@@ -68,23 +78,92 @@ def _pytest_runs(log: Path) -> list[str]:
     return [s for s in log.read_text().splitlines() if "-m pytest" in s]
 
 
-def test_engine_envs_are_built_before_the_core_tests(tmp_path: Path) -> None:
+def test_the_groups_run_while_the_envs_build_and_an_engine_group_after_its_env(tmp_path: Path) -> None:
     tree, log, env = _fake_tree(tmp_path)
     proc = _test_sh(tree, env)
     steps = log.read_text().splitlines()
-    build = steps.index("build sglang-x")
-    runs = [i for i, s in enumerate(steps) if "-m pytest" in s]
-    core, harness, network, engine = (steps[i] for i in runs)
-    # the groups, each once, in this order, after the build
-    assert build < runs[0] and len(runs) == 4
-    assert "--ignore=tests/engines --ignore=tests/gpu -m not network" in core
-    assert harness.endswith(" tools/livecheck/tests") and "--junitxml=" in harness
-    assert "--ignore=tests/engines -m network" in network
-    assert "tests/engines/sglang" in engine
+    runs = {s.split("--junitxml=", 1)[1].split(" ", 1)[1]: i for i, s in enumerate(steps) if "-m pytest" in s}
+    assert len(runs) == 4  # core, network, the engine group, harness: each once
+    core = next(i for r, i in runs.items() if "--ignore=tests/engines -m not network" in r)
+    engine = next(i for r, i in runs.items() if r.startswith("tests/engines/sglang"))
+    # the core group started while the env was building; the engine group once it was built
+    assert steps.index("build sglang-x") < core < steps.index("built") < engine
+    assert any(r.endswith("tools/livecheck/tests") for r in runs)
+    assert any("--ignore=tests/engines -m network" in r for r in runs)
     out = proc.stdout.splitlines()
+    # each group's output under its title, and the summary: one line per group in name order, then the total
+    assert {line for line in out if line.startswith("== ") and "tests" in line} >= {
+        "== sglang-x contract tests", "== network tests (they ask the package index)",
+        "== harness tests (tools/livecheck/tests: the live check on CPU)",
+    }
     groups = [line.split(":")[0] for line in out if line.startswith("group ")]
     assert groups == ["group core", "group harness", "group network", "group sglang-x"]
     assert out[-1] == "total: 4 passed, 0 failed, 0 skipped"
+
+
+def test_one_job_runs_one_group_at_a_time(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    # each pytest run logs its start and end, 0.3 s apart
+    fake.write_text(FAKE_PY.replace(
+        '  exit 0\nfi', '  echo "start" >> "$FAKE_LOG"; sleep 0.3; echo "end" >> "$FAKE_LOG"\n  exit 0\nfi', 1
+    ))
+    _test_sh(tree, {**env, "SPECPOLICY_TEST_JOBS": "1", "SPECPOLICY_SKIP_ENGINES": "1"})
+    marks = [s for s in log.read_text().splitlines() if s in ("start", "end")]
+    assert marks == ["start", "end"] * 3  # core, network, harness: never two at once
+
+
+def test_the_core_suite_is_spread_over_two_workers_only_where_xdist_and_two_jobs_are(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    fake.write_text(FAKE_PY.replace("[ \"$1\" = \"-m\" ] && exit 0", "[ \"$1\" = \"-m\" ] && exit 0\n"
+                                    "[ \"$*\" = \"-c import xdist\" ] && exit 0", 1))
+    quiet = {**env, "SPECPOLICY_SKIP_ENGINES": "1", "SPECPOLICY_OFFLINE": "1"}
+    for jobs, workers in (("4", " -n 2 --benchmark-disable tests "), ("1", None)):
+        log.write_text("")
+        _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": jobs})
+        core, harness = sorted(_pytest_runs(log), key=lambda r: r.endswith(" tools/livecheck/tests"))
+        assert ("-n " in core) == (workers is not None) and "-n " not in harness
+        assert workers is None or workers in core
+    log.write_text("")
+    _test_sh(tree, {**quiet, "SPECPOLICY_TEST_JOBS": "3"}, "--fast")
+    assert " -n 3 --benchmark-disable tests " in _pytest_runs(log)[0]
+
+
+def test_an_interrupt_stops_the_groups_running_in_the_background(tmp_path: Path) -> None:
+    tree, log, env = _fake_tree(tmp_path)
+    fake = Path(env["PYTHON"])
+    # each pytest run logs its pid and runs for a minute
+    fake.write_text(FAKE_PY.replace('  exit 0\nfi', '  echo "pid $$" >> "$FAKE_LOG"; exec sleep 60\nfi', 1))
+    quiet = {**env, "SPECPOLICY_TEST_JOBS": "2", "SPECPOLICY_SKIP_ENGINES": "1", "SPECPOLICY_OFFLINE": "1"}
+    proc = subprocess.Popen(["bash", str(tree / "scripts" / "test.sh")], env=quiet,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            lines = log.read_text().splitlines() if log.exists() else []
+            pids = [int(s.split()[1]) for s in lines if s.startswith("pid ")]
+            if len(pids) == 2:
+                break
+            time.sleep(0.1)
+        assert len(pids) == 2  # core and harness at once
+        # TERM, not INT: where this test itself runs in a background group, the shell starts with INT ignored
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 130
+        for _ in range(100):
+            if not any(_alive(p) for p in pids):
+                break
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_offline_leaves_out_the_network_group(tmp_path: Path) -> None:
@@ -104,7 +183,7 @@ def test_fast_runs_the_core_suite_without_slow_and_network_tests_alone(tmp_path:
     assert [s for s in steps if "pip" in s or s.startswith("build")] == []
     runs = _pytest_runs(log)
     assert len(runs) == 1
-    assert "--ignore=tests/engines --ignore=tests/gpu -m not slow and not network -k policy" in runs[0]
+    assert "--ignore=tests/engines -m not slow and not network -k policy" in runs[0]
     assert proc.stdout.splitlines()[-2:] == ["skipped, other: 0", "total: 1 passed, 0 failed, 0 skipped"]
 
 
@@ -112,8 +191,9 @@ def test_a_group_that_selects_nothing_is_no_failure_but_a_failing_one_is(tmp_pat
     tree, log, env = _fake_tree(tmp_path)
     fake = Path(env["PYTHON"])
     # pytest's status 5 (no test selected) for the harness group, 1 (a failure) for the network group
-    case = 'case "$*" in *" tools/livecheck/tests"*) exit 5;; *"-m network"*) exit 1;; esac'
-    fake.write_text(FAKE_PY.replace("exit 0\nfi", case + "\n  exit 0\nfi", 1))
+    fake.write_text(FAKE_PY.replace(
+        'exit 0\nfi', 'case "$*" in *" tools/livecheck/tests"*) exit 5;; *"-m network"*) exit 1;; esac\n  exit 0\nfi', 1
+    ))
     proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh")], capture_output=True, text=True,
                           env={**env, "SPECPOLICY_SKIP_ENGINES": "1"}, timeout=120, check=False)
     assert proc.returncode == 1
@@ -123,16 +203,17 @@ def test_a_group_that_selects_nothing_is_no_failure_but_a_failing_one_is(tmp_pat
 
 @pytest.mark.slow
 def test_an_env_build_prints_progress_while_it_runs(tmp_path: Path) -> None:
-    # python -m venv makes a venv whose python "installs" slowly (1 s a step) and passes the torch check.
-    venv_py = "#!/usr/bin/env bash\n[ \"$1\" = -m ] && sleep 1\nexit 0\n"
-    fake = tmp_path / "python"
-    fake.write_text(
+    # A stand-in for uv: "venv" makes a venv whose python passes the torch check, each install takes 1 s.
+    fake_uv = tmp_path / "uv"
+    fake_uv.write_text(
         "#!/usr/bin/env bash\n"
-        'if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; '
-        f"printf '%s' '{venv_py}' > \"$3/bin/python\"; chmod +x \"$3/bin/python\"; fi\n"
+        'if [ "$1" = venv ]; then v="${*: -1}"; mkdir -p "$v/bin"; '
+        "printf '#!/usr/bin/env bash\\nexit 0\\n' > \"$v/bin/python\"\n"
+        'chmod +x "$v/bin/python"; exit 0; fi\n'
+        "sleep 1\n"
     )
-    fake.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake), SPECPOLICY_ENV_DIR=str(tmp_path / "envs"),
+    fake_uv.chmod(0o755)
+    env = dict(os.environ, UV=str(fake_uv), SPECPOLICY_ENV_DIR=str(tmp_path / "envs"),
                SPECPOLICY_HEARTBEAT_S="0.4")
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "engine-envs.sh"), "sglang-0.5.23"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
