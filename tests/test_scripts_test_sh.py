@@ -192,7 +192,9 @@ def test_a_group_that_selects_nothing_is_no_failure_but_a_failing_one_is(tmp_pat
     fake = Path(env["PYTHON"])
     # pytest's status 5 (no test selected) for the harness group, 1 (a failure) for the network group
     fake.write_text(FAKE_PY.replace(
-        'exit 0\nfi', 'case "$*" in *" tools/livecheck/tests"*) exit 5;; *"-m network"*) exit 1;; esac\n  exit 0\nfi', 1
+        'exit 0\nfi',
+        'case "$*" in *" tools/livecheck/tests"*) exit 5;; *"-m network"*) exit 1;; esac\n  exit 0\nfi',
+        1,
     ))
     proc = subprocess.run(["bash", str(tree / "scripts" / "test.sh")], capture_output=True, text=True,
                           env={**env, "SPECPOLICY_SKIP_ENGINES": "1"}, timeout=120, check=False)
