@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from generated_pages import parse_mode, write_or_check
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,25 +178,9 @@ def pages() -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="rewrite the generated pages")
-    mode.add_argument("--check", action="store_true", help="exit 1 when a page is out of date")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout (default: this one)")
-    args = ap.parse_args(argv)
-    stale = []
-    for rel, text in pages().items():
-        path = args.root / rel
-        if args.write:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        elif not path.is_file() or path.read_text() != text:
-            stale.append(str(rel))
-    if stale:
-        fix = "run python3 scripts/reference_docs.py --write"
-        print(f"out of date: {', '.join(stale)}; {fix}", file=sys.stderr)
-        return 1
-    return 0
+    args = parse_mode(__doc__.splitlines()[0], ROOT, argv)
+    command = "python3 scripts/reference_docs.py --write"
+    return write_or_check(pages(), args.root, write=args.write, command=command)
 
 
 if __name__ == "__main__":

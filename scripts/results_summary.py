@@ -16,13 +16,14 @@ page differs from what the reports give (the test suite runs it), ``--write`` re
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from generated_pages import parse_mode, write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = Path("results/runs.json")
@@ -344,32 +345,14 @@ def pages(root: Path) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="rewrite the generated pages")
-    mode.add_argument("--check", action="store_true", help="exit 1 when a page is out of date")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout (default: this one)")
-    args = ap.parse_args(argv)
+    args = parse_mode(__doc__.splitlines()[0], ROOT, argv)
     try:
         want = pages(args.root)
     except (RunsError, OSError, KeyError, json.JSONDecodeError) as exc:
         print(f"results_summary: {exc}", file=sys.stderr)
         return 2
-    stale = []
-    for rel, text in want.items():
-        path = args.root / rel
-        if args.write:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        elif not path.is_file() or path.read_text() != text:
-            stale.append(str(rel))
-    if stale:
-        print(
-            f"out of date: {', '.join(stale)}; run python3 scripts/results_summary.py --write",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    command = "python3 scripts/results_summary.py --write"
+    return write_or_check(want, args.root, write=args.write, command=command)
 
 
 if __name__ == "__main__":
