@@ -61,7 +61,7 @@ def run(steps: int, batch: int, work_us: float, trace_dir: Path | None, spin: bo
     for i in range(steps):
         stats = pool[i & 63]
         t0 = perf()
-        ctl.outcome(ctl.decide(stats).step, stats[4], 0.02)
+        ctl.outcome(ctl.decide(stats)[0], stats[4], 0.02)
         lat[i] = perf() - t0
         work(work_us)
     out: dict[str, Any] = {}

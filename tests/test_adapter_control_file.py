@@ -257,7 +257,7 @@ def test_a_hook_that_raises_is_contained_and_the_decision_goes_ahead() -> None:
         raise OSError("stat failed")
 
     c.watch(hook, 3)
-    assert [c.decide(StepStats(1)).num_steps for _ in range(7)] == [2] * 7
+    assert [c.decide(StepStats(1))[1] for _ in range(7)] == [2] * 7
     assert calls == [4, 7] and c.errors == 0
 
 
@@ -314,7 +314,7 @@ def test_ranks_switch_at_the_same_step_even_when_only_rank0_sees_the_file(tmp_pa
         if step == 5:
             write_control(ctl, _static(6))
         for r, rt in enumerate(ranks):
-            depths[r].append(rt.decide(StepStats(4)).num_steps)
+            depths[r].append(rt.decide(StepStats(4))[1])
     assert depths[0] == depths[1] == [3] * 6 + [6] * 6  # checks before decisions 4, 7, 10
     assert ranks[1].control is not None and ranks[1].control.watch is None  # rank 1 never reads the file
     assert ranks[1].settings.policy == _static(6) and ranks[1].control.swaps == 1
@@ -428,7 +428,7 @@ def test_ranks_always_run_the_same_depth_and_switch_at_the_same_step(
         rt.control.install = spy  # type: ignore[method-assign]
     for gap, k in writes:
         for _ in range(gap):
-            depths = {rt.decide(StepStats(4)).num_steps for rt in ranks}
+            depths = {rt.decide(StepStats(4))[1] for rt in ranks}
             assert len(depths) == 1
         if k >= 0:
             write_control(ctl, _static(k))

@@ -33,7 +33,7 @@ def test_every_step_gets_an_allowed_depth_and_failures_fall_back_to_default(
     ctl = StepController(Scripted(script), allowed_steps=ALLOWED, default_steps=default)
     logging.disable(logging.CRITICAL)
     try:
-        got = [ctl.decide(StepStats(4)).num_steps for _ in script]
+        got = [ctl.decide(StepStats(4))[1] for _ in script]
     finally:
         logging.disable(logging.NOTSET)
     valid = [type(o) is SpecMode and o.num_steps in ALLOWED for o in script]
@@ -45,7 +45,7 @@ def test_every_step_gets_an_allowed_depth_and_failures_fall_back_to_default(
 def test_a_repeated_error_is_logged_once_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
     ctl = StepController(Scripted([RuntimeError("boom")] * 5), allowed_steps=[0, 3], default_steps=3)
     with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
-        depths = [ctl.decide(StepStats(1)).num_steps for _ in range(5)]
+        depths = [ctl.decide(StepStats(1))[1] for _ in range(5)]
     assert depths == [3] * 5 and ctl.errors == 5
     records = [r for r in caplog.records if "policy error" in r.getMessage()]
     assert len(records) == 1 and records[0].exc_info is not None
@@ -61,9 +61,9 @@ def test_an_observer_that_raises_does_not_break_the_step() -> None:
     )
     logging.disable(logging.CRITICAL)
     try:
-        assert ctl.decide(StepStats(1)).num_steps == 1
+        assert ctl.decide(StepStats(1))[1] == 1
         ctl.outcome(ctl.step, [1], 0.01)
-        assert ctl.decide(StepStats(1)).num_steps == 1
+        assert ctl.decide(StepStats(1))[1] == 1
     finally:
         logging.disable(logging.NOTSET)
     assert ctl.errors == 0  # observer failures are not policy failures
@@ -96,7 +96,7 @@ def test_runtime_startup_line_names_path_policy_and_depths() -> None:
         "default_steps=3",
     ):
         assert part in line, part
-    assert rt.decide(StepStats(8)).num_steps == 0
+    assert rt.decide(StepStats(8))[1] == 0
 
 
 def test_broadcast_without_a_process_group_is_refused() -> None:

@@ -49,7 +49,7 @@ def test_odd_policy_exceptions_fall_back_to_the_default_and_are_logged_once(
 ) -> None:
     ctl = StepController(_Raises(exc), allowed_steps=[0, 3], default_steps=3)
     with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
-        assert [ctl.decide(StepStats(1)).num_steps for _ in range(50)] == [3] * 50
+        assert [ctl.decide(StepStats(1))[1] for _ in range(50)] == [3] * 50
     assert ctl.errors == 50
     records = [r for r in caplog.records if "policy error" in r.getMessage()]
     assert len(records) == 1
@@ -93,7 +93,7 @@ def test_an_invalid_mode_with_a_huge_repr_is_reported_briefly(caplog: pytest.Log
 
     ctl = StepController(Huge(), allowed_steps=[0, 3], default_steps=0)
     with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
-        assert ctl.decide(StepStats(1)).num_steps == 0
+        assert ctl.decide(StepStats(1))[1] == 0
     assert "<list of 1000000 items>" in caplog.records[0].getMessage()
 
 
@@ -114,9 +114,9 @@ def test_observer_errors_say_the_step_kept_its_depth(caplog: pytest.LogCaptureFi
 
     ctl = StepController(On1(), allowed_steps=[0, 1, 3], default_steps=3, observers=[Bad()])
     with caplog.at_level(logging.ERROR, logger="specpolicy.adapter"):
-        assert ctl.decide(StepStats(1)).num_steps == 1
+        assert ctl.decide(StepStats(1))[1] == 1
         ctl.outcome(ctl.step, [1], 0.01)
-        assert ctl.decide(StepStats(1)).num_steps == 1
+        assert ctl.decide(StepStats(1))[1] == 1
         ctl.outcome(ctl.step, [1], 0.01)
     text = [r.getMessage() for r in caplog.records]
     assert len(text) == 2 and ctl.errors == 0
@@ -150,7 +150,7 @@ def test_a_slow_policy_is_logged_once_then_replaced_by_the_default_until_it_reco
         policy, allowed_steps=[0, 1, 3], default_steps=3, decide_budget_s=1e-4, budget_steps=4
     )
     with caplog.at_level(logging.WARNING, logger="specpolicy.adapter"):
-        got = [ctl.decide(StepStats(1)).num_steps for _ in range(2 * RETRY_INTERVAL + 10)]
+        got = [ctl.decide(StepStats(1))[1] for _ in range(2 * RETRY_INTERVAL + 10)]
     # four slow calls decide (over budget but within the allowed run), then the default runs; the policy is
     # consulted again at the retry step (still slow: the fifth call), and at the next one it is fast again.
     assert got[:4] == [1] * 4 and ctl.over_budget == 5
@@ -167,7 +167,7 @@ def test_a_slow_policy_is_logged_once_then_replaced_by_the_default_until_it_reco
 def test_budget_steps_zero_never_replaces_the_policy() -> None:
     ctl = StepController(_Slow(slow_calls=20), allowed_steps=[1, 3], default_steps=3, decide_budget_s=1e-4,
                          budget_steps=0)
-    assert [ctl.decide(StepStats(1)).num_steps for _ in range(20)] == [1] * 20 and ctl.over_budget == 20
+    assert [ctl.decide(StepStats(1))[1] for _ in range(20)] == [1] * 20 and ctl.over_budget == 20
 
 
 def test_the_watchdog_logs_the_stack_of_a_hung_decide(caplog: pytest.LogCaptureFixture) -> None:
@@ -270,7 +270,7 @@ def _clocked_run(monkeypatch: pytest.MonkeyPatch, slow: Any, steps: int = 400) -
     ctl = StepController(
         _Clocked(slow, clock), allowed_steps=[1, 3], default_steps=3, decide_budget_s=1e-3, budget_steps=16
     )
-    return [ctl.decide(StepStats(1)).num_steps for _ in range(steps)], ctl
+    return [ctl.decide(StepStats(1))[1] for _ in range(steps)], ctl
 
 
 def test_a_policy_slow_on_fifteen_calls_of_sixteen_is_replaced_by_the_default(
@@ -295,7 +295,7 @@ def test_a_policy_slow_on_every_other_call_is_replaced_then_recovers(monkeypatch
     assert 3 in got[:50]  # replaced within a few dozen steps (+4 and -1 per pair of calls, at 64)
     assert got[-200:].count(3) >= 197  # consulted once per RETRY_INTERVAL; out again at its next slow call
     slow_phase[0] = False  # it recovers: the next retry, within budget, makes it decide again
-    after = [ctl.decide(StepStats(1)).num_steps for _ in range(2 * RETRY_INTERVAL)]
+    after = [ctl.decide(StepStats(1))[1] for _ in range(2 * RETRY_INTERVAL)]
     assert after[-RETRY_INTERVAL:] == [1] * RETRY_INTERVAL
 
 

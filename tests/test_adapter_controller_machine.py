@@ -161,7 +161,7 @@ class ControllerMachine(RuleBasedStateMachine):
             value = ValueError("policy down")
         self.policy.answer, self.policy.cost_s = value, (3 * BUDGET_S if slow else 0.0)
         calls = self.policy.calls
-        got = self.ctl.decide(self._stats(batch)).num_steps
+        got = self.ctl.decide(self._stats(batch))[1]
         assert got in self.allowed
         assert self.policy.calls == calls + consulted
         if not consulted:
@@ -196,7 +196,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def force(self, depth: int, batch: int) -> None:
         k = self.allowed[depth % len(self.allowed)]
         calls = self.policy.calls
-        assert self.ctl.force(self._stats(batch), k).num_steps == k
+        assert self.ctl.force(self._stats(batch), k)[1] == k
         assert self.policy.calls == calls
         self._new_step(k, batch, False)
 

@@ -66,7 +66,7 @@ def test_next_stats_describe_the_reported_decision_and_observers_get_each_once(
             stats = ctl.next_stats(arg, 2, seq_len)
             assert stats[3:-1] == expect_known
             assert StepStats(*stats) == stats  # what the controller builds passes the validating constructor
-            decided.append((ctl.decide(stats).num_steps, arg, seq_len))
+            decided.append((ctl.decide(stats)[1], arg, seq_len))
             assert ctl.step == len(decided)
         else:
             step = len(decided) - arg
@@ -134,7 +134,7 @@ def test_a_raising_observer_does_not_cost_the_others_their_records() -> None:
 def test_forced_steps_are_numbered_and_paired_like_decisions() -> None:
     obs = Records()
     ctl = StepController(Depths([0]), allowed_steps=(0, 3), default_steps=3, observers=[obs])
-    assert ctl.force(StepStats(4), 3).num_steps == 3 and ctl.step == 1
+    assert ctl.force(StepStats(4), 3)[1] == 3 and ctl.step == 1
     ctl.outcome(1, [3, 3, 3, 3], 0.03)
     assert ctl.next_stats(4, 0, None)[3:-1] == (3, [3, 3, 3, 3], None, 0.03, None, 4, 3, None, None, None)
     ctl.close()

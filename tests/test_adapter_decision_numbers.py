@@ -59,11 +59,11 @@ def renumber(rt: AdapterRuntime) -> list[int]:
 
     def renumbered_decide(stats: StepStats) -> Decision:
         step, k = decide(stats)
-        return Decision(step + OFFSET, k)
+        return (step + OFFSET, k)
 
     def renumbered_force(stats: StepStats, num_steps: int) -> Decision:
         step, k = force(stats, num_steps)
-        return Decision(step + OFFSET, k)
+        return (step + OFFSET, k)
 
     def renumbered_outcome(step: int, *rest: Any) -> None:
         reported.append(step)

@@ -104,9 +104,9 @@ def test_hints_are_read_under_their_name(variant: tuple[Any, ModuleType]) -> Non
     """The hints limit the depth from the ``hints`` field and the batch size from ``batch_size``."""
     cls, mod = variant
     ctl = mod.StepController(Seen(3), allowed_steps=range(4), default_steps=3)
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))).num_steps == 0  # all off
-    assert ctl.decide(ctl.next_stats(4, 0, None, None, aggregate([1, 1, 1, 1]))).num_steps == 1
-    assert ctl.decide(ctl.next_stats(4, 0, None)).num_steps == 3
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0])))[1] == 0  # all off
+    assert ctl.decide(ctl.next_stats(4, 0, None, None, aggregate([1, 1, 1, 1])))[1] == 1
+    assert ctl.decide(ctl.next_stats(4, 0, None))[1] == 3
 
 
 class _Pair:
@@ -141,7 +141,7 @@ def test_rank_agreement_keeps_every_field(variant: tuple[Any, ModuleType]) -> No
     guarded = mod.StepController(policy, allowed_steps=range(4), default_steps=3)
     local = tp.AgreedDecider(guarded, "local", world_size=2)
     full = cls(batch_size=4, num_waiting=1, mean_seq_len=10.0, last_num_steps=2, last_step_time_s=0.5)
-    assert local.decide(full).num_steps == 2
+    assert local.decide(full)[1] == 2
     assert policy.seen[-1] == full._replace(last_step_time_s=None)
 
     pair = _Pair()

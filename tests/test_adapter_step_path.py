@@ -46,7 +46,7 @@ def test_steps_by_depth_and_switches_count_every_decision(
     try:
         for kind, what in steps:
             decision = ctl.decide(StepStats(2)) if kind == "decide" else ctl.force(StepStats(2), what)
-            got.append(decision.num_steps)
+            got.append(decision[1])
             if outcomes:
                 ctl.outcome(ctl.step, [0, 0], 0.001)
     finally:
@@ -62,15 +62,15 @@ def test_a_replaced_policy_decides_from_the_next_step_and_its_clamp_is_heard() -
     ctl = StepController(first, allowed_steps=(0, 3), default_steps=3)
     logging.disable(logging.CRITICAL)
     try:
-        assert ctl.decide(StepStats(1)).num_steps == 3  # depth 1 is not built here: the default runs
+        assert ctl.decide(StepStats(1))[1] == 3  # depth 1 is not built here: the default runs
     finally:
         logging.disable(logging.NOTSET)
     inner = Scripted([SpecMode.on(5), SpecMode.off()])
     ctl.policy = Clamp(inner, (0, 3))
     assert ctl.policy.inner is inner  # type: ignore[attr-defined]
-    assert ctl.decide(StepStats(1)).num_steps == 3  # the clamp maps 5 down to 3
+    assert ctl.decide(StepStats(1))[1] == 3  # the clamp maps 5 down to 3
     ctl.outcome(ctl.step, [1], 0.002)
-    assert ctl.decide(ctl.next_stats(1, 0, None)).num_steps == 0
+    assert ctl.decide(ctl.next_stats(1, 0, None))[1] == 0
     after = inner.seen[-1]
     assert after.last_num_steps == 3 and after.last_decided_steps == 5  # what the clamp's part asked for
     assert not first.script and len(inner.seen) == 2

@@ -87,14 +87,14 @@ def test_a_third_party_policy_that_declares_step_time_is_broadcast_and_sees_the_
     policy = make_policy(config)
     controller = StepController(policy, allowed_steps=(0, 2), default_steps=2)
     local = AgreedDecider(controller, "local", world_size=2)
-    assert local.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5)).num_steps == 2
+    assert local.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5))[1] == 2
     assert policy.seen == [None]  # type: ignore[attr-defined]
     # Broadcast from rank 0 it sees the time and turns off after the slow step.
     policy.reset()
     agreed = AgreedDecider(
         StepController(policy, allowed_steps=(0, 2), default_steps=2), "broadcast", LocalSync(), world_size=2
     )
-    assert agreed.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5)).num_steps == 0
+    assert agreed.decide(StepStats(4, last_num_steps=2, last_step_time_s=0.5))[1] == 0
     assert policy.seen == [0.5]  # type: ignore[attr-defined]
     # Inside a composition the declaration still counts.
     gated = parse_config({"name": "gate", "inner": "static", "gate": {"name": "clock_for_tests"}})
@@ -160,8 +160,8 @@ def test_ranks_agree_whatever_their_timings(times: list[tuple[float, float]]) ->
         for t0, t1 in times:
             d0 = deciders[0].decide(
                 StepStats(4, last_step_time_s=t0)
-            ).num_steps  # rank 0 first, as a broadcast orders them
-            d1 = deciders[1].decide(StepStats(4, last_step_time_s=t1)).num_steps
+            )[1]  # rank 0 first, as a broadcast orders them
+            d1 = deciders[1].decide(StepStats(4, last_step_time_s=t1))[1]
             assert d0 == d1
             if mode == "broadcast":
                 assert d0 == (3 if t0 < 0.01 else 0)  # rank 0's own timing decides
@@ -172,7 +172,7 @@ def test_ranks_agree_whatever_their_timings(times: list[tuple[float, float]]) ->
 
 def test_single_rank_local_mode_keeps_timing() -> None:
     d = AgreedDecider(StepController(_Echo(), allowed_steps=[0, 1, 3], default_steps=1), "local", LocalSync())
-    assert d.decide(StepStats(4, last_step_time_s=0.001)).num_steps == 3
+    assert d.decide(StepStats(4, last_step_time_s=0.001))[1] == 3
 
 
 def test_hiding_time_keeps_every_other_field() -> None:

@@ -120,11 +120,11 @@ def test_controller_applies_the_rule_after_decide_and_counts() -> None:
     pol = Fixed(4)
     ctl = _controller(pol)
     hints = aggregate([0, 2])
-    assert ctl.decide(ctl.next_stats(4, 0, None)).num_steps == 4  # no hints: the policy's depth
+    assert ctl.decide(ctl.next_stats(4, 0, None))[1] == 4  # no hints: the policy's depth
     # 1 of 4 off (no majority); cap 2
-    assert ctl.decide(ctl.next_stats(4, 0, None, None, hints)).num_steps == 2
+    assert ctl.decide(ctl.next_stats(4, 0, None, None, hints))[1] == 2
     # 2 of 3 off
-    assert ctl.decide(ctl.next_stats(3, 0, None, ["a", "b", "c"], aggregate([0, 0]))).num_steps == 0
+    assert ctl.decide(ctl.next_stats(3, 0, None, ["a", "b", "c"], aggregate([0, 0])))[1] == 0
     assert pol.seen[1].hints == (1, 1, 2, 2) and pol.seen[2].request_ids == ["a", "b", "c"]
     assert ctl.hint_counts() == {"steps_off": 1, "steps_capped": 1}
     assert ctl.steps_by_depth == {0: 1, 1: 0, 2: 1, 3: 0, 4: 1}
@@ -133,9 +133,9 @@ def test_controller_applies_the_rule_after_decide_and_counts() -> None:
 def test_a_cap_goes_to_the_deepest_depth_the_engine_runs() -> None:
     ctl = _controller(Fixed(3), allowed=[0, 3], default=3)
     # no depth in 1..2: off
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))).num_steps == 0
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2])))[1] == 0
     ctl = _controller(Fixed(4), allowed=[0, 1, 3, 4])
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2]))).num_steps == 1
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([2])))[1] == 1
 
 
 def test_hints_apply_to_the_default_when_the_policy_fails() -> None:
@@ -144,21 +144,21 @@ def test_hints_apply_to_the_default_when_the_policy_fails() -> None:
             raise RuntimeError("boom")
 
     ctl = _controller(Broken())
-    assert ctl.decide(ctl.next_stats(1, 0, None, None, aggregate([0]))).num_steps == 0
-    assert ctl.decide(ctl.next_stats(1, 0, None)).num_steps == 4
+    assert ctl.decide(ctl.next_stats(1, 0, None, None, aggregate([0])))[1] == 0
+    assert ctl.decide(ctl.next_stats(1, 0, None))[1] == 4
     assert ctl.errors == 2
 
 
 def test_per_request_rule_keeps_speculating_for_the_others() -> None:
     ctl = _controller(Fixed(4), rule=BatchRule(per_request=True))
-    assert ctl.decide(ctl.next_stats(3, 0, None, None, aggregate([0, 0]))).num_steps == 4
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0]))).num_steps == 0
-    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 2]))).num_steps == 2
+    assert ctl.decide(ctl.next_stats(3, 0, None, None, aggregate([0, 0])))[1] == 4
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 0])))[1] == 0
+    assert ctl.decide(ctl.next_stats(2, 0, None, None, aggregate([0, 2])))[1] == 2
 
 
 def test_malformed_hints_from_a_fast_stats_are_ignored() -> None:
     ctl = _controller(Fixed(3))
-    assert ctl.decide(StepStats.fast(2, hints="off")).num_steps == 3  # type: ignore[arg-type]
+    assert ctl.decide(StepStats.fast(2, hints="off"))[1] == 3  # type: ignore[arg-type]
 
 
 def test_stats_validate_hints() -> None:

@@ -176,7 +176,7 @@ def test_a_fault_in_a_part_is_the_compositions_and_the_controller_contains_it(
         policy, ok = Gate(healthy, _part(plan, SpecMode.on(1))), 2
     controller = StepController(policy, allowed_steps=(0, 2, 4), default_steps=4)
     # logged once per kind of fault, never raised
-    got = [controller.decide(StepStats(1)).num_steps for _ in plan]
+    got = [controller.decide(StepStats(1))[1] for _ in plan]
     assert got == [ok if p == "ok" else 4 for p in plan]  # a faulty step runs the engine's default depth
     assert controller.errors == sum(p != "ok" for p in plan)
 

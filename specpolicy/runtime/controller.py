@@ -38,7 +38,6 @@ log = logging.getLogger("specpolicy.adapter")
 MAX_LOGGED = 16
 #: ``_poll_at`` when nothing is watched: a step never reached.
 _NEVER = 1 << 62
-_new = tuple.__new__
 _perf = time.perf_counter
 
 
@@ -248,7 +247,7 @@ class StepController(OutcomePairing, DecideBudget):
             self._evict(ring[i])  # type: ignore[arg-type]
         asks = self._asks  # a clamp: the decided depth is the one its part asked for
         ring[i] = (step, stats, k, dt, fallback, t0, k if asks is None or fallback else asks.requested_steps)
-        return _new(Decision, (step, k))
+        return (step, k)
 
     def _hinted(self, k: int, stats: StepStats) -> int:
         """``k`` lowered to what the batch's hints allow (``hint_rule``), counted; malformed hints (from a
@@ -279,7 +278,7 @@ class StepController(OutcomePairing, DecideBudget):
         if ring[i] is not None:
             self._evict(ring[i])  # type: ignore[arg-type]
         ring[i] = (step, stats, k, dt, fallback, t0, k)
-        return _new(Decision, (step, k))
+        return (step, k)
 
     def force(self, stats: StepStats, num_steps: int) -> Decision:
         """Record a step whose depth the engine imposed (another rank's decision, a prefill-only step)."""

@@ -175,10 +175,10 @@ class AgreedDecider:
         if sync.rank == 0:
             decision = self.controller.decide(stats)
             if self._outgoing is None:
-                sync.share(decision.num_steps)
+                sync.share(decision[1])
                 return decision
             payload, self._outgoing = self._outgoing, None
-            sync.share(decision.num_steps + SWAP_FLAG)
+            sync.share(decision[1] + SWAP_FLAG)
             sync.share_bytes(payload)
             return decision
         k = sync.share(-1)

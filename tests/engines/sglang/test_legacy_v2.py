@@ -231,7 +231,7 @@ def _next_stats(rt: StepRuntime) -> Any:
 
     def record(stats: Any) -> Decision:
         seen.append(stats)
-        return Decision(rt.current_step + 1, 0)
+        return (rt.current_step + 1, 0)
 
     rt.decide = record
     rt.begin_decode(3, 30)

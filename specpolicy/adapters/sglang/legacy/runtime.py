@@ -165,7 +165,7 @@ class StepRuntime:
         hints = self.request_hints.of_batch(reqs) if self._hint_live else None  # type: ignore[union-attr]
         stats = self._next_stats(batch_size, self.num_waiting, mean_len, request_ids, hints)
         if forced_on:
-            step = self.runtime.force(stats, self.launch_depth).step
+            step = self.runtime.force(stats, self.launch_depth)[0]
             self.forced_steps += 1
             skip = False
         else:
