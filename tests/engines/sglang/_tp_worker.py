@@ -63,7 +63,7 @@ def run(rank: int, world: int, init_file: str, mode: str, out_file: str) -> None
     for step in range(6):
         # group rank 0 sees fast steps on even steps; the others always see slow ones
         t = 0.001 if (group_rank == 0 and step % 2 == 0) else 0.5
-        depths.append(rt.decide(StepStats(batch_size=8, last_step_time_s=t)).num_steps)
+        depths.append(rt.decide(StepStats(batch_size=8, last_step_time_s=t))[1])
     with open(out_file, "w") as fh:
         json.dump(
             {"group_rank": group_rank, "depths": depths, "mode": rt.mode, "policy_calls": rt.controller.step},
@@ -151,7 +151,7 @@ def run_fault(rank: int, world: int, init_file: str, spec: str, out_file: str) -
     depths, took = [], []
     for _ in range(40):
         t0 = time.perf_counter()
-        depths.append(rt.decide(StepStats(batch_size=8)).num_steps)
+        depths.append(rt.decide(StepStats(batch_size=8))[1])
         took.append(time.perf_counter() - t0)
         dist.barrier(group)  # the engine's own per-step collectives keep the ranks in step
     with open(out_file, "w") as fh:
