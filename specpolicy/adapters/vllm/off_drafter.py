@@ -34,11 +34,6 @@ from .config import uses_specpolicy_scheduler
 from .versions import release
 
 __all__ = [
-    "STATE",
-    "SlotLag",
-    "Extension",
-    "extend_batch",
-    "lag_passes",
     "needed",
     "new_lag",
     "hook_plan",

@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy.adapters import _patch
-from specpolicy.adapters.vllm import off_drafter
+from specpolicy.adapters.vllm import catch_up, off_drafter
 
 pytestmark = pytest.mark.skipif(
     not RELEASE.mrv2_off_drafter, reason=f"vLLM {RELEASE.version} has no off-drafter hook"
@@ -170,7 +170,7 @@ def speculator(make_config: Any, model_dirs: Any, monkeypatch: pytest.MonkeyPatc
 def reset_slot(spec: Any, slot: int) -> None:
     """What the model runner does when a new request takes ``slot`` (the hook's ``runner_add_requests``:
     the slot's missed count cleared; tested below)."""
-    lag = spec.__dict__.get(off_drafter.STATE)
+    lag = spec.__dict__.get(catch_up.STATE)
     if lag is not None:
         lag.reset(slot)
 
@@ -264,7 +264,7 @@ class Engine:
         self.forwards: list[int] = []
         self.kv: dict[int, int] = {}  # the drafter's KV at the end of the run
         self.dropped = 0
-        lag = spec.__dict__.get(off_drafter.STATE)
+        lag = spec.__dict__.get(catch_up.STATE)
         if lag is not None:  # the runner hands the speculator its token history (tested below)
             lag.tokens = self.tokens
 
@@ -275,7 +275,7 @@ class Engine:
 
     def finish(self, rid: str) -> None:
         r = self.reqs.pop(rid)
-        lag = self.spec.__dict__.get(off_drafter.STATE)
+        lag = self.spec.__dict__.get(catch_up.STATE)
         if lag is not None:
             self.dropped += int(lag.missed[r.slot])  # missed while off, never to be caught up
 
@@ -352,10 +352,10 @@ def always_on(speculator: Any) -> Engine:
     return run(speculator, SCRIPT)
 
 
-def _hooked(spec: Any) -> off_drafter.SlotLag:
+def _hooked(spec: Any) -> catch_up.SlotLag:
     off_drafter.install(RELEASE.version)
-    lag = off_drafter.SlotLag(spec.max_num_reqs, None)
-    setattr(spec, off_drafter.STATE, lag)
+    lag = catch_up.SlotLag(spec.max_num_reqs, None)
+    setattr(spec, catch_up.STATE, lag)
     return lag
 
 
@@ -364,7 +364,7 @@ def test_off_steps_run_no_drafter_forward_and_the_resume_catches_up_exactly(
 ) -> None:
     _hooked(speculator)
     eng = run(speculator, SCRIPT)
-    lag = speculator.__dict__[off_drafter.STATE]
+    lag = speculator.__dict__[catch_up.STATE]
     depths = _depths(SCRIPT)
     # vLLM's own: its first pass every step, then a forward per further draft; the hook: no forward on a
     # depth-0 step verifying no drafts (the first depth-0 step after a speculative one verifies its drafts)
@@ -385,7 +385,7 @@ def test_without_the_catch_up_the_drafters_kv_differs(
 ) -> None:
     """The test above fails when the resume step does not feed the missed positions."""
     _hooked(speculator)
-    monkeypatch.setattr(off_drafter.SlotLag, "take", lambda self, slots: np.zeros(len(slots), dtype=np.int64))
+    monkeypatch.setattr(catch_up.SlotLag, "take", lambda self, slots: np.zeros(len(slots), dtype=np.int64))
     eng = run(speculator, SCRIPT)
     assert eng.committed_kv() != always_on.committed_kv()
     assert eng.proposals != always_on.proposals
@@ -435,7 +435,7 @@ def test_lag_passes_feed_every_missed_position_once_in_order_within_the_budget(
     token only."""
     m = np.array(missed, dtype=np.int64)
     budget = len(missed) + spare
-    passes = off_drafter.lag_passes(m, budget)
+    passes = catch_up.lag_passes(m, budget)
     fed: list[list[int]] = [[] for _ in missed]
     for ext in passes:
         assert int((ext.count + ext.own).sum()) <= budget
@@ -449,7 +449,7 @@ def test_lag_passes_feed_every_missed_position_once_in_order_within_the_budget(
 
 def test_lag_passes_refuse_a_budget_below_one_token_per_row() -> None:
     with pytest.raises(ValueError, match="budget 3 below the batch's 4 rows"):
-        off_drafter.lag_passes(np.array([0, 7, 3, 12]), 3)
+        catch_up.lag_passes(np.array([0, 7, 3, 12]), 3)
 
 
 @settings(max_examples=40, deadline=None)
@@ -496,7 +496,7 @@ def test_extend_batch_feeds_the_named_positions_with_their_tokens(data: st.DataO
         input_ids=torch.tensor([-p - 1 for p in pos], dtype=torch.int32),  # the batch's own: -(position+1)
         positions=torch.tensor(pos, dtype=torch.int64),
     )
-    out = off_drafter.extend_batch(batch, off_drafter.Extension(back, count, own), history)
+    out = catch_up.extend_batch(batch, catch_up.Extension(back, count, own), history)
     nq = out.query_start_loc_np
     assert out.num_tokens == int((count + own).sum()) == int(nq[-1]) and out.query_start_loc.tolist() == list(
         nq
@@ -511,9 +511,9 @@ def test_extend_batch_feeds_the_named_positions_with_their_tokens(data: st.DataO
         assert int(out.seq_lens[i]) == int(out.seq_lens_cpu_upper_bound[i]) == want[-1] + 1
     assert out.idx_mapping is batch.idx_mapping and not out.decode_graph_eligible
     if n == 1 and back[0] > 1 and own[0] == 0:  # a gap between missed and own positions is refused
-        gap = off_drafter.Extension(back, back - 1, np.ones(1, dtype=np.int64))
+        gap = catch_up.Extension(back, back - 1, np.ones(1, dtype=np.int64))
         with pytest.raises(ValueError, match="consecutive"):
-            off_drafter.extend_batch(batch, gap, history)
+            catch_up.extend_batch(batch, gap, history)
 
 
 def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
@@ -530,18 +530,18 @@ def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
         ("specpolicy.adapters.vllm.Scheduler", True),
         ("vllm.v1.core.sched.scheduler.Scheduler", False),
     ):
-        speculator.__dict__.pop(off_drafter.STATE, None)
+        speculator.__dict__.pop(catch_up.STATE, None)
         runner = object.__new__(GPUModelRunner)
         runner.vllm_config = make_config(scheduler_cls=cls)
         runner.speculator = speculator
         runner.req_states = type("States", (), {"all_token_ids": type("T", (), {"gpu": history})()})()
         assert wrapped(runner, None) == "ran"
-        lag = speculator.__dict__.get(off_drafter.STATE)
+        lag = speculator.__dict__.get(catch_up.STATE)
         assert (lag is not None) == gets
         if gets:
             assert lag.tokens is history
             wrapped(runner, None)
-            assert speculator.__dict__[off_drafter.STATE] is lag  # kept across steps
+            assert speculator.__dict__[catch_up.STATE] is lag  # kept across steps
 
 
 def test_a_new_request_clears_its_slots_missed_positions(speculator: Any) -> None:
@@ -551,7 +551,7 @@ def test_a_new_request_clears_its_slots_missed_positions(speculator: Any) -> Non
 
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-    lag = off_drafter.SlotLag(speculator.max_num_reqs, None)
+    lag = catch_up.SlotLag(speculator.max_num_reqs, None)
     lag.missed[:4] = [5, 6, 7, 8]
     runner = object.__new__(GPUModelRunner)
     runner.speculator = speculator
@@ -564,7 +564,7 @@ def test_a_new_request_clears_its_slots_missed_positions(speculator: Any) -> Non
     wrapped = off_drafter.runner_add_requests(assign)
     so = types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id="x")])
     assert wrapped(runner, so) == "added"  # no bookkeeping yet
-    setattr(speculator, off_drafter.STATE, lag)
+    setattr(speculator, catch_up.STATE, lag)
     assert wrapped(runner, so) == "added"
     assert lag.missed[:4].tolist() == [5, 6, 0, 8]
 

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from test_off_drafter import PRIME, ROW, Req, SlotTable, reset_slot, target_step, truth
 
 from specpolicy.adapters import _patch
-from specpolicy.adapters.vllm import off_drafter, off_eagle
+from specpolicy.adapters.vllm import catch_up, off_drafter, off_eagle
 
 pytestmark = pytest.mark.skipif(
     not RELEASE.mrv2_off_eagle, reason=f"vLLM {RELEASE.version} has no EAGLE off-drafter hook"
@@ -196,7 +196,7 @@ class Engine:
         self.forwards: list[int] = []
         self.kv: dict[int, int] = {}
         self.dropped = 0
-        lag = spec.__dict__.get(off_drafter.STATE)
+        lag = spec.__dict__.get(catch_up.STATE)
         if lag is not None:
             lag.tokens = self.tokens
 
@@ -208,7 +208,7 @@ class Engine:
 
     def finish(self, rid: str) -> None:
         r = self.reqs.pop(rid)
-        lag = self.spec.__dict__.get(off_drafter.STATE)
+        lag = self.spec.__dict__.get(catch_up.STATE)
         if lag is not None:
             self.dropped += int(lag.missed[r.slot])
 
@@ -297,7 +297,7 @@ def run(spec: Any, script: Script, aux: bool) -> Engine:
 def _hooked(spec: Any, window: int = WINDOW) -> off_eagle.EagleLag:
     off_drafter.install(RELEASE.version)
     lag = off_eagle.EagleLag(spec.max_num_reqs, None, window)
-    setattr(spec, off_drafter.STATE, lag)
+    setattr(spec, catch_up.STATE, lag)
     return lag
 
 
@@ -410,14 +410,14 @@ def test_the_runner_gives_an_eagle_drafter_its_window_from_the_settings(
     runner.speculator = speculator
     history = torch.zeros(speculator.max_num_reqs, ROW, dtype=torch.int32)
     runner.req_states = type("S", (), {"all_token_ids": type("T", (), {"gpu": history})()})()
-    speculator.__dict__.pop(off_drafter.STATE, None)
+    speculator.__dict__.pop(catch_up.STATE, None)
     wrapped(runner, None)
-    lag = speculator.__dict__[off_drafter.STATE]
+    lag = speculator.__dict__[catch_up.STATE]
     assert isinstance(lag, off_eagle.EagleLag) and lag.size == 8 and lag.tokens is history
-    speculator.__dict__.pop(off_drafter.STATE)
+    speculator.__dict__.pop(catch_up.STATE)
     speculator.supports_mm_inputs = True  # the catch-up has no multimodal inputs for missed positions
     wrapped(runner, None)
-    assert speculator.__dict__[off_drafter.STATE] is None
+    assert speculator.__dict__[catch_up.STATE] is None
 
 
 def test_the_plugin_wraps_the_eagle_drafter_and_the_contract_lists_its_names(
