@@ -147,4 +147,4 @@ def test_a_run_listed_twice_and_a_readme_without_markers_are_refused(
     (root / "results" / "runs.json").write_text(json.dumps([_run()]))
     (root / "README.md").write_text("# no markers\n")
     assert rs.main(["--write", "--root", str(root)]) == 2
-    assert "status markers are missing" in capsys.readouterr().err
+    assert "README.md: generated block(s) missing: status" in capsys.readouterr().err
