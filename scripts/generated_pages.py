@@ -74,9 +74,7 @@ def block_pages(root: Path, table: Iterable[Block], script: str) -> dict[Path, s
     by_page: dict[Path, dict[str, str]] = {}
     for block in table:
         by_page.setdefault(block.page, {})[block.name] = block.render(root)
-    return {
-        page: splice_blocks((root / page).read_text(), page, script, bodies) for page, bodies in by_page.items()
-    }
+    return {page: splice_blocks((root / page).read_text(), page, script, b) for page, b in by_page.items()}
 
 
 def parse_mode(description: str, root: Path, argv: Sequence[str] | None) -> argparse.Namespace:

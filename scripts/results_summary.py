@@ -128,7 +128,7 @@ def load_runs(root: Path) -> list[Run]:
     return runs
 
 
-def _lossless(entries: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+def lossless_counts(entries: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     equal = total = 0
     for e in entries:
         equal += int(e.get("lossless", 0))
@@ -143,7 +143,7 @@ def _medians(by_c: Mapping[str, Mapping[str, Any]]) -> tuple[float, ...]:
 def _paired_report(run: Run, report: Mapping[str, Any]) -> list[Row]:
     rows = []
     for key, entry in report.get("paired", {}).items():
-        lossless = _lossless(entry.get("lossless", {}).values())
+        lossless = lossless_counts(entry.get("lossless", {}).values())
         for name, r in entry.get("ratios", {}).items():
             rows.append(
                 Row(
@@ -164,7 +164,7 @@ def _paired_report(run: Run, report: Mapping[str, Any]) -> list[Row]:
 def _vllm_check(run: Run, report: Mapping[str, Any]) -> list[Row]:
     sitting = report.get("sitting", {})
     commit = str(sitting.get("specpolicy", "?")).split(",")[0].split()[0]
-    lossless = _lossless(report.get("lossless", {}).values())
+    lossless = lossless_counts(report.get("lossless", {}).values())
     rows = []
     for key, ratios in report.get("ratios", {}).items():
         for name, by_c in ratios.items():
@@ -180,7 +180,7 @@ def _vllm_check(run: Run, report: Mapping[str, Any]) -> list[Row]:
 def _ab_paired(run: Run, report: Mapping[str, Any]) -> list[Row]:
     """A side-by-side run's ratios to its first variant; a run where only the first engine started has
     none, and gives one row without a ratio (the note says why)."""
-    lossless = _lossless(report.get("lossless", {}).values())
+    lossless = lossless_counts(report.get("lossless", {}).values())
     ready = [v for v, e in report.get("engines", {}).items() if e.get("ready")]
     device = str(report.get("device") or run.device or "?")
     rows = []
