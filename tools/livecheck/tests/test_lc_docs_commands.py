@@ -21,6 +21,8 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "too
 MARK = re.compile(r"(?:specpolicy-livecheck|python3 -m specpolicy_livecheck)\s+([a-z][\w-]*)(.*)")
 #: the install script run from a checkout (``bundle run-live`` where the tool is installed)
 RUN_LIVE = re.compile(r"specpolicy_livecheck/sh/run_live\.sh\s(.*)")
+#: the paired script run from a checkout (``bundle paired-live`` where the tool is installed)
+PAIRED_LIVE = re.compile(r"specpolicy_livecheck/sh/paired_live\.sh\s(.*)")
 #: where a command ends inside a line: a shell operator, a comment, the end of inline code or a table cell
 END = re.compile(r"\s(?:&&|\|\|?|>|2>&1|;|#)\s|`|\s\|\s|$")
 #: paired variants the tool once had; a page that names one documents a command that fails
@@ -39,6 +41,7 @@ def commands_in(text: str, where: str) -> list[Command]:
     for n, line in enumerate(text.replace("\\\n", " ").splitlines(), 1):
         found = [(m.group(1), m.group(2)) for m in MARK.finditer(line)]
         found += [("bundle", " run-live " + m.group(1)) for m in RUN_LIVE.finditer(line)]
+        found += [("bundle", " paired-live " + m.group(1)) for m in PAIRED_LIVE.finditer(line)]
         for first, rest in found:
             end = END.search(rest)
             rest = rest[: end.start()] if end else rest
@@ -47,7 +50,11 @@ def commands_in(text: str, where: str) -> list[Command]:
             except ValueError:  # an unbalanced quote in prose: read the words as they are
                 args = rest.split()
             sub: tuple[str, ...] = (first,)
-            if first == "bundle" and args and args[0] in cli.BUNDLE:
+            if first == "bundle" and args[:1] == ["paired-live"]:
+                # LIMIT_S VARIANTS, then `paired` options: read as the `paired` command it runs ("-": none)
+                variants = ["--variants", args[2]] if args[2:3] not in ([], ["-"]) else []
+                sub, args = ("paired",), [*variants, *args[3:]]
+            elif first == "bundle" and args and args[0] in cli.BUNDLE:
                 sub, args = ("bundle", args[0]), args[1:]
             elif first == "vllm" and args[:1] in (["doctor"], ["report"]):
                 sub, args = ("vllm", args[0]), args[1:]
@@ -126,15 +133,20 @@ def test_the_checks_find_a_wrong_command(capsys: pytest.CaptureFixture[str]) -> 
         " --attn triton --no-such-option\n"
         "    PYTHONPATH=/tmp/vsite:tools/livecheck/src python3 -m specpolicy_livecheck vllm doctor"
         " --budget-s 9\n"
+        "    GC_PARTS=p4 bash tools/livecheck/src/specpolicy_livecheck/sh/paired_live.sh 590"
+        " never_ov,on_verify --min-s 2 --no-such-option\n"
     )
     cmds = commands_in(text, "page")
-    assert [c[1] for c in cmds] == [("run",), ("paired",), ("bundle", "run-live"), ("vllm", "doctor")]
+    assert [c[1] for c in cmds] == [
+        ("run",), ("paired",), ("bundle", "run-live"), ("vllm", "doctor"), ("paired",)
+    ]
     assert wrong_options(cmds, capsys) == [
         "page:2: paired --verify-window",
         "page:3: bundle run-live --no-such-option",
         "page:4: vllm doctor --budget-s",
+        "page:5: paired --no-such-option",
     ]
-    assert wrong_variants(cmds) == ["page:2: off_eagle3_v1_w512"]
+    assert wrong_variants(cmds) == ["page:2: off_eagle3_v1_w512", "page:5: on_verify"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])

@@ -78,6 +78,9 @@ BUNDLE: dict[str, Command | Script] = {
     "make-sglang": Script("make_bundle.sh", "build an offline SGLang bundle (where pip can download)"),
     "make-vllm": Script("make_vllm_bundle.sh", "build the offline vLLM bundle (where pip can download)"),
     "run-live": Script("run_live.sh", "on the GPU host: install the SGLang bundle and wheels, then `run`"),
+    "paired-live": Script(
+        "paired_live.sh", "on the GPU host: the bundle's parts call by call, then one `paired --paired` run"
+    ),
 }
 
 
