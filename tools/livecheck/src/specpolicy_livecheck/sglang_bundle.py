@@ -16,9 +16,10 @@ at most 64 MiB per command, the repository (~18 MB) included. A release can run 
 - ``left_out``: requirements the image lacks that the bundle leaves out, each with why the path does
   without it (read from the release's module-level imports of the Engine, scheduler, model runner, v2
   speculative workers, triton and flashinfer attention backends, and the Llama model);
-- ``image``: the image's packages the engine path imports, at the image's version.
+- ``image``: the image's packages the engine path imports, at the image's version;
+- ``cuts``: members cut from a pinned wheel (``wheel_cut``), each with why no engine process loads it.
 
-``make_bundle.sh`` asks this module for ``pins``, ``kernel`` and ``drops``;
+``make_bundle.sh`` asks this module for ``pins``, ``kernel``, ``drops`` and ``cuts``;
 ``tools/livecheck/tests/test_lc_sglang_bundle.py`` holds the rows to the release's METADATA (where an engine
 environment has it) and to the image's list.
 """
@@ -58,6 +59,7 @@ class Release:
     held: dict[str, str] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)
     image: tuple[str, ...] = ()
+    cuts: tuple[tuple[str, str, str], ...] = ()  # (pinned name, member glob, why)
 
     def __post_init__(self) -> None:
         if not self.pins or self.pins[0] != f"sglang=={self.version}":
@@ -66,6 +68,9 @@ class Release:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup or any("==" not in p for p in self.pins):
             raise ValueError(f"Release {self.version}: pins must be unique name==version, got {dup}")
+        stray = sorted({c[0] for c in self.cuts} - set(names))
+        if stray:
+            raise ValueError(f"Release {self.version}: cuts name wheels it does not pin: {stray}")
 
     @property
     def kernel_version(self) -> str:
@@ -149,6 +154,12 @@ _IMAGE = (
     "click==8.5.0",
 )
 
+#: xgrammar's static library and headers serve C++ builds against it; Python loads its bindings only
+_XGRAMMAR_CUTS = (
+    ("xgrammar", "xgrammar/lib/*.a", "the static library, for C++ builds against xgrammar"),
+    ("xgrammar", "xgrammar/include/*", "C++ headers"),
+)
+
 RELEASES: dict[str, Release] = {
     r.version: r
     for r in (
@@ -169,6 +180,7 @@ RELEASES: dict[str, Release] = {
             _KERNEL_KEEP,
             ("sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm100"),
             image=_IMAGE,
+            cuts=_XGRAMMAR_CUTS,
         ),
         Release(
             "0.5.17",
@@ -224,6 +236,7 @@ RELEASES: dict[str, Release] = {
                 "zstandard": "compressed checkpoints only",
             },
             image=_IMAGE,
+            cuts=_XGRAMMAR_CUTS,
         ),
     )
 }
@@ -240,7 +253,7 @@ def release(version: str) -> Release:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description="print a release's bundle rows, one item a line")
-    ap.add_argument("what", choices=["pins", "kernel", "keep", "drops", "platforms", "releases"])
+    ap.add_argument("what", choices=["pins", "kernel", "keep", "drops", "cuts", "platforms", "releases"])
     ap.add_argument("--release", default=DEFAULT)
     args = ap.parse_args(argv)
     if args.what == "platforms":
@@ -254,7 +267,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except ValueError as exc:
         print(f"sglang_bundle: {exc}", file=sys.stderr)
         return 2
-    rows = {"pins": r.pins, "kernel": (r.kernel,), "keep": r.kernel_keep, "drops": r.kernel_drop}
+    cuts = tuple(f"{name} {glob}" for name, glob, _ in r.cuts)
+    rows = {
+        "pins": r.pins,
+        "kernel": (r.kernel,),
+        "keep": r.kernel_keep,
+        "drops": r.kernel_drop,
+        "cuts": cuts,
+    }
     print("\n".join(rows[args.what]))
     return 0
 

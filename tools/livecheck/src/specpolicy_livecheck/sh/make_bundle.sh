@@ -3,7 +3,8 @@
 # (run it where pip can download). The host's image must already hold torch 2.11 (CUDA 13), triton and the
 # other common packages; the bundle adds one release's row of `specpolicy-livecheck bundle sglang`: sglang, a
 # slimmed sglang-kernel (FA3, the sm100 ops and the MLA / InfLLM libraries dropped) and the wheels the
-# engine path imports that the image lacks. 0.5.12.post1 is about 140 MB, 0.5.17 about 150 MB.
+# engine path imports that the image lacks, less what no engine process loads (`bundle sglang cuts`).
+# 0.5.17 is about 110 MB: three parts at 44M.
 # Usage: specpolicy-livecheck bundle make-sglang [--release R] OUT_DIR [SPLIT_SIZE]
 #   --release  a bundle row (default 0.5.12.post1; `specpolicy-livecheck bundle sglang releases`)
 #   SPLIT_SIZE e.g. 44M: also write the parts, each in a folder of its own (OUT/p1/part.00, OUT/p2/part.01,
@@ -42,6 +43,12 @@ for p in "${PINS[@]}"; do
   f=$(whl "$p"); [ -n "$f" ] || { echo "make_bundle: no wheel for $p in $DL" >&2; exit 3; }
   cp "$DL/$f" "$W/bundle/wheels/"
 done
+while read -r name glob; do  # the members no engine process loads (`bundle sglang cuts`)
+  [ -n "$name" ] || continue
+  f=$(ls "$W/bundle/wheels" | grep -i "^$(echo "$name" | tr -- '-' '_')-" | head -n 1)
+  [ -n "$f" ] || { echo "make_bundle: no wheel $name to cut" >&2; exit 3; }
+  "${LC[@]:0:2}" python3 -m specpolicy_livecheck.wheel_cut "$W/bundle/wheels/$f" "$glob"
+done < <("${B[@]}" cuts --release "$REL")
 mkdir -p "$OUT"
 rm -rf "$OUT"/p[0-9]* "$OUT/sglang-bundle.tar"
 tar cf "$OUT/sglang-bundle.tar" -C "$W/bundle" .

@@ -16,8 +16,8 @@
 #   GC_ATTN     attention backend (default triton); GC_CONC concurrencies (default 1,16,64,128);
 #   GC_REPEATS  repeats (default 3); GC_OUT where the results go (default ./gpu-check-out)
 # Writes GC_OUT/ab-paired.json, log.txt.gz (the run's output), install.txt and models.txt (first call only).
-# SGLang 0.5.17, four calls: GC_PARTS=.carry/s17/pN for N = 1, 2, 3 with VARIANTS "-", then
-#   GC_PARTS=.carry/s17/p4 GC_WHEELS=.carry/wheels GC_OUT=$OUT bash \
+# SGLang 0.5.17, three calls: GC_PARTS=.carry/s17/pN for N = 1, 2 with VARIANTS "-", then
+#   GC_PARTS=.carry/s17/p3 GC_WHEELS=.carry/wheels GC_OUT=$OUT bash \
 #     tools/livecheck/src/specpolicy_livecheck/sh/paired_live.sh 590 \
 #     never_ov,static0_draft_ov,static_draft_ov,sglang_draft_ov,cm_draft_ov
 set -o pipefail
