@@ -20,6 +20,9 @@ catch-up of the whole batch in that step, at depth 0 (``EagleLag.forced``). Beyo
 the missed positions go first in passes of their own; there each chunk is followed by one more position, whose
 input (the sampled token) is not its committed one, and which the next chunk or the step's own pass rewrites.
 
+On 0.26 the drafters' base is ``AutoRegressiveSpeculator``, whose propose takes no depth: this wrapper goes
+around ``drafter_depth``'s, reads its depth note and hands each pass its depth through it (``runner_hooks``).
+
 The first depth-0 step after a speculative one verifies drafts whose accepted count only the GPU knows yet:
 it runs vLLM's first pass. Dummy runs, adaptive verification, multimodal drafters, prefill context
 parallelism and sliding-window KV groups keep vLLM's own path.
