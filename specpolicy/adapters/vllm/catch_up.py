@@ -39,6 +39,7 @@ STATE = "_specpolicy_lag"
 ATTN_METADATA, SLOT_MAPPINGS, LAST_HIDDEN, AUX_HIDDEN = 0, 1, 2, 3
 NUM_REJECTED, DUMMY_RUN, NUM_SPEC = 5, 11, 15
 
+
 class SlotLag:
     """Positions each request-state slot's drafter missed, counted on the host (one add per off step).
 
@@ -105,6 +106,9 @@ class Fed:
     src: Any
 
 
+_LATER_FIELDS: dict[str, Any] = {"decode_graph_eligible": False, "max_query_len": None}
+
+
 def extend_batch(batch: Any, ext: Extension, tokens: Any) -> Any:
     """``batch`` (vLLM's ``InputBatch``) with each row's query replaced by the positions ``ext`` names."""
     return extended(batch, ext, tokens)[0]
@@ -148,8 +152,7 @@ def extended(batch: Any, ext: Extension, tokens: Any) -> tuple[Any, Fed]:
     input_ids = torch.where(lag_b, history.to(batch.input_ids.dtype), batch.input_ids[src_d])
     cut = q - ext.own + ext.back - ext.count  # positions after the last one fed, per row
     cut_d = torch.from_numpy(cut).to(batch.seq_lens.device, non_blocking=True)
-    out = dataclasses.replace(
-        batch,
+    changes = dict(
         num_scheduled_tokens=lens.astype(batch.num_scheduled_tokens.dtype),
         num_tokens=total,
         num_tokens_after_padding=total,
@@ -157,12 +160,13 @@ def extended(batch: Any, ext: Extension, tokens: Any) -> tuple[Any, Fed]:
         query_start_loc_np=new_qsl.astype(batch.query_start_loc_np.dtype),
         seq_lens=batch.seq_lens - cut_d.to(batch.seq_lens.dtype),
         seq_lens_cpu_upper_bound=batch.seq_lens_cpu_upper_bound - torch.from_numpy(cut).to(torch.int32),
-        decode_graph_eligible=False,
         input_ids=input_ids,
         positions=positions,
         is_padding=torch.zeros(total, dtype=torch.bool, device=device),
-        max_query_len=None,
     )
+    # from 0.33 on: no FULL decode graph for this batch, and no query length promised beyond its own
+    changes.update({k: v for k, v in _LATER_FIELDS.items() if hasattr(batch, k)})
+    out = dataclasses.replace(batch, **changes)
     return out, Fed(row_d, lag_b, positions, src_d)
 
 

@@ -4,15 +4,14 @@ The contract tests and ``specpolicy doctor`` both resolve this list against the 
 that renames one of them is caught before a server starts serving without the policy. A tested release
 without one of them lists it as ``absent`` in its row of ``versions.RELEASES`` (0.26 has no
 ``SchedulerOutput.skip_drafts``, vLLM's own flag for a step whose drafts nothing would use). A release whose
-V2 drafter ignores the per-step depth also needs the names ``drafter_depth`` wraps, and one whose row turns on
-``off_drafter`` the names that hook wraps.
+row turns on a drafter hook (``runner_hooks``) also needs the names that hook wraps.
 """
 
 from __future__ import annotations
 
 from .._support import check_targets as _check
 from .._support import resolve
-from . import drafter_depth, off_drafter
+from . import runner_hooks
 from .versions import installed_version, release
 
 __all__ = ["TARGETS", "targets_for", "resolve", "check_targets"]
@@ -41,9 +40,7 @@ def targets_for(version: str | None) -> tuple[str, ...]:
     row = release(version)
     if row is None:
         return TARGETS
-    hooks = drafter_depth.TARGETS if drafter_depth.needed(version) else ()
-    hooks += off_drafter.targets(version) if off_drafter.needed(version) else ()
-    return tuple(t for t in TARGETS if t not in row.absent) + tuple(dict.fromkeys(hooks))
+    return tuple(t for t in TARGETS if t not in row.absent) + runner_hooks.targets(version)
 
 
 def check_targets() -> dict[str, str | None]:

@@ -4,14 +4,16 @@ vLLM's scheduler writes each step's depth in ``SchedulerOutput.num_spec_tokens_t
 whose row in ``versions.RELEASES`` has ``mrv2_drafts_k=False`` (0.26), the V2 runner's autoregressive drafter
 (``AutoRegressiveSpeculator``: EAGLE, EAGLE-3, MTP) runs ``num_speculative_tokens`` draft steps whatever that
 number says. There the plugin wraps three methods, in every vLLM process (the model runner lives in the
-worker processes, which load the plugins before they build it):
+worker processes, which load the plugins before they build it; ``runner_hooks`` installs them):
 
-* ``GPUModelRunner.execute_model`` notes the step's depth on the runner's speculator and draft-token handler,
-  when the engine runs the specpolicy scheduler (vLLM's own scheduler is left alone). A dummy run (start-up
-  warm-up, capture) notes nothing, so it drafts at full depth as before.
+* ``GPUModelRunner.execute_model`` (``runner_hooks``' wrapper, shared with the off-step hook) notes the
+  step's depth on the runner's speculator and draft-token handler, when the engine runs the specpolicy
+  scheduler (vLLM's own scheduler is left alone). A dummy run (start-up warm-up, capture) notes nothing, so
+  it drafts at full depth as before.
 * ``AutoRegressiveSpeculator.propose`` runs ``max(K, 1)`` draft steps and marks the drafts past ``K`` as
-  ``-1``, as later releases do. At ``K = 0`` its first pass still runs: it writes the drafter's KV for the
-  step's tokens, which later speculative steps attend to.
+  ``-1``, as later releases do. Its first pass writes the drafter's KV for the step's tokens, which later
+  speculative steps attend to; at ``K = 0`` ``off_eagle``'s wrapper around this one skips it for EAGLE,
+  EAGLE-3 and MTP and catches up on resume.
 * ``DraftTokensHandler.set_draft_tokens`` hands the scheduler ``K`` drafts per request, so a sync scheduler
   schedules the policy's depth.
 
@@ -24,17 +26,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .._patch import HookPlan, apply
-from .config import uses_specpolicy_scheduler
+from .._patch import HookPlan
 from .versions import release
 
-__all__ = ["DEPTH", "METHODS", "TARGETS", "needed", "hook_plan", "install"]
+__all__ = ["DEPTH", "METHODS", "TARGETS", "needed", "speculator_propose", "hook_plan"]
 
 log = logging.getLogger("vllm.specpolicy")
 
 #: The attribute carrying a step's depth from the runner to its speculator and draft-token handler.
 DEPTH = "_specpolicy_depth"
-_ACTIVE = "_specpolicy_depth_hook"  # on the runner: whether its engine runs the specpolicy scheduler
 
 #: Speculative methods whose V2 drafter is the autoregressive one the hook drives.
 METHODS = ("eagle", "eagle3", "mtp")
@@ -55,26 +55,6 @@ def needed(version: str | None) -> bool:
     """Whether the tested release ``version`` needs the hook (an untested release gets none)."""
     row = release(version)
     return row is not None and not row.mrv2_drafts_k
-
-
-def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        active = self.__dict__.get(_ACTIVE)
-        if active is None:
-            active = uses_specpolicy_scheduler(self.vllm_config.scheduler_config.scheduler_cls)
-            setattr(self, _ACTIVE, active)
-        if active:
-            dummy = kwargs.get("dummy_run", args[1] if len(args) > 1 else False)
-            depth = None if dummy else int(scheduler_output.num_spec_tokens_to_schedule)
-            speculator = getattr(self, "speculator", None)
-            if speculator is not None:
-                setattr(speculator, DEPTH, depth)
-            handler = getattr(self, "draft_tokens_handler", None)
-            if handler is not None:
-                setattr(handler, DEPTH, depth)
-        return orig(self, scheduler_output, *args, **kwargs)
-
-    return execute_model
 
 
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -107,20 +87,12 @@ def handler_set_draft_tokens(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def hook_plan() -> HookPlan:
-    """(class, method, wrapper factory) of every vLLM method the hook wraps."""
-    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+    """(class, method, wrapper factory) of the drafter methods the hook wraps (``runner_hooks`` adds the
+    runner's ``execute_model``)."""
     from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import AutoRegressiveSpeculator
     from vllm.v1.worker.gpu.spec_decode.utils import DraftTokensHandler
 
     return [
-        (GPUModelRunner, "execute_model", runner_execute_model),
         (AutoRegressiveSpeculator, "propose", speculator_propose),
         (DraftTokensHandler, "set_draft_tokens", handler_set_draft_tokens),
     ]
-
-
-def install(version: str | None) -> list[str]:
-    """Wrap the drafter's methods where ``version`` needs it (idempotent); the names wrapped."""
-    if not needed(version):
-        return []
-    return apply(hook_plan())

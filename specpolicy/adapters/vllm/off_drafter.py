@@ -28,64 +28,27 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .._patch import HookPlan, apply
+from .._patch import HookPlan
 from .catch_up import STATE, Extension, SlotLag, extend_batch, lag_passes, no_drafts, pass_args, step_of
-from .config import uses_specpolicy_scheduler
-from .versions import release
 
-__all__ = [
-    "needed",
-    "new_lag",
-    "hook_plan",
-    "targets",
-    "install",
-]
+__all__ = ["TARGETS", "new_lag", "speculator_propose", "runner_add_requests", "hook_plan"]
 
 log = logging.getLogger("vllm.specpolicy")
 
-_ACTIVE = "_specpolicy_off_drafter"  # on the runner: whether its engine runs the specpolicy scheduler
-
-_GPU = "vllm.v1.worker.gpu"
-_RUNNER = f"{_GPU}.model_runner.GPUModelRunner"
-_SPECULATOR = f"{_GPU}.spec_decode.standalone_ar.speculator.StandaloneARSpeculator"
-#: The vLLM names the hook wraps.
-TARGETS: tuple[str, ...] = (
-    f"{_RUNNER}.execute_model",
-    f"{_RUNNER}.add_requests",
-    f"{_SPECULATOR}.propose",
-)
-
-
-def needed(version: str | None) -> bool:
-    """Whether the tested release ``version`` gets the hook (for a draft model, an EAGLE drafter or both)."""
-    row = release(version)
-    return row is not None and (row.mrv2_off_drafter or row.mrv2_off_eagle)
+_SPECULATOR = "vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator.StandaloneARSpeculator"
+#: The vLLM names the hook wraps (``runner_hooks`` adds the runner's).
+TARGETS: tuple[str, ...] = (f"{_SPECULATOR}.propose",)
 
 
 def new_lag(runner: Any, speculator: Any) -> SlotLag | None:
     """The bookkeeping for ``speculator``'s off steps (None: a drafter the hook leaves to vLLM)."""
-    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
-
     from . import off_eagle
 
     tokens = runner.req_states.all_token_ids.gpu
-    if isinstance(speculator, StandaloneARSpeculator):
+    cls = type(speculator)
+    if any(f"{c.__module__}.{c.__qualname__}" == _SPECULATOR for c in cls.__mro__):
         return SlotLag(speculator.max_num_reqs, tokens)
     return off_eagle.new_lag(runner, speculator, tokens)
-
-
-def runner_execute_model(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        active = self.__dict__.get(_ACTIVE)
-        if active is None:
-            active = uses_specpolicy_scheduler(self.vllm_config.scheduler_config.scheduler_cls)
-            setattr(self, _ACTIVE, active)
-        speculator = getattr(self, "speculator", None)
-        if active and speculator is not None and STATE not in speculator.__dict__:
-            setattr(speculator, STATE, new_lag(self, speculator))
-        return orig(self, scheduler_output, *args, **kwargs)
-
-    return execute_model
 
 
 def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,41 +91,9 @@ def runner_add_requests(orig: Callable[..., Any]) -> Callable[..., Any]:
     return add_requests
 
 
-def hook_plan(version: str | None = None) -> HookPlan:
-    """(class, method, wrapper factory) of every vLLM method the hook wraps on ``version`` (None: all)."""
-    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+def hook_plan() -> HookPlan:
+    """(class, method, wrapper factory) of the draft-model drafter's method the hook wraps (``runner_hooks``
+    adds the runner's ``execute_model`` and ``add_requests``)."""
     from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
-    from . import off_eagle
-
-    row = release(version)
-    plan: HookPlan = [
-        (GPUModelRunner, "execute_model", runner_execute_model),
-        (GPUModelRunner, "add_requests", runner_add_requests),
-    ]
-    if row is None or row.mrv2_off_drafter:
-        plan.append((StandaloneARSpeculator, "propose", speculator_propose))
-    if row is None or row.mrv2_off_eagle:
-        plan += off_eagle.hook_plan()
-    return plan
-
-
-def targets(version: str | None) -> tuple[str, ...]:
-    """The vLLM names the hook wraps on ``version``."""
-    from . import off_eagle
-
-    row = release(version)
-    if row is None:
-        return TARGETS + off_eagle.TARGETS
-    return (
-        TARGETS[:2]
-        + (TARGETS[2:] if row.mrv2_off_drafter else ())
-        + (off_eagle.TARGETS if row.mrv2_off_eagle else ())
-    )
-
-
-def install(version: str | None) -> list[str]:
-    """Wrap the methods where ``version`` gets the hook (idempotent); the names wrapped."""
-    if not needed(version):
-        return []
-    return apply(hook_plan(version))
+    return [(StandaloneARSpeculator, "propose", speculator_propose)]

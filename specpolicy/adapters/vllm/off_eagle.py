@@ -20,6 +20,9 @@ catch-up of the whole batch in that step, at depth 0 (``EagleLag.forced``). Beyo
 the missed positions go first in passes of their own; there each chunk is followed by one more position, whose
 input (the sampled token) is not its committed one, and which the next chunk or the step's own pass rewrites.
 
+On 0.26 the drafters' base is ``AutoRegressiveSpeculator``, whose propose takes no depth: this wrapper goes
+around ``drafter_depth``'s, reads its depth note and hands each pass its depth through it (``runner_hooks``).
+
 The first depth-0 step after a speculative one verifies drafts whose accepted count only the GPU knows yet:
 it runs vLLM's first pass. Dummy runs, adaptive verification, multimodal drafters, prefill context
 parallelism and sliding-window KV groups keep vLLM's own path.
@@ -35,6 +38,7 @@ import numpy as np
 
 from ...runtime.settings import AdapterSettings
 from ..hidden_window import HiddenWindow
+from . import drafter_depth
 from .catch_up import (
     ATTN_METADATA,
     AUX_HIDDEN,
@@ -50,8 +54,18 @@ from .catch_up import (
     step_of,
 )
 from .config import settings_from
+from .drafter_depth import DEPTH
 
-__all__ = ["EagleLag", "TARGETS", "CLASSES", "new_lag", "eagle_passes", "hook_plan"]
+__all__ = [
+    "EagleLag",
+    "TARGETS",
+    "CLASSES",
+    "new_lag",
+    "eagle_passes",
+    "speculator_propose",
+    "targets",
+    "hook_plan",
+]
 
 log = logging.getLogger("vllm.specpolicy")
 
@@ -59,7 +73,7 @@ _SD = "vllm.v1.worker.gpu.spec_decode"
 #: The drafters the hook drives (exact classes: a subclass may read more of the target than hidden states).
 CLASSES: tuple[str, ...] = (f"{_SD}.eagle.speculator.EagleSpeculator", f"{_SD}.mtp.speculator.MTPSpeculator")
 _BASE = f"{_SD}.target_dependent_ar.speculator.TargetDependentARSpeculator"
-#: The vLLM names the hook wraps or reads.
+#: The vLLM names the hook wraps or reads from 0.32 on (``targets``: on any release).
 TARGETS: tuple[str, ...] = (
     f"{_BASE}.propose",
     "vllm.v1.worker.gpu.attn_utils.build_slot_mappings_by_layer",
@@ -111,11 +125,10 @@ def new_lag(runner: Any, speculator: Any, tokens: Any) -> EagleLag | None:
     cls = type(speculator)
     if f"{cls.__module__}.{cls.__qualname__}" not in CLASSES:
         return None
-    tables = getattr(speculator, "block_tables", None)
     if (
         getattr(speculator, "pcp_manager", None) is not None
         or getattr(speculator, "supports_mm_inputs", False)
-        or getattr(tables, "has_sliding_window_groups", False)
+        or _sliding_window(speculator)
     ):
         log.info(
             "specpolicy: the EAGLE drafter runs its first pass at depth 0 here (multimodal inputs, prefill "
@@ -128,6 +141,22 @@ def new_lag(runner: Any, speculator: Any, tokens: Any) -> EagleLag | None:
         settings = None
     size = settings.draft_catch_up_window if settings is not None else _DEFAULT_WINDOW
     return EagleLag(speculator.max_num_reqs, tokens, size)
+
+
+def _sliding_window(speculator: Any) -> bool:
+    """Whether a KV group slides its window (its blocks below the window may be freed before a catch-up
+    reads them): the block tables say so from 0.33 on; 0.26's do not, so its KV cache groups are read, as
+    0.33 reads them (a ``SlidingWindowSpec`` group, or one of a ``UniformTypeKVCacheSpecs`` group's)."""
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    flag = getattr(getattr(speculator, "block_tables", None), "has_sliding_window_groups", None)
+    if flag is not None:
+        return bool(flag)
+    for group in getattr(getattr(speculator, "kv_cache_config", None), "kv_cache_groups", ()):
+        spec = group.kv_cache_spec
+        if any(isinstance(s, SlidingWindowSpec) for s in getattr(spec, "kv_cache_specs", {0: spec}).values()):
+            return True
+    return False
 
 
 def eagle_passes(missed: np.ndarray, budget: int) -> list[Extension]:
@@ -171,7 +200,17 @@ def _fed(
     else:
         rest[LAST_HIDDEN] = inputs
     rest[ATTN_METADATA], rest[SLOT_MAPPINGS] = _drafter_attention(self, merged)
-    return orig(self, merged, *rest, **kw)
+    return orig(self, merged, *rest, **_off_graph(merged, kw))
+
+
+def _off_graph(batch: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """propose's keywords that keep a catch-up ``batch`` off the drafter's FULL prefill graph, which replays
+    over the target's metadata. From 0.33 on ``extended`` marks the batch ineligible; 0.26's ``InputBatch``
+    has no such flag and replays a uniform batch whose query length is the graph's: such a batch runs
+    eagerly (``is_profile``, vLLM's own eager switch there)."""
+    if hasattr(batch, "decode_graph_eligible") or len(set(np.diff(batch.query_start_loc_np).tolist())) != 1:
+        return kw
+    return {**kw, "is_profile": True}
 
 
 def _drafter_attention(self: Any, batch: Any) -> tuple[Any, Any]:
@@ -216,27 +255,60 @@ def _catch_up(
     return orig(self, batch, *args, **kw)
 
 
-def speculator_propose(orig: Callable[..., Any]) -> Callable[..., Any]:
+def _depth_by_note(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``orig`` (``drafter_depth``'s propose) called as a propose that takes the depth: each call's
+    ``num_speculative_tokens`` becomes the note that wrapper consumes."""
+
+    def call(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        setattr(self, DEPTH, kwargs.pop("num_speculative_tokens", None))
+        return orig(self, input_batch, *args, **kwargs)
+
+    return call
+
+
+def speculator_propose(orig: Callable[..., Any], depth_note: bool = False) -> Callable[..., Any]:
+    """The off-step propose around ``orig``. With ``depth_note`` (0.26: vLLM's propose takes no depth) the
+    step's depth is ``drafter_depth``'s note, taken here and handed on with every pass ``orig`` runs."""
+    inner = _depth_by_note(orig) if depth_note else orig
+
     def propose(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if depth_note:
+            kwargs = {**kwargs, "num_speculative_tokens": self.__dict__.pop(DEPTH, None)}
         lag = self.__dict__.get(STATE)
         step = step_of(self, lag, input_batch, args, kwargs) if isinstance(lag, EagleLag) else None
         if not isinstance(lag, EagleLag) or step is None:
-            return orig(self, input_batch, *args, **kwargs)
+            return inner(self, input_batch, *args, **kwargs)
         slots, q = step.slots, step.query_lens
         if step.off:
             if not lag.fits(slots, q):  # the window would overwrite positions still missed: catch up now
                 lag.forced += 1
-                return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
+                return _catch_up(self, inner, lag, input_batch, lag.take(slots), args, kwargs)
             lag.record(input_batch, slots, q, _hidden(args))
             lag.skip(slots, q)
             return no_drafts(self, input_batch.num_reqs)
-        return _catch_up(self, orig, lag, input_batch, lag.take(slots), args, kwargs)
+        return _catch_up(self, inner, lag, input_batch, lag.take(slots), args, kwargs)
 
     return propose
 
 
-def hook_plan() -> list[Any]:
-    """The EAGLE part of ``off_drafter.hook_plan``."""
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import TargetDependentARSpeculator
+def _base(depth_note: bool) -> str:
+    """The drafters' base class: ``AutoRegressiveSpeculator`` on a release whose propose takes no depth
+    (0.26), ``TargetDependentARSpeculator`` from 0.32 on."""
+    return f"{_SD}.autoregressive.speculator.AutoRegressiveSpeculator" if depth_note else _BASE
 
-    return [(TargetDependentARSpeculator, "propose", speculator_propose)]
+
+def targets(depth_note: bool = False) -> tuple[str, ...]:
+    """The vLLM names the hook wraps or reads (``depth_note``: as ``hook_plan``)."""
+    return (f"{_base(depth_note)}.propose", *TARGETS[1:])
+
+
+def hook_plan(depth_note: bool = False) -> list[Any]:
+    """The EAGLE part of ``runner_hooks.hook_plan``; with ``depth_note``, one wrapper around
+    ``drafter_depth``'s propose, which honours the depth this one hands on."""
+    import importlib
+
+    module, name = _base(depth_note).rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    if not depth_note:
+        return [(cls, "propose", speculator_propose)]
+    return [(cls, "propose", lambda orig: speculator_propose(drafter_depth.speculator_propose(orig), True))]

@@ -7,9 +7,10 @@ once, and the finished ``VllmConfig`` right after ``EngineArgs.create_engine_con
 scheduler repeats in the engine core). A bad configuration raises with the field named before any engine
 process starts. Nothing happens when the engine does not use the specpolicy scheduler.
 
-On a release whose V2 drafter ignores the per-step depth, ``register`` also installs ``drafter_depth``'s hook,
-and where the release's row says so, ``off_drafter``'s (no draft-model or EAGLE forward at depth 0); the
-worker processes load the plugins before they build the model runner, so they are in place there.
+``register`` also installs the drafter hooks the release's row names (``runner_hooks``: ``drafter_depth``
+where the V2 drafter ignores the per-step depth, ``off_drafter`` / ``off_eagle`` for no drafter forward at
+depth 0); the worker processes load the plugins before they build the model runner, so they are in place
+there.
 
 vLLM loads plugins once per process but may import this module in many processes; ``register`` is idempotent.
 """
@@ -56,35 +57,33 @@ def register() -> None:
     EngineArgs.create_engine_config = create_engine_config
 
 
-_HOOK_MISSING = {
-    "drafter_depth": "its drafter drafts num_speculative_tokens tokens whatever the policy's depth",
-    "off_drafter": "its draft-model and EAGLE drafters still run their first pass at depth 0",
-}
-
-
 def _install_drafter_hooks() -> None:
-    from . import drafter_depth, off_drafter
+    from . import runner_hooks
     from .versions import installed_version
 
     version = installed_version()
-    for hook in (drafter_depth, off_drafter):
-        name = hook.__name__.rsplit(".", 1)[-1]
-        if not hook.needed(version):
-            continue
-        try:
-            names = hook.install(version)
-        # a process that cannot load the GPU model runner does not run it; without Triton, 0.34's drafter
-        # modules fail at import with an AttributeError from vLLM's Triton placeholder
-        except (ImportError, AttributeError) as exc:
-            log.warning(
-                "specpolicy: vLLM %s's V2 model runner cannot be loaded here (%s); "
-                "if this process runs it, %s",
-                version,
-                exc,
-                _HOOK_MISSING[name],
-            )
-            continue
-        log.debug("specpolicy: %s hook on %s", name, names)
+    which = runner_hooks.pieces(version)
+    if not which.any:
+        return
+    try:
+        names = runner_hooks.install(version)
+    # a process that cannot load the GPU model runner does not run it; without Triton, 0.34's drafter
+    # modules fail at import with an AttributeError from vLLM's Triton placeholder
+    except (ImportError, AttributeError) as exc:
+        missing = [
+            "its drafter drafts num_speculative_tokens tokens whatever the policy's depth"
+            if which.depth
+            else "",
+            "its drafters still run their first pass at depth 0" if which.lag else "",
+        ]
+        log.warning(
+            "specpolicy: vLLM %s's V2 model runner cannot be loaded here (%s); if this process runs it, %s",
+            version,
+            exc,
+            " and ".join(m for m in missing if m),
+        )
+        return
+    log.debug("specpolicy: drafter hooks on %s", names)
 
 
 def check_engine_config(vllm_config: Any) -> None:

@@ -46,8 +46,9 @@ class Release:
     batch size it covers; 0.26 looks graphs up by token count first, and a depth-0 batch whose token count
     falls short of a deeper depth's rounded graph size runs without a graph. ``mrv2_off_drafter``: whether
     the plugin installs ``off_drafter``'s hook there (0.34's draft-model drafter runs no forward at depth 0
-    and catches up on resume); ``mrv2_off_eagle``: the same for the EAGLE / EAGLE-3 / MTP drafter
-    (``off_eagle``, part of the same hook; 0.33 and 0.34).
+    and catches up on resume; 0.26's V2 runner has no draft-model drafter); ``mrv2_off_eagle``: the same for
+    the EAGLE / EAGLE-3 / MTP drafter (``off_eagle``; 0.26, 0.33, 0.34). ``runner_hooks`` installs what a row
+    turns on as one plan; on 0.26 ``off_eagle`` wraps ``drafter_depth``'s propose and reads its depth note.
     """
 
     version: str
@@ -65,6 +66,7 @@ RELEASES: tuple[Release, ...] = (
         "0.26.0",
         absent=("vllm.v1.core.sched.output.SchedulerOutput.skip_drafts",),
         mrv2_drafts_k=False,
+        mrv2_off_eagle=True,
     ),
     Release("0.33.0", mrv2_graphs_per_depth=True, mrv2_off_eagle=True),
     Release(

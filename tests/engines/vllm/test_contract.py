@@ -215,3 +215,26 @@ def test_the_v2_drafter_takes_the_per_step_depth_where_the_row_says_so() -> None
     assert (hook <= set(targets_for(VERSION))) == drafter_depth.needed(VERSION)
     if drafter_depth.needed(VERSION):
         assert set(check_targets()) >= hook and all(v is None for v in check_targets().values())
+
+
+def test_the_drafter_hooks_of_a_release_are_one_plan_with_one_wrapper_per_method() -> None:
+    """``runner_hooks`` installs what the row turns on as one plan: a method two pieces drive (0.26's
+    ``execute_model`` and ``AutoRegressiveSpeculator.propose``) appears once, since a second wrap of the
+    same method would be dropped; every method wrapped is a name the contract checks."""
+    from specpolicy.adapters.vllm import off_eagle, runner_hooks
+    from specpolicy.adapters.vllm.contract import targets_for
+
+    which = runner_hooks.pieces(VERSION)
+    assert which.depth == (not RELEASE.mrv2_drafts_k) and which.off_eagle == RELEASE.mrv2_off_eagle
+    try:
+        plan = runner_hooks.hook_plan(VERSION)
+    except (ImportError, AttributeError) as exc:  # 0.34's drafter modules need Triton at import
+        pytest.skip(f"vLLM's V2 drafter modules do not import here: {exc}")
+    keys = [(cls, name) for cls, name, _ in plan]
+    assert len(keys) == len(set(keys)) and bool(keys) == which.any
+    wrapped = {f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name in keys}
+    assert wrapped <= set(runner_hooks.targets(VERSION)) <= set(targets_for(VERSION))
+    if which.off_eagle:  # the EAGLE drafters' base, as the source test above finds it
+        base = "autoregressive" if which.depth else "target_dependent_ar"
+        assert f".{base}.speculator." in off_eagle.targets(which.depth)[0]
+        assert off_eagle.targets(which.depth)[0] in wrapped

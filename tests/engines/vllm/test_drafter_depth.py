@@ -18,7 +18,7 @@ import pytest
 from _vllm_harness import K_MAX, VERSION, FakeRunner, add_request, build_scheduler, use_model_runner
 
 from specpolicy.adapters import _patch
-from specpolicy.adapters.vllm import drafter_depth
+from specpolicy.adapters.vllm import drafter_depth, runner_hooks
 
 pytestmark = pytest.mark.skipif(
     not drafter_depth.needed(VERSION), reason=f"vLLM {VERSION}'s V2 drafter takes the per-step depth itself"
@@ -114,9 +114,9 @@ def speculator(vllm_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[An
 
 @pytest.fixture
 def hooked() -> Iterator[list[str]]:
-    """The hook installed as the plugin installs it; every original restored afterwards."""
+    """The hooks installed as the plugin installs them; every original restored afterwards."""
     try:
-        yield drafter_depth.install(VERSION)
+        yield runner_hooks.install(VERSION)
     finally:
         _patch.unwrap_all()
 
@@ -200,8 +200,10 @@ def test_without_the_hook_the_drafter_drafts_every_token_whatever_the_depth(
 
 
 def _execute_model(runner: Any, so: Any, **kwargs: Any) -> None:
-    """The installed wrapper around a stand-in for the target forward (which needs a GPU)."""
-    drafter_depth.runner_execute_model(lambda self, so, *a, **k: None)(runner, so, **kwargs)
+    """The runner's wrapper (its depth note: these runners have no token history for the off-step
+    bookkeeping) around a stand-in for the target forward (which needs a GPU)."""
+    make = runner_hooks.runner_execute_model(runner_hooks.Pieces(depth=True))
+    make(lambda self, so, *a, **k: None)(runner, so, **kwargs)
 
 
 def test_the_steps_depth_reaches_the_drafter(vllm_config: Any, speculator: Any, hooked: list[str]) -> None:

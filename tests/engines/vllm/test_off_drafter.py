@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpolicy.adapters import _patch
-from specpolicy.adapters.vllm import catch_up, off_drafter
+from specpolicy.adapters.vllm import catch_up, off_drafter, runner_hooks
 
 pytestmark = pytest.mark.skipif(
     not RELEASE.mrv2_off_drafter, reason=f"vLLM {RELEASE.version} has no off-drafter hook"
@@ -245,7 +245,7 @@ def target_step(spec: Any, reqs: dict[str, Req], accept: int, tokens: Any, last_
         seq_lens_cpu_upper_bound=torch.tensor(seq, dtype=torch.int32),
         input_ids=torch.tensor(ids, dtype=torch.int32),
         positions=torch.tensor(pos, dtype=torch.int64),
-        decode_graph_eligible=False,
+        **({"decode_graph_eligible": False} if hasattr(base, "decode_graph_eligible") else {}),
     )
     return TargetStep(batch, qlens, rej, queries)
 
@@ -353,7 +353,7 @@ def always_on(speculator: Any) -> Engine:
 
 
 def _hooked(spec: Any) -> catch_up.SlotLag:
-    off_drafter.install(RELEASE.version)
+    runner_hooks.install(RELEASE.version)
     lag = catch_up.SlotLag(spec.max_num_reqs, None)
     setattr(spec, catch_up.STATE, lag)
     return lag
@@ -410,7 +410,7 @@ def test_a_catch_up_beyond_the_token_budget_runs_in_passes_of_its_own(
 def test_dummy_runs_vllms_own_scheduler_and_adaptive_verification_keep_vllms_first_pass(
     speculator: Any,
 ) -> None:
-    off_drafter.install(RELEASE.version)
+    runner_hooks.install(RELEASE.version)
     eng = run(speculator, SCRIPT[:9])  # no SlotLag: the runner found vLLM's own scheduler
     assert eng.forwards == [3, 2, 1, 1, 1, 1]
     _hooked(speculator)
@@ -525,7 +525,9 @@ def test_the_runner_hands_its_token_history_only_on_the_specpolicy_scheduler(
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
     history = torch.zeros(speculator.max_num_reqs, ROW, dtype=torch.int32)
-    wrapped = off_drafter.runner_execute_model(lambda self, so, *a, **k: "ran")
+    wrapped = runner_hooks.runner_execute_model(runner_hooks.pieces(RELEASE.version))(
+        lambda self, so, *a, **k: "ran"
+    )
     for cls, gets in (
         ("specpolicy.adapters.vllm.Scheduler", True),
         ("vllm.v1.core.sched.scheduler.Scheduler", False),

@@ -1,7 +1,9 @@
 """Depth-0 steps without the EAGLE / EAGLE-3 drafter, and the exact catch-up on resume (``off_eagle``).
 
 The drafter is vLLM's ``EagleSpeculator`` built by the release's ``init_speculator`` from the harness's
-EAGLE-3 engine configuration, driven through its own ``TargetDependentARSpeculator.propose``. Only what
+EAGLE-3 engine configuration, driven through its own ``TargetDependentARSpeculator.propose`` (0.26:
+``AutoRegressiveSpeculator.propose``, which takes no depth: the step's depth is ``drafter_depth``'s note, and
+the hook wraps ``drafter_depth``'s propose). Only what
 cannot run on a CPU is replaced: the Triton kernel ``prepare_prefill_inputs`` (re-stated per request as
 the kernel lays out its output: the target's tokens shifted by one, the sampled token last), the block
 table's slot-mapping kernel (``off_drafter``'s test: ``slot = slot_row * 512 + position``), the attention
@@ -13,7 +15,8 @@ the drafter's hidden state that follow. The target's hidden states are small int
 position, layer), so every sum is exact.
 
 Each scenario runs twice over the same target steps: once with vLLM's own ``propose`` (its first pass runs
-at depth 0 and keeps the drafter in step), once with the hook; the drafter's KV of every committed
+at depth 0 and keeps the drafter in step; on 0.26 with ``drafter_depth``'s, since vLLM's own there drafts
+every token), once with the hook; the drafter's KV of every committed
 position, every proposal and the drafter's hidden state after every drafting step must agree. Depths are
 0 and 1 (the first pass is what the hook changes; deeper draft steps run vLLM's loop unchanged).
 """
@@ -25,13 +28,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _vllm_harness import RELEASE
+from _vllm_harness import K_MAX, RELEASE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_off_drafter import PRIME, ROW, Req, SlotTable, reset_slot, target_step, truth
 
 from specpolicy.adapters import _patch
-from specpolicy.adapters.vllm import catch_up, off_drafter, off_eagle
+from specpolicy.adapters.vllm import catch_up, drafter_depth, off_eagle, runner_hooks
 
 pytestmark = pytest.mark.skipif(
     not RELEASE.mrv2_off_eagle, reason=f"vLLM {RELEASE.version} has no EAGLE off-drafter hook"
@@ -39,6 +42,10 @@ pytestmark = pytest.mark.skipif(
 
 WINDOW = 16
 LAYERS = 3  # EAGLE-3's auxiliary layers
+#: 0.26: vLLM's propose takes no depth; the step's depth is ``drafter_depth``'s note, and vLLM's own propose
+#: drafts every token (Triton kernels past the first pass), so the always-on run is ``drafter_depth``'s
+DEPTH_NOTE = runner_hooks.pieces(RELEASE.version).depth
+BASE = off_eagle.targets(DEPTH_NOTE)[0].rsplit(".", 1)[0]  # the drafters' base class, dotted
 
 
 class CausalEagle:
@@ -141,29 +148,35 @@ class Table(SlotTable):
         )
 
 
-def _importable() -> None:
-    """0.34's drafter modules import Triton (not its kernels) at import; 0.33's take vLLM's placeholder."""
+def _base_module() -> Any:
+    """The drafters' base module. 0.34's drafter modules import Triton (not its kernels) at import; 0.26's
+    and 0.33's take vLLM's placeholder."""
+    import importlib
+
     try:
-        import vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator  # noqa: F401
+        return importlib.import_module(BASE.rsplit(".", 1)[0])
     except (ImportError, AttributeError) as exc:
         pytest.skip(f"vLLM's V2 drafter modules do not import here: {exc}")
 
 
 @pytest.fixture
 def speculator(make_config: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    _importable()
+    import inspect
+
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.v1.worker.gpu import attn_utils
     from vllm.v1.worker.gpu.spec_decode import init_speculator
+
+    base = _base_module()
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar
 
     vc = make_config()  # the harness's EAGLE-3 drafter
-    monkeypatch.setattr(tdar, "prepare_prefill_inputs", _prepare_prefill_inputs)
+    monkeypatch.setattr(base, "prepare_prefill_inputs", _prepare_prefill_inputs)
     monkeypatch.setattr(attn_utils, "build_slot_mappings_by_layer", lambda sm, cfg: {"draft": sm[0]})
     with set_current_vllm_config(vc):
-        spec = init_speculator(vc, torch.device("cpu"), None)
+        extra = (None,) * (len(inspect.signature(init_speculator).parameters) - 2)  # 0.33: a PCP manager
+        spec = init_speculator(vc, torch.device("cpu"), *extra)
         assert type(spec) is EagleSpeculator
         spec.model = CausalEagle(spec.vocab_size, spec.hidden_size)
         spec.block_tables = Table(spec.max_num_reqs)
@@ -183,10 +196,10 @@ class Engine:
     """Drives ``propose`` as vLLM's model runner does after each target step, with scripted acceptance and
     the target's hidden states (``aux``: EAGLE-3's auxiliary layers, else the last layer's)."""
 
-    def __init__(self, spec: Any, aux: bool) -> None:
+    def __init__(self, spec: Any, aux: bool, is_profile: bool = True) -> None:
         import torch
 
-        self.spec, self.aux = spec, aux
+        self.spec, self.aux, self.is_profile = spec, aux, is_profile
         self.tokens = torch.full((spec.max_num_reqs, ROW), -7, dtype=torch.int32)
         self.last_sampled = torch.zeros(spec.max_num_reqs, dtype=torch.int64)
         self.reqs: dict[str, Req] = {}
@@ -236,6 +249,9 @@ class Engine:
             )
         }
         before = spec.model.forwards
+        if DEPTH_NOTE:  # as the runner's execute_model notes it
+            setattr(spec, drafter_depth.DEPTH, depth)
+        by_arg = {} if DEPTH_NOTE else {"num_speculative_tokens": depth}
         drafts = spec.propose(
             batch,
             None,
@@ -248,8 +264,8 @@ class Engine:
             torch.zeros(spec.max_num_reqs, dtype=torch.int32),
             torch.zeros(spec.max_num_reqs),
             torch.zeros(spec.max_num_reqs, dtype=torch.int64),
-            num_speculative_tokens=depth,
-            is_profile=True,
+            is_profile=self.is_profile,
+            **by_arg,
         )
         self.forwards.append(spec.model.forwards - before)
         if depth:
@@ -280,9 +296,10 @@ SCRIPT: Script = [
 ]  # fmt: skip
 
 
-def run(spec: Any, script: Script, aux: bool) -> Engine:
+def run(spec: Any, script: Script, aux: bool, is_profile: bool = True) -> Engine:
+    """``script`` driven through ``propose`` (``is_profile``: eager dispatch, as on a CPU without graphs)."""
     spec.model.kv.clear()
-    eng = Engine(spec, aux)
+    eng = Engine(spec, aux, is_profile)
     for op, a in script:
         if op == "add":
             eng.add(*a)
@@ -294,8 +311,17 @@ def run(spec: Any, script: Script, aux: bool) -> Engine:
     return eng
 
 
+def _always_on(spec: Any, script: Script, aux: bool) -> Engine:
+    """The drafter's first pass every step: vLLM's own propose (0.26: with ``drafter_depth``'s)."""
+    _patch.unwrap_all()
+    if DEPTH_NOTE:
+        _patch.apply(drafter_depth.hook_plan())
+    return run(spec, script, aux)
+
+
 def _hooked(spec: Any, window: int = WINDOW) -> off_eagle.EagleLag:
-    off_drafter.install(RELEASE.version)
+    _patch.unwrap_all()
+    runner_hooks.install(RELEASE.version)
     lag = off_eagle.EagleLag(spec.max_num_reqs, None, window)
     setattr(spec, catch_up.STATE, lag)
     return lag
@@ -305,8 +331,7 @@ def _hooked(spec: Any, window: int = WINDOW) -> off_eagle.EagleLag:
 def test_off_steps_run_no_drafter_forward_and_the_resume_catches_up_exactly(
     speculator: Any, aux: bool
 ) -> None:
-    _patch.unwrap_all()
-    ref = run(speculator, SCRIPT, aux)
+    ref = _always_on(speculator, SCRIPT, aux)
     lag = _hooked(speculator)
     eng = run(speculator, SCRIPT, aux)
     depths = [a for op, a in SCRIPT if op == "step"]
@@ -331,8 +356,7 @@ def test_off_steps_run_no_drafter_forward_and_the_resume_catches_up_exactly(
 def test_without_the_catch_up_the_drafters_state_differs(
     speculator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _patch.unwrap_all()
-    ref = run(speculator, SCRIPT, True)
+    ref = _always_on(speculator, SCRIPT, True)
     _hooked(speculator)
     monkeypatch.setattr(off_eagle.EagleLag, "take", lambda self, slots: np.zeros(len(slots), dtype=np.int64))
     eng = run(speculator, SCRIPT, True)
@@ -344,8 +368,7 @@ def test_hidden_states_from_the_wrong_positions_are_caught(
     speculator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The window's columns are keyed by position: reading them one position off changes the result."""
-    _patch.unwrap_all()
-    ref = run(speculator, SCRIPT, False)
+    ref = _always_on(speculator, SCRIPT, False)
     _hooked(speculator)
     real = off_eagle.HiddenWindow.take
     monkeypatch.setattr(
@@ -361,8 +384,7 @@ def test_a_catch_up_beyond_the_token_budget_runs_in_passes_of_its_own(
     speculator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = [op for op in SCRIPT if op != ("add", ("e", 1, 40, 5))]
-    _patch.unwrap_all()
-    ref = run(speculator, script, True)
+    ref = _always_on(speculator, script, True)
     lag = _hooked(speculator)
     monkeypatch.setattr(speculator, "max_num_tokens", 24)
     eng = run(speculator, script, True)
@@ -370,6 +392,51 @@ def test_a_catch_up_beyond_the_token_budget_runs_in_passes_of_its_own(
     assert eng.committed_kv() == ref.committed_kv()
     assert eng.proposals == ref.proposals
     assert eng.drafter_hidden == ref.drafter_hidden
+
+
+class PrefillGraphs:
+    """The drafter's prefill graph manager as 0.26 dispatches it: a FULL graph for a uniform batch of the
+    captured query length (1 + K), else eager; a replay is recorded (its metadata is the target's)."""
+
+    def __init__(self) -> None:
+        self.replayed: list[int] = []
+
+    def dispatch(self, num_reqs: int, num_tokens: int, uniform: int | None, num_active_loras: int = 0) -> Any:
+        from vllm.config.compilation import CUDAGraphMode
+        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+
+        mode = CUDAGraphMode.FULL if uniform == K_MAX + 1 else CUDAGraphMode.NONE
+        return BatchExecutionDescriptor(cg_mode=mode, num_tokens=num_tokens, num_reqs=num_reqs)
+
+    def run_fullgraph(self, desc: Any) -> None:
+        self.replayed.append(desc.num_tokens)
+
+
+# two requests: a speculative step, then K off steps, then one that drafts: each row feeds K missed positions
+# and its one query token, a uniform batch of 1 + K tokens per row
+UNIFORM: Script = [
+    ("add", ("a", 0, 7, 1)), ("add", ("b", 1, 5, 2)), ("step", 1), ("step", 1), ("step", 0),
+    *[("step", 0)] * K_MAX, ("step", 1), ("step", 1),
+]  # fmt: skip
+
+
+def test_a_uniform_catch_up_batch_never_replays_the_full_prefill_graph(
+    speculator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm.v1.worker.gpu.input_batch import InputBatch
+
+    if "decode_graph_eligible" in InputBatch.__dataclass_fields__:
+        pytest.skip("the catch-up batch is marked ineligible for decode graphs (extended)")
+    ref = _always_on(speculator, UNIFORM, True)
+    lag = _hooked(speculator)
+    speculator.prefill_cudagraph_manager = graphs = PrefillGraphs()
+    eng = run(speculator, UNIFORM, True, is_profile=False)
+    assert lag.caught_up_positions == 2 * K_MAX and graphs.replayed == []
+    assert eng.committed_kv() == ref.committed_kv() and eng.proposals == ref.proposals
+    monkeypatch.setattr(off_eagle, "_off_graph", lambda batch, kw: kw)  # without the guard: replayed
+    _hooked(speculator)
+    run(speculator, UNIFORM, True, is_profile=False)
+    assert graphs.replayed == [2 * (K_MAX + 1)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -398,9 +465,10 @@ def test_the_runner_gives_an_eagle_drafter_its_window_from_the_settings(
     make_config: Any, speculator: Any
 ) -> None:
     import torch
+    from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-    wrapped = off_drafter.runner_execute_model(lambda self, so, *a, **k: None)
+    wrapped = runner_hooks.runner_execute_model(runner_hooks.pieces(RELEASE.version))(lambda *a, **k: None)
     runner = object.__new__(GPUModelRunner)
     runner.vllm_config = make_config(
         additional_config={
@@ -410,31 +478,61 @@ def test_the_runner_gives_an_eagle_drafter_its_window_from_the_settings(
     runner.speculator = speculator
     history = torch.zeros(speculator.max_num_reqs, ROW, dtype=torch.int32)
     runner.req_states = type("S", (), {"all_token_ids": type("T", (), {"gpu": history})()})()
+    so = SchedulerOutput.make_empty()
+    so.num_spec_tokens_to_schedule = 0
     speculator.__dict__.pop(catch_up.STATE, None)
-    wrapped(runner, None)
+    wrapped(runner, so)
     lag = speculator.__dict__[catch_up.STATE]
     assert isinstance(lag, off_eagle.EagleLag) and lag.size == 8 and lag.tokens is history
+    # 0.26: the same wrapper notes the step's depth, which the off-step propose reads
+    assert speculator.__dict__.get(drafter_depth.DEPTH, "none") == (0 if DEPTH_NOTE else "none")
     speculator.__dict__.pop(catch_up.STATE)
     speculator.supports_mm_inputs = True  # the catch-up has no multimodal inputs for missed positions
-    wrapped(runner, None)
+    wrapped(runner, so)
     assert speculator.__dict__[catch_up.STATE] is None
+
+
+def test_a_sliding_window_kv_group_keeps_vllms_first_pass(make_config: Any, speculator: Any) -> None:
+    """A sliding-window group's blocks below the window may be freed before a catch-up reads them: such a
+    drafter gets no bookkeeping (0.26's block tables carry no flag for it: its KV cache groups are read)."""
+    import torch
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        SlidingWindowSpec,
+    )
+
+    runner = type("R", (), {"vllm_config": make_config()})()
+    history = torch.zeros(speculator.max_num_reqs, ROW, dtype=torch.int32)
+    shape = {"block_size": 16, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}
+    full = KVCacheGroupSpec(["full"], FullAttentionSpec(**shape))  # type: ignore[arg-type]
+    swa = KVCacheGroupSpec(["swa"], SlidingWindowSpec(sliding_window=64, **shape))  # type: ignore[arg-type]
+    for groups, covered in (([full], True), ([full, swa], False)):
+        speculator.kv_cache_config = KVCacheConfig(num_blocks=8, kv_cache_tensors=[], kv_cache_groups=groups)
+        assert isinstance(off_eagle.new_lag(runner, speculator, history), off_eagle.EagleLag) == covered
 
 
 def test_the_plugin_wraps_the_eagle_drafter_and_the_contract_lists_its_names(
     restore_engine_args: None,
 ) -> None:
     import vllm.plugins
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import TargetDependentARSpeculator
 
+    from specpolicy.adapters._support import resolve
     from specpolicy.adapters.vllm.contract import check_targets, targets_for
 
     _patch.unwrap_all()
     vllm.plugins.plugins_loaded = False
+    base = resolve(BASE)
+    original = base.__dict__["propose"]
     try:
         vllm.plugins.load_general_plugins()
-        assert TargetDependentARSpeculator.propose.__specpolicy_wrapped__ is not None  # type: ignore[attr-defined]
+        wrapped = base.__dict__["propose"]
+        assert wrapped.__specpolicy_wrapped__ is original  # one wrapper around vLLM's own
+        assert (BASE.rsplit(".", 1)[1] == "AutoRegressiveSpeculator") == DEPTH_NOTE
     finally:
         _patch.unwrap_all()
-    assert set(off_eagle.TARGETS) <= set(targets_for(RELEASE.version))
+    names = off_eagle.targets(DEPTH_NOTE)
+    assert set(names) <= set(targets_for(RELEASE.version))
     checked = check_targets()
-    assert all(checked[t] is None for t in off_eagle.TARGETS)
+    assert all(checked[t] is None for t in names)
