@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the shipped step-cost profiles (specpolicy/profiles/shipped/*.json).
 
-    python scripts/build_profiles.py --data ../shared/data/h200-step-costs.json [--check]
+    python scripts/build_profiles.py --data PATH/h200-step-costs.json [--check]
 
 - h200-llama8b, h200-llama70b: the measured H200 grids (latest run per shape), made monotone by a running
   maximum along tokens per request and then along batch size (the largest adjustment is printed; it comes from
@@ -22,14 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from specpolicy.profiles import PROFILE_FORMAT, profile_from_dict
+from specpolicy.sim.steady_state import ClosedLoop, expected_tokens_per_step
 
-from specpolicy.profiles import PROFILE_FORMAT, profile_from_dict  # noqa: E402
-from specpolicy.sim.steady_state import ClosedLoop, expected_tokens_per_step  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT_DIR = ROOT / "specpolicy" / "profiles" / "shipped"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "h200-step-costs.json"
 
 # Per-step costs outside the forward passes, in ms, for a real engine on an H200 (the data is forward passes
 # only). plain: scheduling, sampling and input preparation left after overlap scheduling. spec: per
@@ -341,7 +339,7 @@ def build(data_path: Path) -> dict[str, dict[str, Any]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="h200-step-costs.json")
+    ap.add_argument("--data", type=Path, required=True, help="the measured H200 grids, h200-step-costs.json")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check", action="store_true", help="fail if the shipped files differ from a rebuild")
     args = ap.parse_args()

@@ -29,7 +29,7 @@ SHIPPED = ["h200-live-sglang", "h200-llama70b", "h200-llama8b", "moe-verify-heav
 TRACE_FITTED = {"h200-live-sglang"}
 MS = 1e-3
 
-# Values read off ../shared/data/h200-step-costs.md (the measured tables), not from the profile code.
+# Values read off the measured H200 tables (h200-step-costs.md), not from the profile code.
 H200_8B_L1024 = {
     (1, 1): 4.998,
     (512, 1): 35.046,
