@@ -57,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specpolicy_livecheck import paired
+from specpolicy_livecheck import control_phase, paired
 from specpolicy_livecheck import plan as planmod
 from specpolicy_livecheck._proc import child_env, module_command
 
@@ -487,6 +487,9 @@ def start_engine(args: argparse.Namespace, variant: str) -> tuple[Any, dict[str,
     if trace is not None and env is not None:  # the adapter's step trace, one file per variant
         env = {**env, "SPECPOLICY_TRACE": str(trace)}
         trace.parent.mkdir(parents=True, exist_ok=True)
+    if getattr(args, "serve", None) and getattr(args, "control_variant", None) == variant:
+        control_phase.control_file(out, variant).unlink(missing_ok=True)  # the file at start is the baseline
+        env = {**(env or {}), **control_phase.control_env(out, variant)}
     os.environ.update(env or {})
     models = Path(args.work) / "models"
     meta = json.loads((models / "meta.json").read_text())
@@ -530,12 +533,14 @@ def serve(
     replies: Any,
     select_label: Callable[[str], None] | None,
     pi: Any = None,
+    control: Callable[[], dict[str, Any]] | None = None,
 ) -> int:
     """The engine's side of ``paired``: one reply line per command line until ``quit``; returns the
     batches served. ``batch`` takes ``c``, ``tokens``, ``seed``, ``min_s`` and, for a dispatcher variant,
     ``label`` (the policy it selects first); an error is answered, not raised, so the run goes on. With
     the bigram map ``pi`` each measured batch's reply counts its requests equal to the oracle. ``passes``
-    (optional) fixes the batch's passes instead of ``min_s``."""
+    (optional) fixes the batch's passes instead of ``min_s``. ``control`` (``--control-variant``'s engine
+    only) answers ``{"op": "control"}`` with ``control_phase.run``'s record."""
     served = 0
     for line in commands:
         try:
@@ -545,6 +550,10 @@ def serve(
                 replies.write(json.dumps({"bye": True}) + "\n")
                 replies.flush()
                 return served
+            if op == "control" and control is not None:
+                replies.write(json.dumps(control()) + "\n")
+                replies.flush()
+                continue
             if op != "batch":
                 raise ValueError(f"unknown op {op!r}")
             c = int(cmd["c"])
@@ -579,10 +588,17 @@ def serve_variant(args: argparse.Namespace, variant: str) -> int:
         replies.flush()
         return 1
     select_label = Switch(control_path(Path(args.out), variant)) if variant in MIXED else None
+    control = None
+    if getattr(args, "control_variant", None) == variant:
+        ctl_file, trace = control_phase.control_file(Path(args.out), variant), trace_path(args, variant)
+
+        def control() -> dict[str, Any]:
+            return control_phase.run(eng, ctl_file, vocab, pi, STATIC, OFF, trace)
+
     replies.write(json.dumps({"ready": True, **res}) + "\n")
     replies.flush()
     try:
-        serve(eng, vocab, commands, replies, select_label, pi)
+        serve(eng, vocab, commands, replies, select_label, pi, control)
     finally:
         eng.shutdown()
     return 0
@@ -687,9 +703,36 @@ def run_paired(
         }
     # written before the engines shut down: a command cut short while five engines close keeps its results
     (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
+    if getattr(args, "control_variant", None):
+        left = started + args.budget_s - time.time()
+        res["control"] = (
+            control_run(children, args.control_variant, min(args.batch_timeout_s * 4, left))
+            if left >= CONTROL_MIN_S
+            else {"variant": args.control_variant, "skipped": f"budget: {left:.0f} s left"}
+        )
+        (Path(args.out) / "ab-paired.json").write_text(json.dumps(res, indent=1))
     for child in children.values():
         child.close(20.0)
     return res
+
+
+#: ``--control-variant``: the least budget left after the measured batches for its phase to start (the
+#: phase takes about 10 s on the small test models)
+CONTROL_MIN_S = 20.0
+
+
+def control_run(children: dict[str, paired.Child], variant: str, timeout_s: float) -> dict[str, Any]:
+    """``--control-variant``: the hint and swap phase on that variant's engine (``control_phase``), after
+    the measured batches; what went wrong instead, where it did not run."""
+    out: dict[str, Any] = {"variant": variant}
+    if variant not in children:
+        return {**out, "error": "its engine did not start"}
+    try:
+        reply = children[variant].request({"op": "control"}, timeout_s)
+    except paired.ChildError as exc:
+        return {**out, "error": str(exc)}
+    print(f"paired: control phase on {variant}: {json.dumps(control_phase.checks(reply))}", flush=True)
+    return {**out, **reply}
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -739,6 +782,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         help="with --paired: pin each engine's processes to its own CPUs (the host's cut into disjoint sets),"
         " so that one engine's host work never shares a core with another's",
     )
+    ap.add_argument(
+        "--control-variant",
+        metavar="VARIANT",
+        help="with --paired: after the measured batches, on this variant's engine (one of the listed, running"
+        " specpolicy's static; it alone starts with a control file), serve a batch whose requests carry"
+        " per-request hints (off, max_depth=1, none), swap the policy to static-0 through the control file and"
+        " back, each batch checked against the oracle (ab-paired.json's 'control'; about 10 s)",
+    )
     ap.add_argument("--cpus", help=argparse.SUPPRESS)
     ap.add_argument("--batch-timeout-s", type=float, default=120.0, help=argparse.SUPPRESS)
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -754,12 +805,25 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.pin_cpus and not args.paired:
         print("--pin-cpus needs --paired (engines side by side)", file=sys.stderr)
         return 2
+    if args.control_variant and not args.paired:
+        print("--control-variant needs --paired (it runs on a serving engine)", file=sys.stderr)
+        return 2
     if args.paired:
         variants = args.variants.split(",")
         unknown = [v for v in variants if v not in VARIANTS]
         variants = runnable(variants)
         if unknown or len(variants) < 2:
             print(f"--paired needs two or more known variants; unknown: {unknown}", file=sys.stderr)
+            return 2
+        if args.control_variant and (
+            args.control_variant not in variants
+            or not control_phase.eligible(VARIANTS[args.control_variant][1], STATIC)
+        ):
+            print(
+                f"--control-variant {args.control_variant}: must be one of --variants running specpolicy's"
+                f" static (e.g. static_draft_ov)",
+                file=sys.stderr,
+            )
             return 2
         pins = None
         if args.pin_cpus:

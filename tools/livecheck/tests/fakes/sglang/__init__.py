@@ -1,8 +1,11 @@
-"""A stand-in for ``sglang`` with just the surface sglang_check.py uses (``Engine``: ``generate``, and
-``async_generate`` streaming on ``Engine.loop``): it lets the CPU tests run the driver's whole device flow
-(engine processes, phases, ramps, packing). It answers every request with
-the bigram chain of the test model and speculative counters of a depth-3 draft, and checks that the driver
-handed the adapter a valid policy configuration. It proves nothing about SGLang or the adapter."""
+"""A stand-in for ``sglang`` with just the surface sglang_check.py and ab_static.py use (``Engine``:
+``generate``, and ``async_generate`` streaming on ``Engine.loop``): it lets the CPU tests run the driver's
+whole device flow (engine processes, phases, ramps, packing) and a paired run's engines. It answers every
+request with the bigram chain of the test model. Under the live check's test dispatcher (and SGLang's own
+speculation) its speculative counters are a depth-3 draft's, and it checks that the driver handed the
+adapter a valid policy configuration; under a plain specpolicy policy each step's depth comes from
+specpolicy's own runtime and SGLang adapter bridge (``_stepper``: per-request hints, the control file, the
+trace). It proves nothing about SGLang or the adapter."""
 
 from __future__ import annotations
 
@@ -21,17 +24,38 @@ class Engine:
         self.kw = kw
         self.meta = json.loads((Path(kw["model_path"]).parent / "meta.json").read_text())
         self.spec = "speculative_algorithm" in kw
-        if self.spec:
+        self.stepper: Any = None
+        policy = json.loads(os.environ.get("SPECPOLICY_POLICY") or "null")
+        if self.spec and isinstance(policy, dict) and policy.get("name") != "gpucheck_dispatch":
+            from ._stepper import Stepper
+
+            launch = int(kw["speculative_num_steps"])
+            self.stepper = Stepper(launch, self.meta["pi"], self.meta["pi_draft"])
+        elif self.spec and policy is not None:
             from specpolicy_gpucheck import DispatchConfig
 
-            cfg = DispatchConfig.model_validate(json.loads(os.environ["SPECPOLICY_POLICY"]))
+            cfg = DispatchConfig.model_validate(policy)
             print(f"FAKE specpolicy config ok, candidate steps {cfg.candidate_steps()}", flush=True)
         self.loop = asyncio.new_event_loop()
 
     def generate(
-        self, input_ids: list[list[int]], sampling_params: list[dict[str, Any]]
+        self, input_ids: list[list[int]], sampling_params: list[dict[str, Any]] | dict[str, Any]
     ) -> list[dict[str, Any]]:
-        return [self._one(ids, sp) for ids, sp in zip(input_ids, sampling_params, strict=True)]
+        """As SGLang's: one sampling-parameter dict for every request, or one per request."""
+        sps = [sampling_params] * len(input_ids) if isinstance(sampling_params, dict) else sampling_params
+        if self.stepper is not None:
+            return [self._answer(r) for r in self.stepper.generate(input_ids, sps)]
+        return [self._one(ids, sp) for ids, sp in zip(input_ids, sps, strict=True)]
+
+    @staticmethod
+    def _answer(r: Any) -> dict[str, Any]:
+        meta = {
+            "completion_tokens": len(r.out),
+            "e2e_latency": 0.01,
+            "spec_verify_ct": r.verify_ct,
+            "spec_num_correct_drafts": r.correct,
+        }
+        return {"output_ids": r.out, "meta_info": meta, "text": ""}
 
     async def async_generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], stream: bool = False
@@ -76,4 +100,5 @@ class Engine:
         return {"internal_states": [{"fake": True}]}
 
     def shutdown(self) -> None:
-        pass
+        if self.stepper is not None:
+            self.stepper.shutdown()
