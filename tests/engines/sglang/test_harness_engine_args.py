@@ -82,3 +82,24 @@ def test_sglang_adaptive_refuses_a_standalone_draft_model_as_the_skip_says(sglan
     reason = adaptive_unsupported_reason(types.SimpleNamespace(speculative_algorithm="STANDALONE"))  # type: ignore[arg-type]
     assert reason is not None and "EAGLE/EAGLE3" in reason
     assert ab_static.SKIPPED["adaptive_draft_ov"] == ab_static.ADAPTIVE_DRAFT_SKIP
+
+
+def test_the_stand_ins_request_and_answer_carry_this_releases_names() -> None:
+    """What the stand-in's decode loop (tests/fakes/sglang/_stepper.py) offers the adapter of a request and
+    answers of one: the real ``Req`` takes ``rid`` and ``sampling_params`` and has ``seqlen`` and
+    ``finished()``, ``SamplingParams`` keeps ``custom_params`` (where a hint rides), and the tokenizer
+    manager's ``meta_info`` carries ``spec_verify_ct`` and ``spec_num_correct_drafts`` per request."""
+    import inspect
+
+    from sglang.srt.managers import tokenizer_manager
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = inspect.signature(Req.__init__).parameters
+    assert {"rid", "sampling_params"} <= set(params)
+    assert isinstance(inspect.getattr_static(Req, "seqlen"), property) and callable(Req.finished)
+    sp = SamplingParams(max_new_tokens=4, custom_params={"specpolicy": "off"})
+    assert sp.custom_params == {"specpolicy": "off"}
+    source = inspect.getsource(tokenizer_manager)
+    for key in ("spec_verify_ct", "spec_num_correct_drafts"):
+        assert f'meta_info["{key}"]' in source, key

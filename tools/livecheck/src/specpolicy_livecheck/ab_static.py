@@ -787,8 +787,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         metavar="VARIANT",
         help="with --paired: after the measured batches, on this variant's engine (one of the listed, running"
         " specpolicy's static; it alone starts with a control file), serve a batch whose requests carry"
-        " per-request hints (off, max_depth=1, none), swap the policy to static-0 through the control file and"
-        " back, each batch checked against the oracle (ab-paired.json's 'control'; about 10 s)",
+        " per-request hints (off, max_depth=1, none), swap the policy to static-0 through the control file"
+        " and back, each batch checked against the oracle (ab-paired.json's 'control'; about 10 s)",
     )
     ap.add_argument("--cpus", help=argparse.SUPPRESS)
     ap.add_argument("--batch-timeout-s", type=float, default=120.0, help=argparse.SUPPRESS)

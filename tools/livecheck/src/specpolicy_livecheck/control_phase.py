@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +82,24 @@ def control_env(out: Path, variant: str) -> dict[str, str]:
 
 def eligible(env: dict[str, str] | None, static: dict[str, Any]) -> bool:
     """Whether a variant's settings run specpolicy's ``static`` (the policy the phase swaps from)."""
-    return env is not None and set(env) == {"SPECPOLICY_POLICY"} and json.loads(env["SPECPOLICY_POLICY"]) == static
+    return (
+        env is not None
+        and set(env) == {"SPECPOLICY_POLICY"}
+        and json.loads(env["SPECPOLICY_POLICY"]) == static
+    )
 
 
 def hints_for(c: int, tokens: int) -> list[tuple[str | None, int]]:
     """(hint, output tokens) per request of the hinted batch: ``OFF_REQUESTS`` off for half the tokens,
     one ``max_depth=1`` for a quarter, the rest no hint for all of them."""
-    plan: list[tuple[str | None, int]] = [("off", tokens // 2)] * OFF_REQUESTS + [("max_depth=1", tokens // 4)]
+    plan: list[tuple[str | None, int]] = [("off", tokens // 2)] * OFF_REQUESTS
+    plan.append(("max_depth=1", tokens // 4))
     return (plan + [(None, tokens)] * c)[:c]
 
 
-def _serve(eng: Any, prompts: list[list[int]], plan: list[tuple[str | None, int]], pi: Any) -> dict[str, Any]:
+def _serve(
+    eng: Any, prompts: list[list[int]], plan: Sequence[tuple[str | None, int]], pi: Any
+) -> dict[str, Any]:
     """One batch, each request with its own hint and length; per request what meta_info and the oracle say."""
     from specpolicy_livecheck.bigram_model import lossless_count
 
@@ -166,7 +174,6 @@ def run(
     """The phase on the control engine (started with ``control_env``); its record for ab-paired.json."""
     from specpolicy.registry import parse_config
     from specpolicy.runtime.control_file import write_control
-
     from specpolicy_livecheck.ab_static import _prompts
 
     t0 = time.perf_counter()
@@ -245,7 +252,8 @@ def checks(ctl: dict[str, Any]) -> dict[str, dict[str, Any]]:
     accepted = [r.get("correct_drafts") for r in sw["requests"]]
     out["swap_took_effect"] = {
         "met": bool(accepted) and all(a == 0 for a in accepted),
-        "detail": f"accept length {sw['accept_len']}, drafts accepted {sum(a or 0 for a in accepted)}",
+        "detail": f"accept length {sw['accept_len']}, drafts accepted {sum(a or 0 for a in accepted)}"
+        + "".join(f"; trace: {n.get('kind')} at step {n.get('step')}" for n in ctl.get("trace_notes", [])),
     }
     before, after = ctl["before"]["accept_len"], ctl["reverted"]["accept_len"]
     out["swap_reverted"] = {

@@ -32,7 +32,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from specpolicy_livecheck import ab_static, paired
+from specpolicy_livecheck import ab_static, control_phase, paired
 
 #: ab_static variant -> the report's policy label (the live check's labels; the v2-only releases'
 #: variants, ``<policy>_<drafter>_<ov|nov>``, from ab_static.V2_LABELS)
@@ -167,7 +167,40 @@ def section(
         },
         "host_us_per_step": host,
         **({"left_out": dict(leave_out)} if leave_out else {}),
+        **({"control": ctl} if (ctl := control_section(res, batches)) else {}),
     }
+
+
+def control_section(res: dict[str, Any], batches: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``--control-variant`` phase of the run, when its variant is among those reported: its checks
+    (``control_phase.checks``), each batch's accept length and lossless count, the hinted batch's requests
+    by kind, the swaps written and the trace's lines of them."""
+    ctl = res.get("control")
+    if not ctl or ctl.get("variant") not in batches:
+        return None
+    checks = control_phase.checks(ctl)
+    out: dict[str, Any] = {
+        "variant": ctl["variant"],
+        "label": LABELS.get(ctl["variant"], ctl["variant"]),
+        "checks": checks,
+        "met": all(c["met"] for c in checks.values()),
+    }
+    for key in ("error", "skipped", "off_rule", "depth", "c", "tokens", "control_every", "swaps"):
+        if key in ctl:
+            out[key] = ctl[key]
+    out["batches"] = {
+        name: {
+            "accept_len": b.get("accept_len"),
+            "requests": len(b["requests"]),
+            "lossless": sum(r["lossless"] for r in b["requests"]),
+        }
+        for name, b in ctl.items()
+        if isinstance(b, dict) and "requests" in b
+    }
+    if "hinted" in ctl:
+        out["hinted_requests"] = ctl["hinted"]["requests"]
+    out["trace_notes"] = ctl.get("trace_notes", [])
+    return out
 
 
 #: the scheduler loop's call that counts steps in the host timers (one per batch the engine runs)
@@ -255,6 +288,8 @@ def markdown(key: str, sec: dict[str, Any]) -> str:
     ok = sum(x["lossless"] for x in sec["lossless"].values())
     errors = sum(x["errors"] for x in sec["lossless"].values())
     lines += ["", f"Lossless: {ok:,} of {total:,} requests equal the oracle; {errors} batches failed."]
+    if "control" in sec:
+        lines += control_markdown(sec["control"])
     host = sec.get("host_us_per_step") or {}
     for c in levels:
         labels = [label for label in host if c in host[label]]
@@ -267,6 +302,42 @@ def markdown(key: str, sec: dict[str, Any]) -> str:
             vals = [host[label][c].get(name) for label in labels]
             lines.append(f"| {name} | " + " | ".join("-" if x is None else f"{x:,.1f}" for x in vals) + " |")
     return "\n".join(lines) + "\n"
+
+
+#: the control phase's checks as the report names them
+CHECK_NAMES = {
+    "lossless": "every request equals the oracle (100%)",
+    "hinted_rule": "the hinted batch follows the batch rule",
+    "swap_took_effect": "the swap to static-0 took effect (accept length 1)",
+    "swap_reverted": "the swap back to static took effect (accept length above 1)",
+}
+
+
+def control_markdown(ctl: dict[str, Any]) -> list[str]:
+    """The control phase's lines: what ran, each batch's accept length, the checks met or not."""
+    rule = ctl.get("off_rule", "?")
+    lines = [
+        "",
+        f"Control while serving, on the {ctl['label']} engine ({ctl['variant']}): per-request hints"
+        f" (batch rule {rule!r}: off while any request opts out) and a policy swap through the control file:",
+        "",
+    ]
+    if ctl.get("batches"):
+        lines += ["| batch | accept length | lossless |", "|---|---:|---:|"]
+        for name, b in ctl["batches"].items():
+            acc = "-" if b["accept_len"] is None else f"{b['accept_len']:.3f}"
+            lines.append(f"| {name} | {acc} | {b['lossless']} of {b['requests']} |")
+        lines.append("")
+    lines += ["| check | met | detail |", "|---|---|---|"]
+    for name, c in ctl["checks"].items():
+        lines.append(f"| {CHECK_NAMES.get(name, name)} | {'yes' if c['met'] else 'no'} | {c['detail']} |")
+    notes = ctl.get("trace_notes") or []
+    if notes:
+        steps = ", ".join(
+            f"step {n.get('step')}: {n.get('kind')} {json.dumps(n.get('policy'))}" for n in notes
+        )
+        lines += ["", f"The engine's trace: {steps}."]
+    return lines
 
 
 def merge(report_path: Path, key: str, sec: dict[str, Any]) -> None:
