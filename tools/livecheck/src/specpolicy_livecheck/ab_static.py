@@ -29,7 +29,9 @@ and how many requests equal the bigram oracle's greedy chain, counted outside th
 ``--profile`` concurrencies, SGLang's torch profiler over 40 decode steps summarised as GPU-busy time, the
 profiled window, kernel count, the CUDA runtime calls and the host-side ATen ops by count and time.
 ``--paired``: the listed variants' engines all at once, the batches rotating across them, the ratios to the
-first variant batch by batch (``paired``: a drift of the host's speed hits every variant alike). Usage:
+first variant batch by batch (``paired``: a drift of the host's speed hits every variant alike).
+``--control-variant V`` (``control_phase``): after them, on V's engine alone (started with a control file),
+a batch with per-request hints and a policy swap to static-0 and back, each batch checked. Usage:
 
     specpolicy-livecheck paired --work /tmp/gc --out OUT --variants base_v2,off_v2,on,plain \
         --concurrency 1,16,64 --profile 1,16 --budget-s 480
