@@ -6,7 +6,9 @@ drifts by up to 1.65x over that time (results/2026-12-02-sglang-0.5.12.post1-run
 ratios compare two moments of the host. A paired run keeps one engine per policy alive and rotates the same
 batches across them: each goal ratio here is taken batch next to batch, repeat by repeat, and summarised as
 median and min-max. Every policy in such a run is its engine's one policy for its whole life, as in serving
-(``policy_life: engine``), where the live check starts a fresh policy in every phase.
+(``policy_life: engine``), where the live check starts a fresh policy in every phase. A run with
+``--control-variant`` gets a ``control`` entry too: that phase's checks (``control_phase.checks``), met or
+not.
 
 Usage (the section goes to stdout as Markdown; ``--report`` merges it into report.json under
 ``paired["<path>/<backend>"]``):
