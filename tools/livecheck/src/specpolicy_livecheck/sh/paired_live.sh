@@ -19,7 +19,7 @@
 # SGLang 0.5.17, three calls: GC_PARTS=.carry/s17/pN for N = 1, 2 with VARIANTS "-", then
 #   GC_PARTS=.carry/s17/p3 GC_WHEELS=.carry/wheels GC_OUT=$OUT bash \
 #     tools/livecheck/src/specpolicy_livecheck/sh/paired_live.sh 590 \
-#     never_ov,static0_draft_ov,static_draft_ov,sglang_draft_ov,cm_draft_ov
+#     never_ov,static0_draft_ov,static_draft_ov,sglang_draft_ov,cm_draft_ov --control-variant static_draft_ov
 set -o pipefail
 LIMIT=${1:?LIMIT_S: the time limit of this call in seconds}; VARIANTS=${2:?VARIANTS: paired variants, or -}; shift 2
 T0=$(date +%s)
