@@ -113,14 +113,16 @@ def test_decode_graphs_are_captured_as_a_speculation_free_engine_captures_them(
     assert mr.server_args is args and vars(args) == before
 
 
+@pytest.mark.parametrize("host_lens", [True, False], ids=["host-lengths", "overlap-gpu-only-lengths"])
 @pytest.mark.parametrize("eagle", [False, True], ids=["draft-model", "eagle"])
 def test_an_off_step_replays_the_decode_graphs_with_the_tokens_of_a_plain_decode(
-    captured: list[dict[str, Any]], eagle: bool
+    captured: list[dict[str, Any]], eagle: bool, host_lens: bool
 ) -> None:
     """The off step's batch goes through SGLang's own decode dispatch onto the decode graphs (not the
     verify graphs), padded to a captured batch size; what the graphs read from their static buffers is the
     bonus token at position ``seq_len`` of each request, and the hidden states the window keeps are the
-    graph's rows of the real requests."""
+    graph's rows of the real requests. Under overlap with a backend that needs no host lengths (triton)
+    the scheduler hands no host lengths, and the replay plans without them (no copy to the host)."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -167,8 +169,8 @@ def test_an_off_step_replays_the_decode_graphs_with_the_tokens_of_a_plain_decode
             reqs=reqs,
             forward_mode=ForwardMode.DECODE,
             seq_lens=torch.tensor(seq, dtype=torch.int64),
-            seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
-            seq_lens_sum=sum(seq),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int64) if host_lens else None,
+            seq_lens_sum=sum(seq) if host_lens else None,
             orig_seq_lens=torch.tensor(seq, dtype=torch.int64),
             req_pool_indices=torch.tensor(rows, dtype=torch.int64),
             spec_info=spec,
@@ -188,8 +190,11 @@ def test_an_off_step_replays_the_decode_graphs_with_the_tokens_of_a_plain_decode
     assert b.seq_lens[:4].tolist() == [s + 1 for s in seq] + [1]  # padding: the backend's fill value
     (view,) = graphs.attn_backend.replays  # the decode backend planned the replay, lengths with the token
     assert view.seq_lens.tolist() == [s + 1 for s in seq] + [1]
-    assert view.seq_lens_cpu.tolist() == [s + 1 for s in seq] + [1]
-    assert view.seq_lens_sum == sum(seq) + 3 + 1
+    if host_lens:
+        assert view.seq_lens_cpu.tolist() == [s + 1 for s in seq] + [1]
+        assert view.seq_lens_sum == sum(seq) + 3 + 1
+    else:
+        assert view.seq_lens_cpu is None and view.seq_lens_sum is None
     assert view.spec_info is None
     if eagle:  # the window keeps the rows of the real requests, not the padding row
         assert result.logits_output.hidden_states.shape[0] == 3
