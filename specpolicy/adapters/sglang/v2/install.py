@@ -312,13 +312,15 @@ def _full_hidden_states(model_runner: Any) -> contextlib.AbstractContextManager[
     """The server's return-hidden-states mode as FULL for a block: a graph runner reads it once, at
     construction, for the hidden-state mode its graphs capture (``"last"`` would capture LAST, and a
     replay asking for FULL then raises). The resolved config is read-only, so nothing of the engine's is
-    written: where SGLang reads the mode off the runner's server args (0.5.17), the runner holds a private
-    copy for the block; where it reads the config's features (0.5.23), those are overridden for it."""
+    written: where SGLang reads the mode off the runner's server args (0.5.17, and releases without the
+    reader), the runner holds a private copy for the block; where it reads the config's features (0.5.23),
+    those are overridden for it."""
     import inspect
 
     from sglang.srt.model_executor import forward_batch_info as fbi
 
-    if inspect.signature(fbi.get_server_return_hidden_states_mode).parameters:
+    reader = getattr(fbi, "get_server_return_hidden_states_mode", None)
+    if reader is None or inspect.signature(reader).parameters:
         args = copy.copy(model_runner.server_args)
         object.__setattr__(args, "enable_return_hidden_states", True)  # past ServerArgs' read-only guard
         if hasattr(args, "return_hidden_states_mode"):
