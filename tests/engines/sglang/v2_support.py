@@ -208,3 +208,164 @@ class DraftWorker:
 
     def draft_tp_context(self, group: Any) -> Any:
         return nullcontext()
+
+
+# ------------------------------------------------------------------------- the decode graph runner, on CPU
+
+#: what ``get_parallel()`` answers for a single-process engine (no process groups exist on CPU)
+SINGLE_PROCESS = {
+    "world_size": 1,
+    "world_rank": 0,
+    "tp_size": 1,
+    "tp_rank": 0,
+    "pp_size": 1,
+    "pp_rank": 0,
+    "moe_ep_size": 1,
+    "moe_tp_size": 1,
+    "moe_dp_size": 1,
+    "attn_tp_size": 1,
+    "attn_tp_rank": 0,
+    "attn_dp_size": 1,
+    "attn_dp_rank": 0,
+    "attn_cp_size": 1,
+    "attn_cp_rank": 0,
+    "dcp_size": 1,
+    "dcp_rank": 0,
+    "attn_dcp_size": 1,
+    "attn_dcp_rank": 0,
+    "tp_group": None,
+}
+
+CAPTURE_BS = [1, 2, 4, 8]
+
+
+def resolved_server_args(**fields: Any) -> Any:
+    """SGLang's own test override: a resolved ``ServerArgs`` (read-only, like a running engine's) published
+    with ``fields`` and decode CUDA graphs for ``CAPTURE_BS``. Returns the override (``restore()`` it) and
+    the args."""
+    from sglang.srt.model_executor.cuda_graph_config import default_cuda_graph_config
+    from sglang.srt.runtime_context import get_context
+
+    cfg = default_cuda_graph_config()
+    cfg.decode.bs, cfg.decode.max_bs = list(CAPTURE_BS), max(CAPTURE_BS)
+    override = get_context().override_server_args(cuda_graph_config=cfg, **fields)
+    return override, override.install()
+
+
+def decode_attention() -> Any:
+    """The decode attention backend ``build_decode_target`` builds: SGLang's ``AttentionBackend`` (its
+    defaults for what a replay asks), recording the CUDA-graph state it is sized for and the replay views it
+    is handed (what SGLang's backends plan the captured kernels from)."""
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+    class DecodeAttention(AttentionBackend):
+        def __init__(self) -> None:
+            self.graph_state: tuple[int, int] | None = None
+            self.replays: list[Any] = []
+            self.dllm_attention = None  # 0.5.23 asks
+
+        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+            self.graph_state = (max_bs, max_num_tokens)
+
+        def get_cuda_graph_seq_len_fill_value(self) -> int:
+            return 1
+
+        def init_forward_metadata_out_graph(self, fb: Any, in_capture: bool = False) -> None:
+            self.replays.append(fb)
+
+    return DecodeAttention()
+
+
+def graph_model_runner(server_args: Any, spec: Any, *, rows: int) -> Any:
+    """A target ``ModelRunner`` (the real class, ``__init__`` skipped) with the attributes SGLang's
+    ``DecodeCudaGraphRunner`` and ``ModelRunner._forward_raw`` read, on CPU, with the launch (verify)
+    backend and graph runner in place."""
+    from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    mr = object.__new__(ModelRunner)
+    fields = vars(model_runner(is_draft=False, spec=spec))
+    fields.update(
+        server_args=server_args,
+        model_config=SimpleNamespace(
+            model_is_mrope=False,
+            is_encoder_decoder=False,
+            hidden_size=HIDDEN,
+            vocab_size=VOCAB,
+            dtype=torch.float32,
+            hf_config=SimpleNamespace(),
+            hf_text_config=SimpleNamespace(),
+            requires_mm_token_modalities=False,
+        ),
+        req_to_token_pool=SimpleNamespace(size=rows),
+        graph_shared_output=GraphSharedOutput(device="cpu", max_rows=max(CAPTURE_BS) * 4),
+        init_new_workspace=False,
+        tp_group=None,
+        hisparse_coordinator=None,
+        device_timer=None,
+        model=SimpleNamespace(shared_experts_config=None),  # 0.5.23 reads it around the forward
+        get_pp_proxy_topk_size=lambda: None,
+        get_pp_proxy_residual_num_blocks=lambda: None,
+        get_pp_proxy_dspark_hidden_size=lambda: None,  # 0.5.23
+        get_aux_hidden_states_width=lambda: None,
+        _get_attention_backend=lambda init_new_workspace=False: decode_attention(),
+    )
+    for k, v in fields.items():
+        object.__setattr__(mr, k, v)
+    return mr
+
+
+class BufferReplay:
+    """Stands in for the captured graphs of a ``DecodeCudaGraphRunner``: a replay computes from the
+    runner's static input buffers only, as a CUDA graph does, the answer ``OracleTarget`` computes (the
+    token ``token_after(position, row)``, the hidden state ``(position, row)``), for every padded row."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.keys: list[Any] = []
+
+    def replay_session(self) -> Any:
+        return nullcontext()
+
+    def replay(self, key: Any, forward_batch: Any) -> Any:
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+        self.keys.append(key)
+        b = self.runner.buffers
+        n = key.size
+        pos, rows = b.positions[:n].tolist(), b.req_pool_indices[:n].tolist()
+        logits = torch.full((n, VOCAB), -10.0)
+        hidden = torch.zeros(n, HIDDEN)
+        for i, (p, r) in enumerate(zip(pos, rows, strict=True)):
+            logits[i, token_after(p, r)] = 10.0
+            hidden[i, 0], hidden[i, 1] = float(p), float(r)
+        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
+
+
+class GraphTarget:
+    """The target worker, dispatching through SGLang's real ``ModelRunner._forward_raw`` (decode graphs
+    when the installed graph runner can run the batch, which must be the case here) and sampling greedily;
+    records the replayed graph runners."""
+
+    def __init__(self, mr: Any) -> None:
+        self.model_runner = mr
+        self.runners: list[Any] = []
+
+    def forward_batch_generation(self, batch: Any, capture_hidden_mode: Any = None, **_: Any) -> Any:
+        from sglang.srt.managers.utils import GenerationBatchResult
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+        from sglang.srt.model_executor.model_runner import ModelRunner
+
+        mr = self.model_runner
+        fb = ForwardBatch.init_new(
+            batch, mr, capture_hidden_mode=capture_hidden_mode, return_hidden_states_before_norm=False
+        )
+        self.runners.append(mr.decode_cuda_graph_runner)
+        out = ModelRunner._forward_raw(mr, fb, None)
+        assert out.can_run_graph, "the off step's decode batch must replay the decode graphs"
+        logits = out.logits_output
+        return GenerationBatchResult(
+            logits_output=logits,
+            next_token_ids=logits.next_token_logits.argmax(-1),
+            can_run_cuda_graph=out.can_run_graph,
+        )

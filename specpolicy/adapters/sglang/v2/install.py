@@ -12,6 +12,8 @@ start-up line says which path is live. A problem found there stops the scheduler
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,27 +284,52 @@ def build_decode_target(model_runner: Any, *, graphs: bool, capture_hidden_mode:
 
     Built with the runner's ``spec_algorithm`` set to NONE for the duration, which is what a
     speculation-free engine's runner sees (SGLang's backends and graph runner choose verify shapes for a
-    speculative one); a graph runner that must return hidden states (EAGLE) is captured with them."""
+    speculative one); a graph runner that must return hidden states (EAGLE) is captured with them. The
+    server args are read-only once resolved (0.5.13+ raises on assignment), so the graph runner reads a
+    private copy that asks for the hidden states; the engine's own record is never written."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     mr = model_runner
+    hidden = capture_hidden_mode == CaptureHiddenMode.FULL
     restore = (
         (mr, "spec_algorithm", SpeculativeAlgorithm.NONE),
         (mr, "attn_backend", KEEP),  # building and capturing install their own: put the launch ones back
         (mr, "decode_cuda_graph_runner", KEEP),
         (mr, "init_new_workspace", KEEP),
-        (mr.server_args, "enable_return_hidden_states", KEEP),
     )
     with swapped(restore):
         attn = mr._get_attention_backend(init_new_workspace=True)
         runner = None
         if graphs:
-            if capture_hidden_mode == CaptureHiddenMode.FULL:
-                mr.server_args.enable_return_hidden_states = True  # read once, to capture hidden states
-            runner = DecodeCudaGraphRunner(mr, attn_backend=attn)
+            with _full_hidden_states(mr) if hidden else contextlib.nullcontext():
+                runner = DecodeCudaGraphRunner(mr, attn_backend=attn)
         return DecodeTarget(attn, runner, capture_hidden_mode, graph_attr="decode_cuda_graph_runner")
+
+
+def _full_hidden_states(model_runner: Any) -> contextlib.AbstractContextManager[Any]:
+    """The server's return-hidden-states mode as FULL for a block: a graph runner reads it once, at
+    construction, for the hidden-state mode its graphs capture (``"last"`` would capture LAST, and a
+    replay asking for FULL then raises). The resolved config is read-only, so nothing of the engine's is
+    written: where SGLang reads the mode off the runner's server args (0.5.17, and releases without the
+    reader), the runner holds a private copy for the block; where it reads the config's features (0.5.23),
+    those are overridden for it."""
+    import inspect
+
+    from sglang.srt.model_executor import forward_batch_info as fbi
+
+    reader = getattr(fbi, "get_server_return_hidden_states_mode", None)
+    if reader is None or inspect.signature(reader).parameters:
+        args = copy.copy(model_runner.server_args)
+        object.__setattr__(args, "enable_return_hidden_states", True)  # past ServerArgs' read-only guard
+        if hasattr(args, "return_hidden_states_mode"):
+            object.__setattr__(args, "return_hidden_states_mode", None)
+        return swapped(((model_runner, "server_args", args),))
+    from sglang.srt.runtime_context import get_exec
+
+    features: Any = get_exec().features
+    return features.override(enable_return_hidden_states=True, return_hidden_states_mode=None)  # type: ignore[no-any-return]
 
 
 def _hidden_window(worker: Any, settings: AdapterSettings) -> HiddenWindow:
