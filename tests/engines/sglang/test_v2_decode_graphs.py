@@ -141,6 +141,8 @@ def test_an_off_step_replays_the_decode_graphs_with_the_tokens_of_a_plain_decode
         target = vs.GraphTarget(mr)
         w = object.__new__(EAGLEWorkerV2)
         w._target_worker = target
+        draft_runner = SimpleNamespace(war_fastpath_read_done_event=None)
+        w._draft_worker = SimpleNamespace(draft_runner=draft_runner)
         w.req_to_token_pool = SimpleNamespace(
             req_to_token=torch.arange(8 * STRIDE, dtype=torch.int64).reshape(8, STRIDE)
         )
@@ -182,6 +184,12 @@ def test_an_off_step_replays_the_decode_graphs_with_the_tokens_of_a_plain_decode
     finally:
         override.restore()
     assert target.runners == [graphs]  # the decode graphs were in place for the forward
+    if hasattr(EAGLEWorkerV2, "war_fastpath_runner"):  # 0.5.17: the WAR barrier's fast path
+        # the event the decode graph recorded once its inputs were read is where the scheduler looks for it
+        assert draft_runner.war_fastpath_read_done_event is not None
+        assert mr.war_fastpath_read_done_event is None
+    else:
+        assert draft_runner.war_fastpath_read_done_event is None
     assert [k.size for k in graphs.backend.keys] == [4]
     assert result.next_token_ids.tolist() == [vs.token_after(s, r) for r, s in zip(rows, seq, strict=True)]
     b = graphs.buffers

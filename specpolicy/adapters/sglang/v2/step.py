@@ -155,6 +155,24 @@ def _ones(st: V2State, n: int, device: Any) -> Any:
     return ones
 
 
+def _hand_over_read_done(worker: Any, runner: Any) -> None:
+    """Give the decode graph's read-done event to the runner the scheduler's WAR barrier reads it from.
+
+    SGLang 0.5.17's scheduler orders its next writes of the shared ``req_to_token`` after the step's last
+    reader of it: the fast path waits on the event that reader's graph recorded once its inputs were read,
+    else on the whole forward. A speculative worker names its draft runner (the draft extend reads last);
+    after an off step the target's decode is the last reader (the off step reads ``req_to_token`` before
+    the forward only), so without the hand-over every off step would take the whole-forward wait that a
+    speculation-free engine does not. Releases without the barrier have neither attribute."""
+    event = getattr(runner, "war_fastpath_read_done_event", None)
+    if event is None:
+        return
+    fast = getattr(worker, "war_fastpath_runner", None)
+    if fast is not None and fast is not runner:
+        runner.war_fastpath_read_done_event = None
+        fast.war_fastpath_read_done_event = event
+
+
 def off_step(worker: Any, batch: Any, st: V2State, on_publish: Callable[[Any], None] | None) -> Any:
     """The whole decode step of an off step; returns the GenerationBatchResult the scheduler consumes."""
     import torch
@@ -192,6 +210,7 @@ def off_step(worker: Any, batch: Any, st: V2State, on_publish: Callable[[Any], N
     out = dt.forward(
         lambda b: target.forward_batch_generation(b, capture_hidden_mode=capture), target.model_runner, view
     )
+    _hand_over_read_done(worker, target.model_runner)
     next_ids = out.next_token_ids
     if lag.hidden is not None:  # EAGLE: keep the target's hidden state of the position written
         lag.record(batch.req_pool_indices, out.logits_output.hidden_states)
