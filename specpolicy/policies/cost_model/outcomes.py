@@ -56,6 +56,9 @@ class Outcomes(Estimates):
                 k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
             else:
                 k_obs = c
+        # the first outcome at another depth (a probe, a switch): read whatever the step's parity
+        fresh = k_obs != s.k_prev
+        s.k_prev = k_obs
         # a list, or another sequence sampled into one (``sample_sequence``: the cost of the sample whatever
         # the container); a string, a number or an object: missing
         if acc.__class__ is list:
@@ -73,7 +76,7 @@ class Outcomes(Estimates):
                     stride = 1
                     if whole is not None:
                         sample = whole
-                elif step & 1:
+                elif step & 1 and not fresh:
                     n = 0  # large batches: every other step is plenty (and halves the cost)
                     s.acc_steps += 1
                 else:
@@ -87,7 +90,7 @@ class Outcomes(Estimates):
                         counts = bytes(sample)
                         s.bufs[k_obs] += counts
                         s.acc_steps += 1
-                        if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
+                        if last_ids is not None and (stride == 1 or fresh or not step & 14) and len(last_ids) == n:
                             s.rq.append(
                                 (
                                     k_obs,
@@ -97,10 +100,9 @@ class Outcomes(Estimates):
                             )
                     else:
                         self._take_trimmed(sample, drafted, k_obs, step >> 1, n)
-                    if s.chg_on and (not step & 15 or k_obs != s.k_prev):  # and probe outcomes
+                    if s.chg_on and (not step & 15 or fresh):  # and probe outcomes
                         if s.chg.scan(s.bufs):
                             self._changed()
-                        s.k_prev = k_obs
             except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                 pass
         elif k_obs > 0 and mean is not None:
