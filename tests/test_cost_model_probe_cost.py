@@ -1,0 +1,40 @@
+"""What cost_model's probing costs in steady state on the shipped profiles, in the simulator.
+
+``benchmarks/bench_probe_cost.py`` (its closed loop, its window): a steady load where off is right
+throughout (``static-0`` the best fixed depth), each audit of speculation paying the lazy drafter's catch-up
+(16-17 off steps on ``seed-k25-tp8-pcie`` at 64 requests). The goal is at most 0.5% of the throughput.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _benchmarks import load
+
+from specpolicy.policies.cost_model.probes import AUDIT_WINDOW
+
+bench = load("bench_probe_cost")
+
+
+@pytest.mark.parametrize(
+    ("profile", "concurrency"),
+    [("seed-k25-tp8-pcie", 64), ("seed-k25-tp8-pcie", 256), ("h200-live-sglang", 64)],
+)
+def test_probing_after_the_first_audit_window_costs_at_most_half_a_percent(
+    profile: str, concurrency: int
+) -> None:
+    """Once the window over which audits are priced holds only measured prices (the start's assumed-free
+    one gone), they are spaced by what they cost: 0.44% and 0.45% on the seed profile, 0.12% on the live
+    one."""
+    row = bench.measure(profile, concurrency, warm=AUDIT_WINDOW, statics=(0,))
+    assert row["loss"] <= bench.GOAL, row
+
+
+@pytest.mark.xfail(strict=True, reason="the first window's audits are spaced as if free (recovery bound)")
+def test_probing_over_the_first_audit_window_costs_at_most_half_a_percent() -> None:
+    """Over the first window after the start (steps 2,000-8,144) the start's audit price is assumed free,
+    so audits come every ``AUDIT_STEPS`` steps whatever they cost: 1.19% on the seed profile at 256. Not
+    met: dropping that assumption (spacing by the least of the first four measured prices) gives 0.54% and
+    breaks the recovery bound for a slowdown that starts with the run (3,429 steps of 3x slow speculation:
+    1,140 steps to recover)."""
+    row = bench.measure("seed-k25-tp8-pcie", 256, statics=(0,))
+    assert row["loss"] <= bench.GOAL, row
