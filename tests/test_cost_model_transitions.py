@@ -91,7 +91,8 @@ def test_off_is_chosen_when_its_steady_step_wins_despite_a_costly_first_step() -
     # steady: off 16 / 2.5 = 6.4 tokens/ms, on 16 * 2.53 / 7.2 = 5.6 tokens/ms
     off_share, _, longest_on = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
     assert off_share > 0.9
-    assert longest_on == 3  # a near tie: its probes of speculation run three steps
+    # a near tie: its probes of speculation run past the switch (three steps; an audit, two)
+    assert longest_on in (2, 3)
 
 
 def test_one_step_probes_are_fooled_by_the_transition() -> None:
@@ -127,9 +128,10 @@ def test_the_simulator_charges_the_first_step_after_a_switch() -> None:
 
 def test_clear_losers_are_probed_with_single_steps() -> None:
     """At a large batch speculating costs 5.5x an off step (live, 128 requests): a three-step probe of it
-    would cost three times as much and could not change the decision, transitions or not."""
+    would cost three times as much and could not change the decision, transitions or not. (An audit found
+    dear runs two steps, once per audit window, to measure its switch apart.)"""
     off_share, rate, longest_on = _run({}, on_ms=22.0, off_ms=4.0, after_on_ms=1.0, after_off_ms=3.0)
-    assert off_share > 0.97 and longest_on == 1
+    assert off_share > 0.97 and longest_on <= 2
     assert rate > 0.96 * BATCH / 4.0
 
 

@@ -200,21 +200,26 @@ class Outcomes(Estimates):
         the schedule; a step without a sane time ends the watch unpriced."""
         w = self.s.audit_watch
         assert w is not None
-        if t.__class__ is not float or not 0.0 < t < 1e4:
+        if t.__class__ is not float or not 0.0 < t < 1e4 or len(w) != 8:
             self.s.audit_watch = None
             return
-        k_audit, n, ref, total, seen, other = w
+        k_audit, n, ref, total, seen, other, first, last = w
         if seen < n:
             if k == k_audit:
                 w[3] = total + t
                 w[4] = seen + 1
+                if not seen:
+                    w[6] = t
+                w[7] = t
             elif seen or other >= 2:
                 self.s.audit_watch = None  # not the audit's steps after all
             else:
                 w[5] = other + 1
             return
         self.s.audit_watch = None
-        self.s.probes.price_audit((total + t) / ref - (n + 1), self.s.step)
+        # its switches: the step back over a steady step, and from two steps on, its first over its last
+        switch = (first - last if n >= 2 and first > last else 0.0) + (t - ref if t > ref else 0.0)
+        self.s.probes.price_audit((total + t) / ref - (n + 1), self.s.step, switch / ref if n >= 2 else -1.0)
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the
