@@ -90,11 +90,7 @@ class Outcomes(Estimates):
                         counts = bytes(sample)
                         s.bufs[k_obs] += counts
                         s.acc_steps += 1
-                        if (
-                            last_ids is not None
-                            and (stride == 1 or fresh or not step & 14)
-                            and len(last_ids) == n
-                        ):
+                        if last_ids is not None and (stride == 1 or not step & 14) and len(last_ids) == n:
                             s.rq.append(
                                 (
                                     k_obs,
