@@ -173,3 +173,22 @@ def test_audits_measured_dear_in_steady_state_are_spaced_by_their_price() -> Non
     assert len(sched.prices) <= 32
     sched.price_audit(0.5, step + sched.audit_gap)
     assert sched.audit_gap == AUDIT_STEPS
+
+
+def test_dear_switches_space_the_audits_from_the_start() -> None:
+    """An audit that ran two steps measured its switches apart (a lazy drafter's catch-up on resuming:
+    15 steps here): they space the audits at once, without waiting for the start's free price to leave the
+    window; what the audited depth's own steps cost still waits for it (a slowdown that begins with the
+    run makes them dear)."""
+    sched = ProbeSchedule(2, 4, 0.002, 4096)
+    sched.price_audit(16.0, 700)  # one step: not measured apart; the next one will be
+    assert sched.audit_gap == AUDIT_STEPS and sched.measure_switch
+    sched.price_audit(17.0, 1400, 15.0)
+    assert sched.audit_gap == int(15.0 / AUDIT_SHARE) and not sched.measure_switch
+    sched.price_audit(16.5, 1400 + AUDIT_WINDOW)  # one step again: its switch as measured
+    assert sched.audit_gap == int(15.0 / AUDIT_SHARE) and not sched.measure_switch
+    sched.price_audit(3.0, 1400 + 2 * AUDIT_WINDOW)  # cheaper than its switch: measure it again
+    assert sched.measure_switch
+    fresh = ProbeSchedule(2, 4, 0.002, 4096)
+    fresh.price_audit(17.0, 700, 0.5)  # dear by its steady steps: the free start holds
+    assert fresh.audit_gap == AUDIT_STEPS

@@ -14,7 +14,8 @@ the population's spread once it clears its noise, with the shape its deeper posi
 requests' prior to their history, looks at a small batch while off when what it may show is worth the step,
 prices probes by their time, takes the best acceptance seen only as far as its tries support it, audits
 the other kind of depth every ``AUDIT_STEPS`` steps (alarming every bucket when one shows an estimate stale),
-takes a sample far faster than its cell as the depth's cost, and counts per-request outcomes at every fold.
+takes a sample far faster than its cell as the depth's cost, counts per-request outcomes at every fold,
+and reads the first outcome at another depth (a probe's) whatever the step's parity.
 Re-record them only for an intended change of decisions:
 ``PYTHONPATH=. python3 tests/test_cost_model_replay.py --record``.
 """

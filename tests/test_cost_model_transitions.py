@@ -8,7 +8,9 @@ stayed on where off gave 9% more tokens per second. The engine below replays tho
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -89,7 +91,8 @@ def test_off_is_chosen_when_its_steady_step_wins_despite_a_costly_first_step() -
     # steady: off 16 / 2.5 = 6.4 tokens/ms, on 16 * 2.53 / 7.2 = 5.6 tokens/ms
     off_share, _, longest_on = _run({}, on_ms=7.2, off_ms=2.5, after_on_ms=1.2, after_off_ms=3.5)
     assert off_share > 0.9
-    assert longest_on == 3  # a near tie: its probes of speculation run three steps
+    # a near tie: its probes of speculation run past the switch (three steps; an audit, two)
+    assert longest_on in (2, 3)
 
 
 def test_one_step_probes_are_fooled_by_the_transition() -> None:
@@ -125,9 +128,10 @@ def test_the_simulator_charges_the_first_step_after_a_switch() -> None:
 
 def test_clear_losers_are_probed_with_single_steps() -> None:
     """At a large batch speculating costs 5.5x an off step (live, 128 requests): a three-step probe of it
-    would cost three times as much and could not change the decision, transitions or not."""
+    would cost three times as much and could not change the decision, transitions or not. (An audit found
+    dear runs two steps, once per audit window, to measure its switch apart.)"""
     off_share, rate, longest_on = _run({}, on_ms=22.0, off_ms=4.0, after_on_ms=1.0, after_off_ms=3.0)
-    assert off_share > 0.97 and longest_on == 1
+    assert off_share > 0.97 and longest_on <= 2
     assert rate > 0.96 * BATCH / 4.0
 
 
@@ -169,3 +173,68 @@ def test_one_request_keeps_speculating_when_it_wins() -> None:
     rates = [_live_phase(seed, on_ms=4.0, steps=1000) for seed in range(10)]
     assert sum(rates) / len(rates) > 1.2
     assert min(rates) > 1.15
+
+
+def _spec_overhead_3x(tmp_path: Path) -> Path:
+    """The shipped h200-llama8b profile with its speculative step's engine overhead three times the shipped
+    one (1.8 ms a cycle instead of 0.6): speculation pays at 0.85 acceptance and loses at 0.35 at 32
+    requests, so the ``transition`` workload's phases flip the right decision."""
+    from specpolicy.profiles import load_profile
+
+    doc = load_profile("h200-llama8b").to_dict()
+    doc["name"] = "h200-llama8b-overhead3x"
+    doc["overhead"]["spec"] = {k: 3 * v for k, v in doc["overhead"]["spec"].items()}
+    path = tmp_path / "overhead3x.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_acceptance_transitions_track_the_oracle_where_speculating_is_dear(tmp_path: Path, seed: int) -> None:
+    """``specpolicy simulate --workload transition`` (600 s, acceptance 0.85 / 0.35 every 60 s) on that
+    profile: at least 0.97x the per-step oracle. Before, 0.964x (seed 0) and 0.931x (seed 1): off at 32
+    requests, the probes of speculation that could show acceptance back were read on even steps only (a
+    large batch's acceptance is sampled every other step) and, spaced by 64 steps, all fell on odd ones,
+    so speculation resumed a thousand steps late."""
+    from specpolicy.sim.comparators import OracleDecider, PolicyDecider
+    from specpolicy.sim.engine import EngineConfig, simulate
+    from specpolicy.sim.run import resolve_profile
+    from specpolicy.sim.workloads import load_workload
+
+    ref = str(_spec_overhead_3x(tmp_path))
+    profile = resolve_profile(ref, "lazy")  # the simulator's default off step
+    (scenario,) = load_workload("transition", profile=profile, seed=seed)
+    config = EngineConfig(seed=seed, decide_cost_s=1e-6)
+    policy = make_policy({"name": "cost_model", "profile": ref})
+    mine = simulate(scenario, profile, PolicyDecider(policy), config)
+    oracle = simulate(scenario, profile, OracleDecider(profile), config)
+    ratio = (mine.output_tokens / mine.window_s) / (oracle.output_tokens / oracle.window_s)
+    assert ratio >= 0.97, ratio
+
+
+def test_a_probe_outcome_on_an_odd_step_is_read() -> None:
+    """At a batch over eight, acceptance is sampled every other step, but never a probe's: its one step is
+    all the policy will hear of that depth for a while."""
+    from specpolicy.policies.cost_model.policy import CostModelPolicy
+
+    policy = make_policy({"name": "cost_model", "steps": [3]})
+    assert isinstance(policy, CostModelPolicy)
+    ids = list(range(32))
+    off = StepStats(32, mean_seq_len=300.0, last_num_steps=0, last_step_time_s=0.01, last_batch_size=32)
+    for _ in range(40):
+        policy.decide(off)
+    assert policy.s.step % 2 == 0  # the next decide() is step 41: odd
+    before = sum(len(b) for b in policy.s.bufs)
+    probe = StepStats(
+        32,
+        mean_seq_len=300.0,
+        last_num_steps=3,
+        accepted_draft_tokens=[3] * 32,
+        last_step_time_s=0.02,
+        last_batch_size=32,
+        last_request_ids=ids,
+        request_ids=ids,
+    )
+    policy.decide(probe)
+    assert policy.s.step % 2 == 1
+    assert sum(len(b) for b in policy.s.bufs) > before

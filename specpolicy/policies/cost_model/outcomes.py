@@ -56,6 +56,9 @@ class Outcomes(Estimates):
                 k_obs, t = -1, None  # unknown depth: neither its acceptance nor its time can be used
             else:
                 k_obs = c
+        # the first outcome at another depth (a probe, a switch): read whatever the step's parity
+        fresh = k_obs != s.k_prev
+        s.k_prev = k_obs
         # a list, or another sequence sampled into one (``sample_sequence``: the cost of the sample whatever
         # the container); a string, a number or an object: missing
         if acc.__class__ is list:
@@ -73,7 +76,7 @@ class Outcomes(Estimates):
                     stride = 1
                     if whole is not None:
                         sample = whole
-                elif step & 1:
+                elif step & 1 and not fresh:
                     n = 0  # large batches: every other step is plenty (and halves the cost)
                     s.acc_steps += 1
                 else:
@@ -97,10 +100,9 @@ class Outcomes(Estimates):
                             )
                     else:
                         self._take_trimmed(sample, drafted, k_obs, step >> 1, n)
-                    if s.chg_on and (not step & 15 or k_obs != s.k_prev):  # and probe outcomes
+                    if s.chg_on and (not step & 15 or fresh):  # and probe outcomes
                         if s.chg.scan(s.bufs):
                             self._changed()
-                        s.k_prev = k_obs
             except Exception:  # negative, fractional, NaN or huge counts: no acceptance from this step
                 pass
         elif k_obs > 0 and mean is not None:
@@ -194,21 +196,26 @@ class Outcomes(Estimates):
         the schedule; a step without a sane time ends the watch unpriced."""
         w = self.s.audit_watch
         assert w is not None
-        if t.__class__ is not float or not 0.0 < t < 1e4:
+        if t.__class__ is not float or not 0.0 < t < 1e4 or len(w) != 8:
             self.s.audit_watch = None
             return
-        k_audit, n, ref, total, seen, other = w
+        k_audit, n, ref, total, seen, other, first, last = w
         if seen < n:
             if k == k_audit:
                 w[3] = total + t
                 w[4] = seen + 1
+                if not seen:
+                    w[6] = t
+                w[7] = t
             elif seen or other >= 2:
                 self.s.audit_watch = None  # not the audit's steps after all
             else:
                 w[5] = other + 1
             return
         self.s.audit_watch = None
-        self.s.probes.price_audit((total + t) / ref - (n + 1), self.s.step)
+        # its switches: the step back over a steady step, and from two steps on, its first over its last
+        switch = (first - last if n >= 2 and first > last else 0.0) + (t - ref if t > ref else 0.0)
+        self.s.probes.price_audit((total + t) / ref - (n + 1), self.s.step, switch / ref if n >= 2 else -1.0)
 
     def _agg_stray(self, t: float, n_agg: int) -> None:
         """A step time of the run being measured that is not the depth's cost: a stray slow step, or the

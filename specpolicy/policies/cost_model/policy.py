@@ -143,6 +143,8 @@ class CostModelPolicy(Refresh):
                 )
                 audit = probes.audit[b]
                 timed = audit and not probes.alarm[b] >> pi & 1  # an ordinary audit, not an alarm's
+                if timed:  # one step bounds staleness; two measure the depth past a dear switch
+                    n_probe = 2 if probes.measure_switch else 1
                 probe = probes.take(b, vis, step, n_probe)
                 if probe >= 0:
                     if timed:
@@ -154,7 +156,7 @@ class CostModelPolicy(Refresh):
                         else:
                             ref = s.choice.t[b][cur]
                         if ref > 0.0:
-                            s.audit_watch = [self._arms[probe], n_probe, ref, 0.0, 0, 0]
+                            s.audit_watch = [self._arms[probe], n_probe, ref, 0.0, 0, 0, 0.0, 0.0]
                     cur = s.probe_run = probe
                     s.probe_left = n_probe - 1
                     back = step + n_probe + 1

@@ -74,6 +74,8 @@ class ProbeSchedule:
         "audit_gap",
         "prices",
         "priced",
+        "switch",
+        "measure_switch",
         "audits",
         "wave",
         "last",
@@ -103,12 +105,19 @@ class ProbeSchedule:
         #: no ordinary audit before this step, and the audits taken
         self.audit_next = 0
         #: the step of the last ordinary audit, the steps from one to the next, and what the last audits
-        #: cost (steps of the running depth beyond as many steady ones; none measured yet: free)
+        #: cost beyond their switches (steps of the running depth beyond as many steady ones; none measured
+        #: yet: free)
         self.audit_at = _NEVER
         self.audit_gap = AUDIT_STEPS
         self.prices = [0.0]
         #: the step of each price (the first: the start, an audit assumed free)
         self.priced = [0]
+        #: what an audit's switches cost, as last measured (its first step over its last, and the step back
+        #: over a steady one; -1: never measured)
+        self.switch = -1.0
+        #: whether the next audit runs two steps, so that its switch is measured apart from the depth's
+        #: steady step (``price_audit``)
+        self.measure_switch = False
         self.audits = 0
         #: per depth index: the step of its last alarm wave (``raise_alarm``)
         self.wave = [_NEVER] * n_arms
@@ -238,19 +247,34 @@ class ProbeSchedule:
             return -1
         return j
 
-    def price_audit(self, cost: float, now: int) -> None:
+    def price_audit(self, cost: float, now: int, switch: float = -1.0) -> None:
         """What an audit was measured to cost at step ``now``, in steps of the running depth beyond as
-        many steady ones: the spacing of audits becomes ``AUDIT_STEPS`` or, where the least of those of
-        the last ``AUDIT_WINDOW`` steps (at least the last ``AUDIT_PRICES``) costs more than
-        ``AUDIT_STEPS * AUDIT_SHARE``, that over ``AUDIT_SHARE`` (at most ``AUDIT_MAX_STEPS``)."""
+        many steady ones, and what of it its switches cost (``switch``, measured by an audit of two steps or
+        more; -1: not measured, the last measurement is taken).
+
+        The spacing of audits becomes ``AUDIT_STEPS`` or, where audits cost more than ``AUDIT_STEPS *
+        AUDIT_SHARE``, that cost over ``AUDIT_SHARE`` (at most ``AUDIT_MAX_STEPS``), from two parts. What the
+        audited depth's steps cost beyond the switches is taken as the least of the last ``AUDIT_WINDOW``
+        steps (at least the last ``AUDIT_PRICES``), the start counted free: a slowdown makes the audits
+        during it dear, and the window still holds a cheap one from before when it ends. What the switches
+        cost (a lazy drafter's catch-up on resuming) is the last measurement, without the free start: that
+        audit ran a second step, which priced the depth past its first, so a dear switch (or a few slow
+        first steps) cannot keep a stale estimate. A dear audit makes the next one run two steps
+        (``measure_switch``) while no switch was measured, or when it cost less than the switch it was
+        thought to pay (the batch moved to where resuming is cheaper)."""
         prices, priced = self.prices, self.priced
         if len(priced) != len(prices):  # a state saved without the steps: begin again, audits free
             prices[:], priced[:] = [0.0], [now]
-        prices.append(cost if cost > 0.0 else 0.0)
+        cost = cost if cost > 0.0 else 0.0
+        if switch >= 0.0:
+            self.switch = switch if switch < cost else cost
+        known = self.switch
+        self.measure_switch = cost > AUDIT_STEPS * AUDIT_SHARE and (known < 0.0 or cost < known)
+        prices.append(cost - known if 0.0 <= known < cost else (0.0 if known >= 0.0 else cost))
         priced.append(now)
         while len(prices) > AUDIT_PRICES and (now - priced[0] > AUDIT_WINDOW or len(prices) > AUDIT_KEPT):
             del prices[0], priced[0]
-        gap = min(prices) / AUDIT_SHARE
+        gap = (min(prices) + (known if known > 0.0 else 0.0)) / AUDIT_SHARE
         self.audit_gap = AUDIT_STEPS if not gap > AUDIT_STEPS else min(int(gap), AUDIT_MAX_STEPS)
         if self.audit_at > _NEVER:
             self.audit_next = self.audit_at + self.audit_gap

@@ -230,4 +230,7 @@ CLASSES: Classes = {
     Choice: frozenset(),
     ProbeSchedule: frozenset(),
 }
-LOOSE: Classes = {LoopState: frozenset({"batch_sample"}), ProbeSchedule: frozenset({"prices", "priced"})}
+LOOSE: Classes = {
+    LoopState: frozenset({"batch_sample"}),
+    ProbeSchedule: frozenset({"prices", "priced", "switch", "measure_switch"}),
+}
