@@ -288,14 +288,11 @@ def graph_model_runner(server_args: Any, spec: Any, *, rows: int) -> Any:
     fields.update(
         server_args=server_args,
         model_config=SimpleNamespace(
-            model_is_mrope=False,
-            is_encoder_decoder=False,
-            hidden_size=HIDDEN,
+            **vars(fields["model_config"]),
             vocab_size=VOCAB,
             dtype=torch.float32,
             hf_config=SimpleNamespace(),
             hf_text_config=SimpleNamespace(),
-            requires_mm_token_modalities=False,
         ),
         req_to_token_pool=SimpleNamespace(size=rows),
         graph_shared_output=GraphSharedOutput(device="cpu", max_rows=max(CAPTURE_BS) * 4),
