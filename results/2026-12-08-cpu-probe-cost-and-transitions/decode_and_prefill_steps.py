@@ -1,8 +1,8 @@
 """Tokens per second, tokens per decode step per request, decode and prefill steps of cost_model and each
 static depth in bench_probe_cost's steady closed loop (one profile and concurrency).
 
-    PYTHONPATH=benchmarks python3 results/2026-12-08-cpu-probe-cost-and-transitions/decode_and_prefill_steps.py \
-        h200-llama70b 256
+    PYTHONPATH=benchmarks python3 \
+        results/2026-12-08-cpu-probe-cost-and-transitions/decode_and_prefill_steps.py h200-llama70b 256
 """
 
 from __future__ import annotations
